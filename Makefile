@@ -1,0 +1,53 @@
+# earthmem: the README's two commands are `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+DATA ?= data
+export DAGSTER_HOME ?= $(CURDIR)/$(DATA)/dagster_home
+
+.PHONY: setup run test lint typecheck check bench bench-quick lock serve dagster clean
+
+$(BIN)/earthmem: pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	touch $(BIN)/earthmem
+
+setup: $(BIN)/earthmem  ## create .venv from the lock file
+
+run: setup  ## build the demo sample area, ingest it through Dagster, answer example queries
+	$(BIN)/python -m api.demo --data $(DATA)
+
+test: setup  ## lint, type-check and run the test suite (offline)
+	$(BIN)/ruff check store pipelines api tests bench
+	$(BIN)/ruff format --check store pipelines api tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest -q
+
+lint: setup
+	$(BIN)/ruff check store pipelines api tests bench
+	$(BIN)/ruff format --check store pipelines api tests bench
+
+typecheck: setup
+	$(BIN)/mypy
+
+bench: setup  ## run every benchmark and write bench/RESULTS.md
+	$(BIN)/python -m bench.run
+
+bench-quick: setup
+	$(BIN)/python -m bench.run --quick
+
+lock:  ## re-resolve requirements.lock from pyproject.toml
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra bench --python-version 3.11 -o requirements.lock
+
+serve: setup
+	$(BIN)/earthmem serve --data $(DATA)
+
+dagster: setup  ## the Dagster UI on http://127.0.0.1:3000
+	mkdir -p $(DAGSTER_HOME) && cp -n dagster.yaml $(DAGSTER_HOME)/dagster.yaml || true
+	EARTHMEM_DATA=$(CURDIR)/$(DATA) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+clean:
+	rm -rf $(DATA) .pytest_cache .mypy_cache .ruff_cache

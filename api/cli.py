@@ -1,0 +1,145 @@
+"""The ``earthmem`` command.
+
+Each subcommand is a thin adapter: parse arguments, call a plain function,
+print JSON or text. Bad input exits with status 2 and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from store.errors import StoreError
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False, default=str))
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def _cell_encode(args: argparse.Namespace) -> int:
+    from store import address
+
+    print(address.encode(args.lat, args.lng))
+    return 0
+
+
+def _cell_decode(args: argparse.Namespace) -> int:
+    from store import address
+
+    _print_json(address.decode(args.cell).as_dict())
+    return 0
+
+
+def _cell_neighbours(args: argparse.Namespace) -> int:
+    from store import address
+
+    ring = address.neighbours(args.cell)
+    _print_json(dict(zip(address.NEIGHBOUR_ORDER, ring, strict=True)))
+    return 0
+
+
+def _tslot(args: argparse.Namespace) -> int:
+    from store import tslot
+
+    slot = tslot.to_slot(args.date, args.tempo)
+    _print_json(
+        {
+            "tslot": slot,
+            "tempo": args.tempo,
+            "date": tslot.slot_to_date(slot, args.tempo).isoformat(),
+        }
+    )
+    return 0
+
+
+def _float_arg(name: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (exposed for tests and docs)."""
+    p = _Parser(
+        prog="earthmem", description="A shared memory of the Earth's surface for AI agents."
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    cell = sub.add_parser("cell", help="cell64 addresses: encode, decode, neighbours")
+    cell_sub = cell.add_subparsers(dest="cell_command", required=True, parser_class=_Parser)
+    enc = cell_sub.add_parser("encode", help="print the cell64 of LAT LNG")
+    enc.add_argument("lat", type=_float_arg("latitude"))
+    enc.add_argument("lng", type=_float_arg("longitude"))
+    enc.set_defaults(handler=_cell_encode)
+    dec = cell_sub.add_parser("decode", help="print JSON with centre and bounds of CELL")
+    dec.add_argument("cell")
+    dec.set_defaults(handler=_cell_decode)
+    nb = cell_sub.add_parser("neighbours", help="print the 3x3 neighbourhood of CELL")
+    nb.add_argument("cell")
+    nb.set_defaults(handler=_cell_neighbours)
+
+    ts = sub.add_parser("tslot", help="print the time slot of DATE")
+    ts.add_argument("date")
+    ts.add_argument("--tempo", choices=("day", "year"), default="day")
+    ts.set_defaults(handler=_tslot)
+
+    _add_extensions(sub)
+    return p
+
+
+def _add_extensions(sub: Any) -> None:
+    """Subcommands of the other layers (sample, run, serve, ...), registered lazily."""
+    from api import cli_commands
+
+    cli_commands.register(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``earthmem`` console command."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except StoreError as exc:
+        print(f"earthmem: error [{exc.code}]: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except _domain_errors() as exc:
+        code = getattr(exc, "code", "invalid_argument")
+        print(f"earthmem: error [{code}]: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _domain_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = []
+    try:
+        from api.errors import ApiError
+
+        errors.append(ApiError)
+    except ImportError:  # pragma: no cover - the API layer is optional at this stage
+        pass
+    return tuple(errors) or (StoreError,)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,706 @@
+"""Fact ids, query digests and signed receipts.
+
+Everything here is pure except :meth:`Signer.load_or_create`, which reads or
+creates the signing key file.
+
+Canonical encoding (used by fact ids, query digests and answer digests)
+-----------------------------------------------------------------------
+Values are first *normalised* into a JSON-shaped tree, then encoded as
+canonical CBOR (``cbor2.dumps(canonical=True)``: definite lengths, map keys
+sorted length-first then bytewise), except that every float is forced to a
+9-byte float64 (canonical CBOR would otherwise shrink ``1.5`` to a float16).
+Normalisation:
+
+* ``None``, ``bool`` and ``str`` are kept; ``bytes`` stay a CBOR byte string.
+* Integers stay CBOR integers and floats are always float64 (numpy float32
+  values are widened exactly); ``1`` and ``1.0`` are different values, as
+  they are in a JSON document written by Python. NaN and ±inf are refused.
+* Lists, tuples and numpy arrays become arrays; mappings become maps with
+  string keys.
+* Query arguments only: ``None`` values are dropped from mappings, so an
+  omitted optional argument and an explicit ``null`` digest alike. Answers
+  keep their nulls (removing one is a change).
+
+Because the normalised tree is what JSON can carry, a document that went
+through ``json.dumps``/``json.loads`` digests to the same bytes. Verification
+works on the parsed JSON value: whitespace and key order of a saved file do
+not matter, any change of a value, a key, a type (``1`` -> ``1.0``) does.
+
+Fact id
+-------
+``"f1:" + blake3(cbor({cell, band, tslot, value, sources, derivation})).hex()``,
+``sources`` sorted and de-duplicated. ``f1`` names this layout; a future layout
+gets a new prefix. No clocks go in, so two replicas holding the same fact agree.
+
+Receipt preimage (version 1)
+----------------------------
+Each item below is written as a 4-byte big-endian length followed by its bytes
+(``lp(x) = u32be(len(x)) || x``); lists are ``u32be(count)`` followed by ``lp``
+of each element::
+
+    lp(b"earthmem.receipt.v1")
+    lp(request_id utf-8)
+    lp(served_at utf-8)               # RFC 3339 UTC, "YYYY-MM-DDTHH:MM:SS.mmmZ"
+    lp(primitive utf-8)
+    lp(query_digest, 32 raw bytes)    # blake3(cbor({primitive, args}))
+    u32be(n) lp(cell_1) .. lp(cell_n)         # sorted, unique, utf-8
+    u32be(m) lp(fact_1) .. lp(fact_m)         # sorted, unique, utf-8
+    lp(snapshot_id utf-8)
+    lp(answer_digest, 32 raw bytes)   # blake3(cbor(answer without "receipt"))
+    lp(key_id utf-8)
+
+The signed message is ``blake3(preimage)`` (32 bytes); the signature is
+ed25519 over it. The query arguments travel in the receipt (``receipt.query``,
+normalised) so that ``verify_answer`` can recompute the query digest offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import re
+import struct
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import blake3
+import cbor2
+from nacl.exceptions import BadSignatureError
+from nacl.signing import SigningKey, VerifyKey
+
+from api.errors import InvalidArgument, ReceiptKeyError
+
+__all__ = [
+    "DOMAIN_TAG",
+    "FACT_ID_PREFIX",
+    "KEY_FILE",
+    "RECEIPT_VERSION",
+    "Signer",
+    "VerifyResult",
+    "answer_digest",
+    "canonical_cbor",
+    "fact_id",
+    "normalise",
+    "query_digest",
+    "receipt_preimage",
+    "sign_answer",
+    "verify_answer",
+]
+
+RECEIPT_VERSION = 1
+"""Version of the receipt layout; bump together with :data:`DOMAIN_TAG`."""
+
+DOMAIN_TAG = b"earthmem.receipt.v1"
+"""Domain-separation tag, the first item of every receipt preimage."""
+
+FACT_ID_PREFIX = "f1:"
+"""Prefix naming the fact-id layout (blake3 over canonical CBOR, version 1)."""
+
+KEY_FILE = Path("keys") / "receipt_ed25519.key"
+"""Location of the 32-byte ed25519 seed, relative to the data directory."""
+
+_F64 = struct.Struct(">d")
+_U32 = struct.Struct(">I")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX128 = re.compile(r"[0-9a-f]{128}")
+_SERVED_AT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z")
+_RECEIPT_FIELDS = frozenset(
+    {
+        "version",
+        "request_id",
+        "served_at",
+        "primitive",
+        "query",
+        "query_digest",
+        "cells",
+        "fact_ids",
+        "snapshot_id",
+        "answer_digest",
+        "key_id",
+        "public_key",
+        "signature",
+    }
+)
+
+
+# --------------------------------------------------------------------------- canonical form
+
+
+class _Float64:
+    """Marker so the CBOR encoder writes a float as 9-byte float64."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+
+def _encode_marker(encoder: Any, value: Any) -> None:
+    if isinstance(value, _Float64):
+        encoder.write(b"\xfb" + _F64.pack(value.value))
+        return
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def _number(x: float) -> float:
+    if not math.isfinite(x):
+        raise InvalidArgument(f"non-finite number {x!r} cannot be hashed", code="invalid_number")
+    return float(x)
+
+
+def normalise(value: Any, *, drop_none: bool = False) -> Any:
+    """Normalise a value into the JSON-shaped tree that is hashed.
+
+    Args:
+        value: None, bool, int, float, str, bytes, a sequence, a mapping with
+            string keys, or a numpy scalar/array (anything with ``tolist``).
+
+    Returns:
+        drop_none: Drop ``None`` values from mappings (query arguments).
+
+    Returns:
+        A tree of None/bool/int/float/str/bytes/list/dict with the rules in the
+        module docstring applied.
+
+    Raises:
+        InvalidArgument: NaN or infinity, non-string mapping keys, or an
+            unsupported type.
+    """
+    if value is None or isinstance(value, bool | str | bytes):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _number(value)
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidArgument(
+                    f"mapping keys must be strings, got {type(k).__name__}", code="invalid_value"
+                )
+            if v is not None or not drop_none:
+                out[k] = normalise(v, drop_none=drop_none)
+        return out
+    if isinstance(value, list | tuple):
+        return [normalise(v, drop_none=drop_none) for v in value]
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):  # numpy scalar or array
+        return normalise(tolist(), drop_none=drop_none)
+    raise InvalidArgument(
+        f"cannot hash a value of type {type(value).__name__}", code="invalid_value"
+    )
+
+
+def _mark_floats(tree: Any) -> Any:
+    if isinstance(tree, float):
+        return _Float64(tree)
+    if isinstance(tree, dict):
+        return {k: _mark_floats(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_mark_floats(v) for v in tree]
+    return tree
+
+
+def canonical_cbor(value: Any) -> bytes:
+    """Canonical CBOR bytes of ``normalise(value)``, floats as float64.
+
+    Args:
+        value: Anything :func:`normalise` accepts.
+
+    Returns:
+        The encoded bytes.
+
+    Raises:
+        InvalidArgument: As :func:`normalise`.
+    """
+    return cbor2.dumps(_mark_floats(normalise(value)), canonical=True, default=_encode_marker)
+
+
+def _digest(data: bytes) -> bytes:
+    return blake3.blake3(data).digest()
+
+
+def fact_id(
+    cell: str,
+    band: str,
+    tslot: int,
+    value: Any,
+    source_ids: Sequence[str],
+    derivation: str,
+) -> str:
+    """Content id of one fact; identical on every replica holding the same fact.
+
+    Args:
+        cell: cell64 text of the fact's cell.
+        band: Band name, e.g. ``"indices.ndvi"``.
+        tslot: Time slot (day or year slot of the band's tempo).
+        value: The fact's value: a number, a list (embedding), bytes, or None
+            (absence). NaN is refused: an absent value must be ``None``.
+        source_ids: Source item ids (STAC ids); order and duplicates do not matter.
+        derivation: Name and version of the computation, e.g. ``"ndvi.v1"``.
+
+    Returns:
+        ``"f1:"`` followed by 64 lowercase hex characters.
+
+    Raises:
+        InvalidArgument: NaN/inf in the value, or wrongly typed arguments.
+    """
+    if not isinstance(cell, str) or not isinstance(band, str) or not isinstance(derivation, str):
+        raise InvalidArgument("cell, band and derivation must be strings", code="invalid_fact")
+    if isinstance(tslot, bool) or not isinstance(tslot, int):
+        tslot_int = getattr(tslot, "item", lambda: None)()
+        if isinstance(tslot_int, bool) or not isinstance(tslot_int, int):
+            raise InvalidArgument(f"tslot must be an integer, got {tslot!r}", code="invalid_fact")
+        tslot = tslot_int
+    if isinstance(source_ids, str) or not all(isinstance(s, str) for s in source_ids):
+        raise InvalidArgument("source_ids must be a sequence of strings", code="invalid_fact")
+    body = {
+        "cell": cell,
+        "band": band,
+        "tslot": int(tslot),
+        "value": normalise(value),
+        "sources": sorted(set(source_ids)),
+        "derivation": derivation,
+    }
+    return FACT_ID_PREFIX + blake3.blake3(canonical_cbor(body)).hexdigest()
+
+
+def query_digest(primitive: str, args: Mapping[str, Any]) -> bytes:
+    """Digest of a query: blake3 of the canonical CBOR of ``{primitive, args}``.
+
+    ``None`` values are dropped (at every depth of mappings) and keys sorted, so
+    an omitted optional argument and an explicit null give the same digest.
+
+    Args:
+        primitive: Name of the query, e.g. ``"did_change"``.
+        args: The query arguments as JSON-shaped data.
+
+    Returns:
+        32 raw bytes.
+    """
+    return _digest(
+        canonical_cbor({"primitive": primitive, "args": normalise(dict(args), drop_none=True)})
+    )
+
+
+def _json_round_trip(value: Any, what: str) -> Any:
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{what} is not plain JSON: {exc}", code=f"invalid_{what}") from exc
+
+
+def answer_digest(answer: Mapping[str, Any]) -> bytes:
+    """Digest of an answer body: blake3 of canonical CBOR of it without ``receipt``.
+
+    The answer is taken through a JSON round trip first (``allow_nan=False``),
+    so the digest of a saved and reloaded document is unchanged.
+
+    Args:
+        answer: The answer document (with or without its receipt).
+
+    Returns:
+        32 raw bytes.
+
+    Raises:
+        InvalidArgument: The answer is not JSON-serialisable or holds NaN/inf.
+    """
+    body = _json_round_trip({k: v for k, v in answer.items() if k != "receipt"}, "answer")
+    return _digest(canonical_cbor(body))
+
+
+# --------------------------------------------------------------------------- preimage
+
+
+def _lp(data: bytes) -> bytes:
+    return _U32.pack(len(data)) + data
+
+
+def _lp_list(items: Sequence[str]) -> bytes:
+    return _U32.pack(len(items)) + b"".join(_lp(s.encode("utf-8")) for s in items)
+
+
+def receipt_preimage(
+    *,
+    request_id: str,
+    served_at: str,
+    primitive: str,
+    query_digest: bytes,
+    cells: Sequence[str],
+    fact_ids: Sequence[str],
+    snapshot_id: str,
+    answer_digest: bytes,
+    key_id: str,
+) -> bytes:
+    """The exact bytes whose blake3 digest a receipt signs (layout in module docstring).
+
+    ``cells`` and ``fact_ids`` must already be sorted and unique (the receipt
+    stores them that way); this function does not reorder them.
+    """
+    return b"".join(
+        [
+            _lp(DOMAIN_TAG),
+            _lp(request_id.encode("utf-8")),
+            _lp(served_at.encode("utf-8")),
+            _lp(primitive.encode("utf-8")),
+            _lp(query_digest),
+            _lp_list(cells),
+            _lp_list(fact_ids),
+            _lp(snapshot_id.encode("utf-8")),
+            _lp(answer_digest),
+            _lp(key_id.encode("utf-8")),
+        ]
+    )
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def key_id_of(public_key: bytes) -> str:
+    """Key id: the first 16 hex characters of blake3 of the raw 32-byte public key."""
+    return blake3.blake3(public_key).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Signer:
+    """An ed25519 receipt signer."""
+
+    signing_key: SigningKey
+    """The private key (never serialised by this class)."""
+
+    @classmethod
+    def generate(cls) -> Signer:
+        """A fresh in-memory signer (tests, ephemeral servers)."""
+        return cls(SigningKey.generate())
+
+    @classmethod
+    def load_or_create(cls, data_dir: str | os.PathLike[str]) -> Signer:
+        """Load the signer of a data directory, creating its key on first run.
+
+        The key is the raw 32-byte ed25519 seed in ``<data_dir>/keys/receipt_ed25519.key``,
+        created with mode 0600 inside a 0700 ``keys`` directory. Creation is
+        atomic (written to a temporary file, then hard-linked into place), so
+        two processes starting together end up with the same key.
+
+        Args:
+            data_dir: The earthmem data directory.
+
+        Returns:
+            The signer.
+
+        Raises:
+            ReceiptKeyError: The key file is malformed or readable by group/others.
+        """
+        path = Path(data_dir) / KEY_FILE
+        keys_dir = path.parent
+        if not keys_dir.exists():
+            keys_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(keys_dir, 0o700)
+        if not path.exists():
+            cls._create_key_file(path)
+        return cls(SigningKey(cls._read_key_file(path)))
+
+    @staticmethod
+    def _create_key_file(path: Path) -> None:
+        seed = bytes(SigningKey.generate())
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # independent of the umask
+            os.write(fd, seed)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # atomic; fails if another process won the race
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @staticmethod
+    def _read_key_file(path: Path) -> bytes:
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise ReceiptKeyError(
+                f"receipt key {path} has mode {mode:o}; it must be readable by its owner only "
+                "(chmod 600)",
+                code="receipt_key_insecure",
+            )
+        seed = path.read_bytes()
+        if len(seed) != 32:
+            raise ReceiptKeyError(
+                f"receipt key {path} holds {len(seed)} bytes, expected a 32-byte ed25519 seed",
+                code="receipt_key_malformed",
+            )
+        return seed
+
+    @property
+    def public_key(self) -> bytes:
+        """Raw 32-byte ed25519 public key."""
+        return bytes(self.signing_key.verify_key)
+
+    @property
+    def key_id(self) -> str:
+        """First 16 hex characters of blake3(public key)."""
+        return key_id_of(self.public_key)
+
+    def sign(self, message: bytes) -> bytes:
+        """Raw 64-byte ed25519 signature of ``message``."""
+        return self.signing_key.sign(message).signature
+
+    def public_info(self) -> dict[str, Any]:
+        """The document served at ``/.well-known/earthmem.json``."""
+        return {
+            "receipt_version": RECEIPT_VERSION,
+            "domain": DOMAIN_TAG.decode(),
+            "fact_id_prefix": FACT_ID_PREFIX,
+            "keys": [
+                {
+                    "key_id": self.key_id,
+                    "alg": "ed25519",
+                    "public_key": self.public_key.hex(),
+                    "public_key_b64": base64.b64encode(self.public_key).decode(),
+                    "use": "receipt",
+                }
+            ],
+        }
+
+
+# --------------------------------------------------------------------------- sign / verify
+
+
+def _served_at_now() -> str:
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def _sorted_unique(items: Iterable[str], what: str) -> list[str]:
+    out = set()
+    for item in items:
+        if not isinstance(item, str):
+            raise InvalidArgument(f"{what} must be strings, got {item!r}", code="invalid_receipt")
+        out.add(item)
+    return sorted(out)
+
+
+def sign_answer(
+    signer: Signer,
+    primitive: str,
+    args: Mapping[str, Any],
+    answer: Mapping[str, Any],
+    cells: Iterable[str],
+    fact_ids: Iterable[str],
+    snapshot_id: str,
+    request_id: str | None = None,
+    served_at: str | None = None,
+) -> dict[str, Any]:
+    """Attach a signed receipt to an answer.
+
+    Args:
+        signer: The receipt signer.
+        primitive: Query name, e.g. ``"did_change"``.
+        args: The query arguments as received (JSON-shaped); stored normalised
+            under ``receipt.query`` so the digest can be recomputed offline.
+        answer: The answer body (JSON-serialisable, no NaN, no ``receipt`` key).
+        cells: cell64 texts the answer read (stored sorted and unique).
+        fact_ids: Ids of the facts the answer rests on (stored sorted and unique).
+        snapshot_id: The store snapshot the answer read.
+        request_id: Caller- or server-chosen id; a random one if omitted.
+        served_at: RFC 3339 UTC time ending in ``Z``; now if omitted.
+
+    Returns:
+        A new dict: the answer's fields plus ``"receipt"``.
+
+    Raises:
+        InvalidArgument: The answer already has a receipt, is not JSON, or an
+            argument is malformed.
+    """
+    if "receipt" in answer:
+        raise InvalidArgument("answer already carries a receipt", code="invalid_answer")
+    served = served_at if served_at is not None else _served_at_now()
+    if not _SERVED_AT.fullmatch(served):
+        raise InvalidArgument(
+            f"served_at must be RFC 3339 UTC ending in Z, got {served!r}", code="invalid_receipt"
+        )
+    req = request_id if request_id is not None else uuid.uuid4().hex
+    query = _json_round_trip(normalise(dict(args), drop_none=True), "query")
+    q_digest = query_digest(primitive, query)
+    a_digest = answer_digest(answer)
+    cell_list = _sorted_unique(cells, "cells")
+    fact_list = _sorted_unique(fact_ids, "fact ids")
+    key_id = signer.key_id
+    preimage = receipt_preimage(
+        request_id=req,
+        served_at=served,
+        primitive=primitive,
+        query_digest=q_digest,
+        cells=cell_list,
+        fact_ids=fact_list,
+        snapshot_id=snapshot_id,
+        answer_digest=a_digest,
+        key_id=key_id,
+    )
+    signature = signer.sign(_digest(preimage))
+    receipt = {
+        "version": RECEIPT_VERSION,
+        "request_id": req,
+        "served_at": served,
+        "primitive": primitive,
+        "query": query,
+        "query_digest": q_digest.hex(),
+        "cells": cell_list,
+        "fact_ids": fact_list,
+        "snapshot_id": snapshot_id,
+        "answer_digest": a_digest.hex(),
+        "key_id": key_id,
+        "public_key": signer.public_key.hex(),
+        "signature": signature.hex(),
+    }
+    return {**answer, "receipt": receipt}
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of checking a saved answer."""
+
+    ok: bool
+    """True when every check passed."""
+    reason: str
+    """``"ok"`` or the first check that failed."""
+    key_id: str | None = None
+    """Key id named by the receipt, when readable."""
+    key_trusted: bool = False
+    """True when the key came from the caller's trusted set, not only from the document."""
+
+
+def _typed_json(value: Any) -> str:
+    # json.dumps distinguishes 1 from 1.0 and True from 1, unlike ==.
+    return json.dumps(value, sort_keys=True, allow_nan=False)
+
+
+def _fail(reason: str, key_id: str | None = None) -> VerifyResult:
+    return VerifyResult(ok=False, reason=reason, key_id=key_id)
+
+
+def _str_field(receipt: Mapping[str, Any], name: str) -> str | None:
+    value = receipt.get(name)
+    return value if isinstance(value, str) else None
+
+
+def _canonical_list(receipt: Mapping[str, Any], name: str) -> list[str] | None:
+    value = receipt.get(name)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    # Stored order must already be canonical, otherwise a reordering would verify.
+    return value if value == sorted(set(value)) else None
+
+
+def verify_answer(
+    doc: Mapping[str, Any],
+    public_keys: Mapping[str, bytes] | None = None,
+) -> VerifyResult:
+    """Check a saved answer and its receipt, recomputing every digest.
+
+    Checks, in order: receipt present and has exactly the v1 fields; every field
+    well typed and in canonical form (sorted lists, lowercase hex); the key
+    (from ``public_keys`` when given, else the embedded key) matches ``key_id``;
+    the query digest recomputed from ``receipt.query``; the answer digest
+    recomputed from the document without its receipt; the ed25519 signature
+    over the preimage digest.
+
+    Args:
+        doc: The answer document, e.g. ``json.load`` of a saved answer.
+        public_keys: Trusted keys by key id (raw 32 bytes). When given, a
+            receipt signed by any other key fails. When None, the key embedded
+            in the receipt is used: that proves integrity, not provenance.
+
+    Returns:
+        The result; never raises for malformed documents.
+    """
+    receipt = doc.get("receipt") if isinstance(doc, Mapping) else None
+    if not isinstance(receipt, Mapping):
+        return _fail("no receipt")
+    fields = set(receipt)
+    if fields != _RECEIPT_FIELDS:
+        extra = sorted(fields - _RECEIPT_FIELDS)
+        missing = sorted(_RECEIPT_FIELDS - fields)
+        return _fail(f"receipt fields differ from v1 (missing {missing}, unexpected {extra})")
+    version = receipt["version"]
+    if type(version) is not int or version != RECEIPT_VERSION:
+        return _fail(f"unsupported receipt version {version!r}")
+    key_id = _str_field(receipt, "key_id")
+    strings = {
+        n: _str_field(receipt, n)
+        for n in ("request_id", "served_at", "primitive", "snapshot_id", "key_id")
+    }
+    bad = [n for n, v in strings.items() if v is None]
+    if bad:
+        return _fail(f"receipt fields not strings: {bad}", key_id)
+    if not _SERVED_AT.fullmatch(strings["served_at"] or ""):
+        return _fail("served_at is not RFC 3339 UTC", key_id)
+    hexes = {n: _str_field(receipt, n) or "" for n in ("query_digest", "answer_digest")}
+    if not all(_HEX64.fullmatch(v) for v in hexes.values()):
+        return _fail("digest fields are not 64 lowercase hex characters", key_id)
+    signature_hex = _str_field(receipt, "signature") or ""
+    if not _HEX128.fullmatch(signature_hex):
+        return _fail("signature is not 128 lowercase hex characters", key_id)
+    public_hex = _str_field(receipt, "public_key") or ""
+    if not _HEX64.fullmatch(public_hex):
+        return _fail("public_key is not 64 lowercase hex characters", key_id)
+    cells = _canonical_list(receipt, "cells")
+    facts = _canonical_list(receipt, "fact_ids")
+    if cells is None or facts is None:
+        return _fail("cells / fact_ids are not sorted unique string lists", key_id)
+
+    embedded = bytes.fromhex(public_hex)
+    if key_id_of(embedded) != key_id:
+        return _fail("key_id does not match the embedded public key", key_id)
+    trusted = public_keys is not None
+    if public_keys is not None:
+        known = public_keys.get(key_id or "")
+        if known is None:
+            return _fail(f"key {key_id} is not among the trusted keys", key_id)
+        if bytes(known) != embedded:
+            return _fail("embedded public key differs from the trusted key", key_id)
+
+    query = receipt["query"]
+    if not isinstance(query, Mapping):
+        return _fail("receipt.query is not an object", key_id)
+    try:
+        if _typed_json(normalise(dict(query), drop_none=True)) != _typed_json(query):
+            return _fail("receipt.query is not in normalised form", key_id)
+        q_digest = query_digest(strings["primitive"] or "", query)
+        a_digest = answer_digest(doc)
+    except (ValueError, TypeError) as exc:  # InvalidArgument is a ValueError
+        return _fail(f"cannot recompute digests: {exc}", key_id)
+    if q_digest.hex() != hexes["query_digest"]:
+        return _fail("query digest does not match receipt.query", key_id)
+    if a_digest.hex() != hexes["answer_digest"]:
+        return _fail("answer digest does not match the answer body", key_id)
+
+    preimage = receipt_preimage(
+        request_id=strings["request_id"] or "",
+        served_at=strings["served_at"] or "",
+        primitive=strings["primitive"] or "",
+        query_digest=q_digest,
+        cells=cells,
+        fact_ids=facts,
+        snapshot_id=strings["snapshot_id"] or "",
+        answer_digest=a_digest,
+        key_id=key_id or "",
+    )
+    try:
+        VerifyKey(embedded).verify(_digest(preimage), bytes.fromhex(signature_hex))
+    except BadSignatureError:
+        return _fail("signature does not verify", key_id)
+    except Exception as exc:  # malformed key material (e.g. not a curve point)
+        return _fail(f"signature check failed: {type(exc).__name__}", key_id)
+    return VerifyResult(ok=True, reason="ok", key_id=key_id, key_trusted=trusted)

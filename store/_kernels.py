@@ -1,0 +1,276 @@
+"""Numba scan kernels behind :mod:`store.vectors` (private).
+
+Every kernel scans rows in blocks: a vectorisable pass computes one block of
+raw scores (int32 dot products or Hamming distances) into a small buffer, a
+second pass only walks the block when its best score could enter the running
+top-k. The top-k is a fixed-size binary heap per chunk (root = worst kept), so
+no N-sized score array exists and nothing over N is sorted. Chunks are
+contiguous row ranges, one heap each; the caller merges the chunk heaps.
+
+Ordering is total and deterministic: higher key first, then lower row. A new
+row enters a full heap only if it beats the root under that order, so the
+result does not depend on the number of chunks or threads.
+
+Keys: cosine kernels use ``dot / norm[row]`` (float64; the query norm is a
+positive constant and is divided out by the caller); Hamming kernels use the
+negated distance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+__all__ = [
+    "BLOCK",
+    "cosine_scan",
+    "cosine_scan_rows",
+    "hamming_scan",
+    "hamming_scan_rows",
+    "popcount64",
+]
+
+BLOCK = 32
+"""Rows per block: small enough for the block buffer to stay in L1."""
+
+
+@intrinsic
+def popcount64(typingctx, x):  # type: ignore[no-untyped-def]
+    """LLVM ``ctpop`` on a uint64 (vectorises to VPOPCNTQ where available)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        fn = builder.module.declare_intrinsic("llvm.ctpop", [ir.IntType(64)])
+        return builder.call(fn, [args[0]])
+
+    return sig, codegen
+
+
+# --------------------------------------------------------------------------- heap
+
+
+@njit(inline="always")
+def _worse(ka: float, ra: int, kb: float, rb: int) -> bool:
+    """True when (ka, ra) ranks below (kb, rb): lower key, or equal key and higher row."""
+    return ka < kb or (ka == kb and ra > rb)
+
+
+@njit(inline="always")
+def _heap_offer(keys, rows, size: int, k: int, key: float, row: int) -> int:  # type: ignore[no-untyped-def]
+    """Offer (key, row) to a min-heap of capacity k; returns the new size."""
+    if size < k:
+        i = size
+        keys[i] = key
+        rows[i] = row
+        while i > 0:
+            p = (i - 1) >> 1
+            if _worse(keys[i], rows[i], keys[p], rows[p]):
+                keys[i], keys[p] = keys[p], keys[i]
+                rows[i], rows[p] = rows[p], rows[i]
+                i = p
+            else:
+                break
+        return size + 1
+    if not _worse(keys[0], rows[0], key, row):
+        return size
+    keys[0] = key
+    rows[0] = row
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and _worse(keys[c + 1], rows[c + 1], keys[c], rows[c]):
+            c += 1
+        if _worse(keys[c], rows[c], keys[i], rows[i]):
+            keys[i], keys[c] = keys[c], keys[i]
+            rows[i], rows[c] = rows[c], rows[i]
+            i = c
+        else:
+            break
+    return size
+
+
+# --------------------------------------------------------------------------- dots
+
+
+@njit(inline="always", fastmath=True)
+def _dot_i8(vec, r: int, q):  # type: ignore[no-untyped-def]
+    """Exact int8 x int8 dot product, int32 accumulate (cannot overflow for D <= 2^17)."""
+    acc = np.int32(0)
+    for j in range(vec.shape[1]):
+        acc += np.int32(vec[r, j]) * np.int32(q[j])
+    return np.float64(acc)
+
+
+@njit(inline="always", fastmath=True)
+def _dot_f32(vec, r: int, q):  # type: ignore[no-untyped-def]
+    """int8 row x float32 query, float32 accumulate (reassociated for SIMD)."""
+    acc = np.float32(0.0)
+    for j in range(vec.shape[1]):
+        acc += np.float32(vec[r, j]) * q[j]
+    return np.float64(acc)
+
+
+@njit(inline="always")
+def _key(dot: float, norm: np.float32) -> float:
+    """Cosine key without the query norm; a zero-norm row scores 0."""
+    return dot / np.float64(norm) if norm > 0 else 0.0
+
+
+@njit(parallel=True, cache=True)
+def cosine_scan(vec, norms, qi, qf, use_float, mask, use_mask, exclude, k, nchunk):  # type: ignore[no-untyped-def]
+    """Exact cosine top-k over all rows, in ``nchunk`` contiguous chunks.
+
+    Args:
+        vec: (N, D) int8 rows.
+        norms: (N,) float32 L2 norms of the rows.
+        qi: (D,) int8 query (used when ``use_float`` is false).
+        qf: (D,) float32 query (used when ``use_float`` is true).
+        use_float: pick the float32 query path.
+        mask: (N,) bool eligibility (read only when ``use_mask``).
+        use_mask: honour ``mask``.
+        exclude: a row never returned (-1 for none).
+        k: heap capacity per chunk.
+        nchunk: number of chunks (>= number of threads for balance).
+
+    Returns:
+        (keys (nchunk, k) float64, rows (nchunk, k) int64, sizes (nchunk,) int64).
+    """
+    n = vec.shape[0]
+    out_k = np.empty((nchunk, k), np.float64)
+    out_r = np.empty((nchunk, k), np.int64)
+    sizes = np.zeros(nchunk, np.int64)
+    for c in prange(nchunk):
+        lo = n * c // nchunk
+        hi = n * (c + 1) // nchunk
+        keys = out_k[c]
+        rows = out_r[c]
+        buf = np.empty(BLOCK, np.float64)
+        size = 0
+        for b0 in range(lo, hi, BLOCK):
+            b1 = min(b0 + BLOCK, hi)
+            if use_float:
+                for r in range(b0, b1):
+                    buf[r - b0] = _dot_f32(vec, r, qf)
+            else:
+                for r in range(b0, b1):
+                    buf[r - b0] = _dot_i8(vec, r, qi)
+            best = -np.inf
+            for r in range(b0, b1):
+                s = _key(buf[r - b0], norms[r])
+                buf[r - b0] = s
+                best = max(best, s)
+            if size == k and best < keys[0]:
+                continue
+            for r in range(b0, b1):
+                if r == exclude or (use_mask and not mask[r]):
+                    continue
+                size = _heap_offer(keys, rows, size, k, buf[r - b0], r)
+        sizes[c] = size
+    return out_k, out_r, sizes
+
+
+@njit(parallel=True, cache=True)
+def cosine_scan_rows(vec, norms, qi, qf, use_float, cand, exclude, k, nchunk):  # type: ignore[no-untyped-def]
+    """Exact cosine top-k over the rows listed in ``cand`` (gather; any order).
+
+    Same returns as :func:`cosine_scan`.
+    """
+    n = cand.shape[0]
+    out_k = np.empty((nchunk, k), np.float64)
+    out_r = np.empty((nchunk, k), np.int64)
+    sizes = np.zeros(nchunk, np.int64)
+    for c in prange(nchunk):
+        lo = n * c // nchunk
+        hi = n * (c + 1) // nchunk
+        keys = out_k[c]
+        rows = out_r[c]
+        size = 0
+        for i in range(lo, hi):
+            r = cand[i]
+            if r == exclude:
+                continue
+            d = _dot_f32(vec, r, qf) if use_float else _dot_i8(vec, r, qi)
+            size = _heap_offer(keys, rows, size, k, _key(d, norms[r]), r)
+        sizes[c] = size
+    return out_k, out_r, sizes
+
+
+@njit(parallel=True, cache=True)
+def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk):  # type: ignore[no-untyped-def]
+    """Hamming top-k (key = -distance) over (N, W) uint64 codes.
+
+    Args:
+        codes: (N, W) uint64, the packed sign bits viewed as words.
+        q: (W,) uint64 query code.
+        mask, use_mask, exclude, k, nchunk: as in :func:`cosine_scan`.
+
+    Returns:
+        (keys (nchunk, k) float64, rows (nchunk, k) int64, sizes (nchunk,) int64).
+    """
+    n, w = codes.shape
+    out_k = np.empty((nchunk, k), np.float64)
+    out_r = np.empty((nchunk, k), np.int64)
+    sizes = np.zeros(nchunk, np.int64)
+    hblock = 8 * BLOCK
+    for c in prange(nchunk):
+        lo = n * c // nchunk
+        hi = n * (c + 1) // nchunk
+        keys = out_k[c]
+        rows = out_r[c]
+        buf = np.empty(hblock, np.int64)
+        size = 0
+        for b0 in range(lo, hi, hblock):
+            b1 = min(b0 + hblock, hi)
+            best = np.int64(1 << 30)
+            if w == 2:
+                q0 = q[0]
+                q1 = q[1]
+                for r in range(b0, b1):
+                    dist = np.int64(popcount64(codes[r, 0] ^ q0) + popcount64(codes[r, 1] ^ q1))
+                    buf[r - b0] = dist
+                    best = min(best, dist)
+            else:
+                for r in range(b0, b1):
+                    dist = np.int64(0)
+                    for j in range(w):
+                        dist += np.int64(popcount64(codes[r, j] ^ q[j]))
+                    buf[r - b0] = dist
+                    best = min(best, dist)
+            if size == k and -np.float64(best) < keys[0]:
+                continue
+            for r in range(b0, b1):
+                if r == exclude or (use_mask and not mask[r]):
+                    continue
+                size = _heap_offer(keys, rows, size, k, -np.float64(buf[r - b0]), r)
+        sizes[c] = size
+    return out_k, out_r, sizes
+
+
+@njit(parallel=True, cache=True)
+def hamming_scan_rows(codes, q, cand, exclude, k, nchunk):  # type: ignore[no-untyped-def]
+    """Hamming top-k over the rows listed in ``cand``; returns as :func:`hamming_scan`."""
+    n = cand.shape[0]
+    w = codes.shape[1]
+    out_k = np.empty((nchunk, k), np.float64)
+    out_r = np.empty((nchunk, k), np.int64)
+    sizes = np.zeros(nchunk, np.int64)
+    for c in prange(nchunk):
+        lo = n * c // nchunk
+        hi = n * (c + 1) // nchunk
+        keys = out_k[c]
+        rows = out_r[c]
+        size = 0
+        for i in range(lo, hi):
+            r = cand[i]
+            if r == exclude:
+                continue
+            dist = np.int64(0)
+            for j in range(w):
+                dist += np.int64(popcount64(codes[r, j] ^ q[j]))
+            size = _heap_offer(keys, rows, size, k, -np.float64(dist), r)
+        sizes[c] = size
+    return out_k, out_r, sizes

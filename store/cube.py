@@ -1,0 +1,1066 @@
+"""The cube: Zarr v3 arrays on the cell64 lattice inside one icechunk repository.
+
+Layout
+------
+One icechunk repository (``<data_dir>/cube.icechunk`` by default, or any
+``s3://bucket/prefix``) holds one group per band family and one array per band
+(see :data:`BANDS`)::
+
+    indices/{ndvi,ndwi,ndmi,lswi,evi,vh_vv}  float32 (tslot, y, x)   NaN = no value
+    s2/clear                                uint8   (tslot, y, x)   0 none, 1 masked, 2 clear
+    s1/{vv,vh}                              float32 (tslot, y, x)   linear backscatter
+    s1/valid                                uint8   (tslot, y, x)   0 none, 1 valid
+    geotessera/embedding                    int8    (tslot, y, x, dim=128)
+    geotessera/scale                        float32 (tslot, y, x)   NaN water, +inf no data
+    geotessera/bin128                       uint8   (tslot, y, x, byte=16)
+
+``y`` is ``lat_q`` (row, increasing northward, length 2**21) and ``x`` is
+``lng_q`` (column, length 2**22): the cube grid *is* the cell64 lattice, so a
+write position is a pure function of ``(tslot, lat_q, lng_q)``. ``tslot`` is the
+absolute day slot (``floor(unix_s / 86400)``, length 2**16) for scene bands and
+the year slot (``year - 1970``, length 256) for Tessera. Chunks are one store
+block (``2**k x 2**k`` cells, ``k = 7`` by default) by :data:`TIME_CHUNK_DAYS`
+day slots (day slot 0 is a Thursday, so Thursday-to-Wednesday weeks are chunks)
+or by one year slot; a (week, block) partition therefore owns its chunks. Only
+chunks holding data exist (``write_empty_chunks=False``; writing all-fill
+values over a chunk deletes it).
+
+Each group has a scalar ``spatial_ref`` variable (CF grid mapping, EPSG:4326
+``crs_wkt`` and a GDAL ``GeoTransform`` with the pixel-edge origin
+``(-180 - LNG_STEP/2, LNG_STEP, 0, -90 - LAT_STEP/2, 0, +LAT_STEP)``, rows going
+north) and every data array names it in ``grid_mapping``. No full-lattice
+coordinate arrays are written (2**22 floats each); readers attach ``lat``,
+``lng``, ``lat_q``, ``lng_q``, ``tslot`` and ``date``/``year`` coordinates for
+the region they return.
+
+Opening with xarray through icechunk (two lines)::
+
+    session = icechunk.Repository.open(open_storage("data/cube.icechunk")).readonly_session("main")
+    ds = xr.open_zarr(session.store, group="indices", chunks=None, consolidated=False)
+
+Pitfall (measured): never open the lattice with dask chunks (``chunks={}`` or
+``"auto"``): a 2**16 x 2**21 x 2**22 array builds a graph of billions of tasks
+and runs out of memory. ``chunks=None`` gives lazy indexing; select the region
+first (``ds.ndvi[t0:t1, y0:y1, x0:x1]``), then compute or ``.chunk()``.
+
+Transactions
+------------
+:class:`CubeWriter` writes inside :meth:`CubeWriter.transaction`: one icechunk
+writable session per partition, committed once on exit (the commit metadata
+carries the ``partition_key``), discarded on exception. Commits from several
+processes are serialised by an ``flock`` on ``<data_dir>/cube.lock`` and rebase
+on conflict (icechunk ``ConflictDetector``: commits touching different chunks
+both land; the same chunk changed by two concurrent commits raises
+:class:`~store.errors.CommitConflict`). A run killed mid-write leaves the branch
+at its last snapshot (uncommitted chunk objects are unreferenced garbage that
+``Repository.garbage_collect`` removes); a rerun starts a fresh session.
+Re-materialising a partition writes identical array contents and *does* commit
+a new snapshot (same contents, new id); a transaction that wrote nothing commits
+nothing and reports the branch tip.
+
+Reads
+-----
+:class:`CubeReader` opens a read-only session on one snapshot (the tip, an id or
+``as_of`` a time) and reads only the chunks of the requested region, found from
+the snapshot's chunk manifest (so reads never touch absent chunks). Reads above
+``max_region_elements`` raise :class:`~store.errors.RegionTooLarge`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal
+
+import icechunk as ic
+import numpy as np
+import numpy.typing as npt
+import pyproj
+import xarray as xr
+import zarr
+from zarr.codecs import BloscCodec, ZstdCodec
+from zarr.core.sync import sync
+from zarr.errors import GroupNotFoundError
+
+from store.address import (
+    LAT_MAX_Q,
+    LAT_STEP,
+    LNG_MAX_Q,
+    LNG_STEP,
+    Block,
+    bbox_q_range,
+    block_q_range,
+    q_center,
+)
+from store.errors import (
+    CommitConflict,
+    InvalidWrite,
+    RegionOutOfBounds,
+    RegionTooLarge,
+    SnapshotNotFound,
+    TransactionClosed,
+    UnknownBand,
+)
+from store.snapshots import (
+    MAIN_BRANCH,
+    SnapshotInfo,
+    commit_lock,
+    cube_location,
+    list_snapshots,
+    lookup_snapshot,
+    open_repository,
+    open_storage,
+    snapshot_at,
+)
+
+__all__ = [
+    "BANDS",
+    "DAY_SLOTS",
+    "DEFAULT_BLOCK_LEVEL",
+    "LAYOUT_VERSION",
+    "MAX_REGION_ELEMENTS",
+    "TIME_CHUNK_DAYS",
+    "X_SIZE",
+    "YEAR_SLOTS",
+    "Y_SIZE",
+    "BandSpec",
+    "CubeReader",
+    "CubeTransaction",
+    "CubeWriter",
+    "band_spec",
+    "geotransform",
+]
+
+Tempo = Literal["day", "year"]
+
+Y_SIZE = LAT_MAX_Q + 1
+"""Rows of the lattice (``lat_q`` in ``[0, 2**21)``)."""
+X_SIZE = LNG_MAX_Q + 1
+"""Columns of the lattice (``lng_q`` in ``[0, 2**22)``)."""
+DAY_SLOTS = 1 << 16
+"""Length of the day-slot axis (days 1970-01-01 .. 2149-06-05)."""
+YEAR_SLOTS = 256
+"""Length of the year-slot axis (years 1970 .. 2225)."""
+TIME_CHUNK_DAYS = 7
+"""Day slots per chunk; slot 0 (1970-01-01) is a Thursday, so chunks are Thu..Wed weeks."""
+DEFAULT_BLOCK_LEVEL = 7
+"""Spatial chunk = one level-k block (2**k x 2**k cells)."""
+LAYOUT_VERSION = 1
+"""Version of this layout, stored in the root group's attributes."""
+MAX_REGION_ELEMENTS = 1 << 25
+"""Default cap on elements one read returns (128 MiB of float32)."""
+
+_WGS84 = pyproj.CRS.from_epsg(4326)
+
+
+@dataclass(frozen=True)
+class BandSpec:
+    """How one band is stored in the cube."""
+
+    name: str
+    """Public band name, e.g. ``"indices.ndvi"``."""
+    path: str
+    """Array path inside the repository, e.g. ``"indices/ndvi"``."""
+    dtype: str
+    """NumPy dtype name of the stored values."""
+    tempo: Tempo
+    """``"day"`` (day slots) or ``"year"`` (year slots)."""
+    fill_value: float | int
+    """Value of cells never written (also what absent chunks read as)."""
+    units: str
+    """Units (``"1"`` for dimensionless)."""
+    long_name: str
+    """Human description (CF ``long_name``)."""
+    extra_dim: tuple[str, int] | None = None
+    """Trailing vector dimension ``(name, length)``, e.g. ``("dim", 128)``."""
+
+    @property
+    def group(self) -> str:
+        """The group (band family) holding the array."""
+        return self.path.split("/", 1)[0]
+
+    @property
+    def time_size(self) -> int:
+        """Length of the time axis."""
+        return DAY_SLOTS if self.tempo == "day" else YEAR_SLOTS
+
+    @property
+    def time_chunk(self) -> int:
+        """Time slots per chunk."""
+        return TIME_CHUNK_DAYS if self.tempo == "day" else 1
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """Zarr dimension names."""
+        extra = (self.extra_dim[0],) if self.extra_dim else ()
+        return ("tslot", "y", "x", *extra)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Full lattice shape of the array."""
+        extra = (self.extra_dim[1],) if self.extra_dim else ()
+        return (self.time_size, Y_SIZE, X_SIZE, *extra)
+
+    def chunks(self, block_level: int) -> tuple[int, ...]:
+        """Chunk shape for a block level."""
+        side = 1 << block_level
+        extra = (self.extra_dim[1],) if self.extra_dim else ()
+        return (self.time_chunk, side, side, *extra)
+
+
+def _band(
+    name: str,
+    path: str,
+    dtype: str,
+    tempo: Tempo,
+    fill: float | int,
+    units: str,
+    long_name: str,
+    extra: tuple[str, int] | None = None,
+) -> tuple[str, BandSpec]:
+    return name, BandSpec(name, path, dtype, tempo, fill, units, long_name, extra)
+
+
+BANDS: Mapping[str, BandSpec] = MappingProxyType(
+    dict(
+        [
+            _band("indices.ndvi", "indices/ndvi", "float32", "day", math.nan, "1", "NDVI"),
+            _band(
+                "indices.ndwi", "indices/ndwi", "float32", "day", math.nan, "1", "NDWI (McFeeters)"
+            ),
+            _band("indices.ndmi", "indices/ndmi", "float32", "day", math.nan, "1", "NDMI"),
+            _band("indices.lswi", "indices/lswi", "float32", "day", math.nan, "1", "LSWI"),
+            _band("indices.evi", "indices/evi", "float32", "day", math.nan, "1", "EVI"),
+            _band(
+                "indices.vh_vv",
+                "indices/vh_vv",
+                "float32",
+                "day",
+                math.nan,
+                "1",
+                "Sentinel-1 VH/VV ratio (linear)",
+            ),
+            _band(
+                "s2.clear",
+                "s2/clear",
+                "uint8",
+                "day",
+                0,
+                "1",
+                "Sentinel-2 observation: 0 none, 1 masked (cloud, shadow, ...), 2 clear",
+            ),
+            _band(
+                "s1.vv",
+                "s1/vv",
+                "float32",
+                "day",
+                math.nan,
+                "1",
+                "Sentinel-1 VV backscatter (linear)",
+            ),
+            _band(
+                "s1.vh",
+                "s1/vh",
+                "float32",
+                "day",
+                math.nan,
+                "1",
+                "Sentinel-1 VH backscatter (linear)",
+            ),
+            _band(
+                "s1.valid",
+                "s1/valid",
+                "uint8",
+                "day",
+                0,
+                "1",
+                "Sentinel-1 observation: 0 none, 1 valid",
+            ),
+            _band(
+                "geotessera",
+                "geotessera/embedding",
+                "int8",
+                "year",
+                0,
+                "1",
+                "Tessera embedding (int8; multiply by geotessera.scale to dequantise)",
+                ("dim", 128),
+            ),
+            _band(
+                "geotessera.scale",
+                "geotessera/scale",
+                "float32",
+                "year",
+                math.inf,
+                "1",
+                "Tessera per-cell scale (NaN = water, +inf = no data)",
+            ),
+            _band(
+                "geotessera.bin128",
+                "geotessera/bin128",
+                "uint8",
+                "year",
+                0,
+                "1",
+                "Sign bits of the rotated Tessera vector (16 bytes)",
+                ("byte", 16),
+            ),
+        ]
+    )
+)
+"""Registry of stored bands by public name."""
+
+
+def band_spec(band: str) -> BandSpec:
+    """Look up a band's storage spec.
+
+    Args:
+        band: Public band name (a key of :data:`BANDS`).
+
+    Returns:
+        The band's spec.
+
+    Raises:
+        UnknownBand: The name is not in :data:`BANDS`.
+    """
+    try:
+        return BANDS[band]
+    except KeyError:
+        raise UnknownBand(f"unknown band {band!r} (known: {', '.join(sorted(BANDS))})") from None
+
+
+def geotransform() -> tuple[float, float, float, float, float, float]:
+    """GDAL geotransform of the lattice (pixel-edge origin, rows going north).
+
+    Returns:
+        ``(x0, dx, 0, y0, 0, dy)`` with ``x0 = -180 - LNG_STEP/2``,
+        ``y0 = -90 - LAT_STEP/2`` and ``dy = +LAT_STEP``.
+    """
+    return (-180.0 - LNG_STEP / 2, LNG_STEP, 0.0, -90.0 - LAT_STEP / 2, 0.0, LAT_STEP)
+
+
+def _spatial_ref_attrs() -> dict[str, Any]:
+    attrs: dict[str, Any] = dict(_WGS84.to_cf())
+    attrs["spatial_ref"] = attrs["crs_wkt"]
+    attrs["GeoTransform"] = " ".join(repr(v) for v in geotransform())
+    return attrs
+
+
+def _band_attrs(spec: BandSpec) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "long_name": spec.long_name,
+        "units": spec.units,
+        "grid_mapping": "spatial_ref",
+        "earthmem_band": spec.name,
+        "tempo": spec.tempo,
+        "tslot": (
+            "day slot = floor(unix_seconds / 86400)"
+            if spec.tempo == "day"
+            else "year slot = year - 1970"
+        ),
+        "y": "lat_q (row, increasing northward); centre lat = lat_q * 180 / (2**21 - 1) - 90",
+        "x": "lng_q (column); centre lng = lng_q * 360 / (2**22 - 1) - 180",
+    }
+    return attrs
+
+
+def _compressor(dtype: str) -> Any:
+    if np.dtype(dtype).kind == "f":
+        return BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
+    return ZstdCodec(level=3)
+
+
+def _ensure_layout(repo: ic.Repository, block_level: int) -> int:
+    """Create missing groups/arrays in one commit; return the cube's block level.
+
+    Callers hold the commit lock.
+    """
+    try:
+        existing = zarr.open_group(repo.readonly_session(MAIN_BRANCH).store, mode="r")
+    except GroupNotFoundError:
+        existing = None
+    attrs = dict(existing.attrs) if existing is not None else {}
+    level = int(attrs.get("block_level", block_level))
+    missing = [s for s in BANDS.values() if existing is None or s.path not in existing]
+    if "earthmem_layout" in attrs and not missing:
+        return level
+    session = repo.writable_session(MAIN_BRANCH)
+    root = zarr.open_group(session.store, mode="a", zarr_format=3)
+    root.attrs.update(
+        {
+            "earthmem_layout": LAYOUT_VERSION,
+            "block_level": level,
+            "time_chunk_days": TIME_CHUNK_DAYS,
+            "lattice": "cell64: y = lat_q (2**21 rows, northward), x = lng_q (2**22 columns)",
+            "Conventions": "CF-1.8",
+        }
+    )
+    for spec in missing:
+        if spec.group not in root:
+            group = root.create_group(spec.group)
+            ref = group.create_array(
+                "spatial_ref",
+                shape=(),
+                dtype="int32",
+                fill_value=0,
+                dimension_names=(),
+                attributes=_spatial_ref_attrs(),
+            )
+            ref[()] = 0
+        group = root[spec.group]
+        assert isinstance(group, zarr.Group)
+        group.create_array(
+            spec.path.split("/", 1)[1],
+            shape=spec.shape,
+            dtype=spec.dtype,
+            chunks=spec.chunks(level),
+            fill_value=spec.fill_value,
+            dimension_names=spec.dims,
+            compressors=_compressor(spec.dtype),
+            attributes=_band_attrs(spec),
+            config={"write_empty_chunks": False},
+        )
+    session.commit("earthmem: create cube layout", metadata={"layout_version": LAYOUT_VERSION})
+    return level
+
+
+def _check_tslots(spec: BandSpec, tslots: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    t = np.asarray(tslots)
+    if t.ndim != 1 or t.size == 0 or t.dtype.kind not in "iu":
+        raise InvalidWrite("tslots must be a non-empty 1-D integer array")
+    t = t.astype(np.int64)
+    if np.any(np.diff(t) <= 0):
+        raise InvalidWrite("tslots must be strictly increasing")
+    if t[0] < 0 or t[-1] >= spec.time_size:
+        raise RegionOutOfBounds(
+            f"tslots {int(t[0])}..{int(t[-1])} outside [0, {spec.time_size}) for {spec.name}"
+        )
+    return t
+
+
+def _check_box(lat_q0: int, lat_q1: int, lng_q0: int, lng_q1: int) -> None:
+    if not (0 <= lat_q0 < lat_q1 <= Y_SIZE and 0 <= lng_q0 < lng_q1 <= X_SIZE):
+        raise RegionOutOfBounds(
+            f"region lat_q [{lat_q0}, {lat_q1}) x lng_q [{lng_q0}, {lng_q1}) is empty, "
+            f"reversed or outside the lattice [0, {Y_SIZE}) x [0, {X_SIZE})"
+        )
+
+
+def _cast(spec: BandSpec, values: npt.ArrayLike) -> npt.NDArray[Any]:
+    arr = np.asarray(values)
+    target = np.dtype(spec.dtype)
+    if target.kind == "f":
+        if arr.dtype.kind not in "fiub":
+            raise InvalidWrite(f"{spec.name} takes numbers, got dtype {arr.dtype}")
+        return arr.astype(target, copy=False)
+    if arr.dtype.kind not in "iub":
+        raise InvalidWrite(f"{spec.name} takes integers, got dtype {arr.dtype}")
+    info = np.iinfo(target)
+    if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
+        raise InvalidWrite(f"{spec.name} values outside the {target} range")
+    return arr.astype(target, copy=False)
+
+
+def _is_contiguous(t: npt.NDArray[np.int64]) -> bool:
+    return int(t[-1] - t[0]) + 1 == t.size
+
+
+class CubeTransaction:
+    """Writes of one partition; committed once by :meth:`CubeWriter.transaction`."""
+
+    def __init__(self, session: ic.Session, partition_key: str) -> None:
+        self._session = session
+        self._arrays: dict[str, zarr.Array] = {}
+        self._open = True
+        self.partition_key = partition_key
+        """The partition this transaction materialises."""
+        self.snapshot_id: str | None = None
+        """Snapshot id after a successful exit (the tip if nothing changed)."""
+        self.committed = False
+        """Whether exiting created a new snapshot."""
+
+    def _array(self, spec: BandSpec) -> zarr.Array:
+        arr = self._arrays.get(spec.path)
+        if arr is None:
+            opened = zarr.open_array(self._session.store, path=spec.path, mode="r+", zarr_format=3)
+            arr = opened.with_config({"write_empty_chunks": False})
+            self._arrays[spec.path] = arr
+        return arr
+
+    def write(
+        self,
+        band: str,
+        tslots: npt.ArrayLike,
+        lat_q0: int,
+        lng_q0: int,
+        values: npt.ArrayLike,
+    ) -> None:
+        """Write a region of one band at its lattice position.
+
+        Args:
+            band: Band name (see :data:`BANDS`).
+            tslots: Strictly increasing time slots of ``values``' first axis
+                (day slots or year slots by the band's tempo); need not be
+                contiguous.
+            lat_q0: Row (``lat_q``) of ``values[:, 0]``.
+            lng_q0: Column (``lng_q``) of ``values[:, :, 0]``.
+            values: Array ``(len(tslots), h, w)`` (or ``(..., d)`` for vector
+                bands). Fill values (NaN, 0, +inf for the Tessera scale) mean
+                "no value"; chunks left all-fill are removed.
+
+        Raises:
+            TransactionClosed: The transaction already committed or aborted.
+            UnknownBand: Unknown band name.
+            InvalidWrite: Shape or dtype mismatch, unsorted tslots.
+            RegionOutOfBounds: The region leaves the lattice or the time axis.
+        """
+        if not self._open:
+            raise TransactionClosed(f"transaction {self.partition_key!r} is closed")
+        spec = band_spec(band)
+        t = _check_tslots(spec, tslots)
+        data = _cast(spec, values)
+        extra = (spec.extra_dim[1],) if spec.extra_dim else ()
+        if data.ndim != 3 + len(extra) or data.shape[0] != t.size or data.shape[3:] != extra:
+            raise InvalidWrite(
+                f"{spec.name} values shape {data.shape} does not match "
+                f"({t.size}, h, w{', ' + str(extra[0]) if extra else ''})"
+            )
+        h, w = data.shape[1], data.shape[2]
+        _check_box(lat_q0, lat_q0 + h, lng_q0, lng_q0 + w)
+        ys, xs = slice(lat_q0, lat_q0 + h), slice(lng_q0, lng_q0 + w)
+        arr = self._array(spec)
+        if _is_contiguous(t):
+            arr[(slice(int(t[0]), int(t[-1]) + 1), ys, xs)] = data
+        else:
+            arr.oindex[(t, ys, xs)] = data
+
+    def _close(self) -> None:
+        self._open = False
+        self._arrays.clear()
+
+
+class CubeWriter:
+    """Transactional writer of the cube (the pipeline's only way in).
+
+    Args:
+        data_dir: Data directory; holds the commit lock and, unless
+            ``storage`` is given, the repository ``cube.icechunk``.
+        storage: Repository location (path or ``s3://bucket/prefix``).
+        block_level: Spatial chunk level used when the cube is created
+            (an existing cube keeps its own).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        storage: str | os.PathLike[str] | None = None,
+        block_level: int = DEFAULT_BLOCK_LEVEL,
+    ) -> None:
+        self.data_dir = os.fspath(data_dir)
+        self.location = os.fspath(storage) if storage is not None else cube_location(data_dir)
+        with commit_lock(self.data_dir):
+            self.repo = open_repository(open_storage(self.location), create=True)
+            self.block_level = _ensure_layout(self.repo, block_level)
+
+    @contextmanager
+    def transaction(
+        self,
+        partition_key: str,
+        metadata: Mapping[str, Any] | None = None,
+        message: str | None = None,
+    ) -> Iterator[CubeTransaction]:
+        """Open a transaction for one partition; commit once on normal exit.
+
+        On an exception inside the ``with`` block nothing is committed and the
+        exception propagates. The commit runs under the inter-process lock and
+        rebases onto commits that landed meanwhile.
+
+        Args:
+            partition_key: The Dagster partition key (stored in the commit
+                metadata as ``partition_key``).
+            metadata: Extra JSON-serialisable commit metadata.
+            message: Commit message (default ``"materialise <partition_key>"``).
+
+        Yields:
+            The transaction; use :meth:`CubeTransaction.write`.
+
+        Raises:
+            CommitConflict: A concurrent commit changed the same chunks.
+        """
+        if not partition_key:
+            raise InvalidWrite("partition_key must be a non-empty string")
+        session = self.repo.writable_session(MAIN_BRANCH)
+        tx = CubeTransaction(session, partition_key)
+        try:
+            yield tx
+        except BaseException:
+            tx._close()
+            if session.has_uncommitted_changes:
+                session.discard_changes()
+            raise
+        tx._close()
+        meta = {
+            **(metadata or {}),
+            "partition_key": partition_key,
+            "layout_version": LAYOUT_VERSION,
+        }
+        tx.snapshot_id, tx.committed = self._commit(
+            session, message or f"materialise {partition_key}", meta
+        )
+
+    def _commit(
+        self, session: ic.Session, message: str, metadata: dict[str, Any]
+    ) -> tuple[str, bool]:
+        if not session.has_uncommitted_changes:
+            return self.repo.lookup_branch(MAIN_BRANCH), False
+        with commit_lock(self.data_dir):
+            try:
+                snapshot = session.commit(
+                    message, metadata=metadata, rebase_with=ic.ConflictDetector(), rebase_tries=20
+                )
+            except ic.RebaseFailedError as exc:
+                paths = sorted({c.path for c in exc.conflicts})
+                raise CommitConflict(
+                    f"concurrent commit changed the same chunks of {paths}; rerun the partition"
+                ) from exc
+        return snapshot, True
+
+    def write_region(
+        self,
+        band: str,
+        tslots: npt.ArrayLike,
+        lat_q0: int,
+        lng_q0: int,
+        values: npt.ArrayLike,
+        *,
+        partition_key: str,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Write one region of one band in its own transaction.
+
+        Args:
+            band: Band name.
+            tslots: Time slots of ``values``' first axis (strictly increasing).
+            lat_q0: Row of the region's first row.
+            lng_q0: Column of the region's first column.
+            values: ``(t, h, w[, d])`` values.
+            partition_key: Partition key recorded in the commit.
+            metadata: Extra commit metadata.
+
+        Returns:
+            The snapshot id after the commit.
+        """
+        with self.transaction(partition_key, metadata) as tx:
+            tx.write(band, tslots, lat_q0, lng_q0, values)
+        assert tx.snapshot_id is not None
+        return tx.snapshot_id
+
+    def list_snapshots(self) -> list[SnapshotInfo]:
+        """Snapshots of ``main``, newest first."""
+        return list_snapshots(self.repo)
+
+    def snapshot_at(self, t: dt.datetime) -> SnapshotInfo | None:
+        """Latest snapshot committed at or before ``t`` (naive = UTC)."""
+        return snapshot_at(self.repo, t)
+
+
+def _fill_mask(values: npt.NDArray[Any], fill: float | int) -> npt.NDArray[np.bool_]:
+    if isinstance(fill, float) and math.isnan(fill):
+        return np.isnan(values)
+    return np.asarray(values == fill)
+
+
+class CubeReader:
+    """Read-only view of one cube snapshot.
+
+    Args:
+        data_dir: Data directory holding ``cube.icechunk`` (ignored when
+            ``storage`` is given).
+        storage: Repository location (path or ``s3://bucket/prefix``).
+        snapshot_id: Read this snapshot.
+        as_of: Read the latest snapshot committed at or before this time
+            (naive = UTC). At most one of ``snapshot_id`` / ``as_of``.
+        max_region_elements: Cap on elements per read (default
+            :data:`MAX_REGION_ELEMENTS`).
+
+    Raises:
+        CubeNotFound: No cube at the location.
+        SnapshotNotFound: Unknown ``snapshot_id``, or nothing at ``as_of``.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        storage: str | os.PathLike[str] | None = None,
+        snapshot_id: str | None = None,
+        as_of: dt.datetime | None = None,
+        max_region_elements: int = MAX_REGION_ELEMENTS,
+    ) -> None:
+        if snapshot_id is not None and as_of is not None:
+            raise ValueError("give snapshot_id or as_of, not both")
+        if storage is None:
+            if data_dir is None:
+                raise ValueError("give data_dir or storage")
+            storage = cube_location(data_dir)
+        self.repo = open_repository(open_storage(storage))
+        if as_of is not None:
+            found = snapshot_at(self.repo, as_of)
+            if found is None:
+                raise SnapshotNotFound(f"no snapshot committed at or before {as_of.isoformat()}")
+            snapshot_id = found.id
+        if snapshot_id is not None:
+            lookup_snapshot(self.repo, snapshot_id)
+            self.session = self.repo.readonly_session(snapshot_id=snapshot_id)
+        else:
+            self.session = self.repo.readonly_session(MAIN_BRANCH)
+        self.max_region_elements = max_region_elements
+        root = zarr.open_group(self.session.store, mode="r")
+        self.block_level = int(root.attrs.get("block_level", DEFAULT_BLOCK_LEVEL))
+        self._arrays: dict[str, zarr.Array] = {}
+        self._index: dict[str, dict[tuple[int, int], npt.NDArray[np.int64]]] = {}
+
+    @property
+    def snapshot_id(self) -> str:
+        """Id of the snapshot this reader sees."""
+        return str(self.session.snapshot_id)
+
+    @property
+    def snapshot(self) -> SnapshotInfo:
+        """Info (time, message, metadata) of the snapshot this reader sees."""
+        return lookup_snapshot(self.repo, self.snapshot_id)
+
+    def list_snapshots(self) -> list[SnapshotInfo]:
+        """Snapshots of ``main``, newest first (not only those up to this reader's)."""
+        return list_snapshots(self.repo)
+
+    def array(self, band: str) -> zarr.Array:
+        """The band's Zarr array in this snapshot (read-only store; writes raise).
+
+        Args:
+            band: Band name.
+
+        Returns:
+            The lazily-read Zarr array (full lattice shape).
+        """
+        spec = band_spec(band)
+        arr = self._arrays.get(spec.path)
+        if arr is None:
+            arr = zarr.open_array(self.session.store, path=spec.path, mode="r", zarr_format=3)
+            self._arrays[spec.path] = arr
+        return arr
+
+    def chunks(self, band: str) -> npt.NDArray[np.int64]:
+        """Coordinates of the chunks that exist for a band, ``(n, ndim)`` sorted.
+
+        Args:
+            band: Band name.
+
+        Returns:
+            Chunk grid coordinates (time chunk, y chunk, x chunk[, 0]).
+        """
+        spec = band_spec(band)
+
+        async def collect() -> list[tuple[int, ...]]:
+            coords: AsyncIterator[tuple[int, ...]] = self.session.chunk_coordinates(
+                "/" + spec.path, batch_size=10_000
+            )
+            return [c async for c in coords]
+
+        found = sync(collect())
+        ndim = len(spec.shape)
+        out = np.array(sorted(found), dtype=np.int64).reshape(len(found), ndim)
+        return out
+
+    def _chunk_index(self, spec: BandSpec) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
+        index = self._index.get(spec.path)
+        if index is None:
+            coords = self.chunks(spec.name)
+            index = {}
+            if coords.size:
+                keys = coords[:, 1] * X_SIZE + coords[:, 2]
+                order = np.lexsort((coords[:, 0], keys))
+                coords, keys = coords[order], keys[order]
+                starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+                for s, e in zip(starts, [*starts[1:], len(keys)], strict=True):
+                    index[(int(coords[s, 1]), int(coords[s, 2]))] = np.unique(coords[s:e, 0])
+            self._index[spec.path] = index
+        return index
+
+    def _candidate_tslots(
+        self,
+        spec: BandSpec,
+        lat_q0: int,
+        lat_q1: int,
+        lng_q0: int,
+        lng_q1: int,
+        t0: int | None,
+        t1: int | None,
+    ) -> npt.NDArray[np.int64]:
+        """Time slots of existing chunks intersecting the region, within [t0, t1)."""
+        lo = 0 if t0 is None else t0
+        hi = spec.time_size if t1 is None else t1
+        if not 0 <= lo < hi <= spec.time_size:
+            raise RegionOutOfBounds(
+                f"tslot range [{lo}, {hi}) is empty or outside [0, {spec.time_size})"
+            )
+        side = 1 << self.block_level
+        index = self._chunk_index(spec)
+        parts = [
+            tcs
+            for cy in range(lat_q0 // side, (lat_q1 - 1) // side + 1)
+            for cx in range(lng_q0 // side, (lng_q1 - 1) // side + 1)
+            if (tcs := index.get((cy, cx))) is not None
+        ]
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        tcs = np.unique(np.concatenate(parts))
+        step = spec.time_chunk
+        slots = (tcs[:, None] * step + np.arange(step)[None, :]).ravel()
+        return slots[(slots >= lo) & (slots < hi) & (slots < spec.time_size)]
+
+    def _read(
+        self, spec: BandSpec, slots: npt.NDArray[np.int64], ys: slice, xs: slice
+    ) -> npt.NDArray[Any]:
+        arr = self.array(spec.name)
+        if _is_contiguous(slots):
+            return np.asarray(arr[(slice(int(slots[0]), int(slots[-1]) + 1), ys, xs)])
+        return np.asarray(arr.oindex[(slots, ys, xs)])
+
+    def cell_series(
+        self,
+        band: str,
+        lat_q: int,
+        lng_q: int,
+        t0: int | None = None,
+        t1: int | None = None,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+        """Time series of one cell: the slots holding a value and the values.
+
+        Reads only the existing chunks along the cell's time column.
+
+        Args:
+            band: Band name.
+            lat_q: Row of the cell.
+            lng_q: Column of the cell.
+            t0: First tslot (inclusive; default: start of the axis).
+            t1: End tslot (exclusive; default: end of the axis).
+
+        Returns:
+            ``(tslots, values)``: sorted slots where the cell is not fill, and
+            the values (``(n,)``, or ``(n, d)`` for vector bands).
+        """
+        spec = band_spec(band)
+        _check_box(lat_q, lat_q + 1, lng_q, lng_q + 1)
+        slots = self._candidate_tslots(spec, lat_q, lat_q + 1, lng_q, lng_q + 1, t0, t1)
+        extra = (spec.extra_dim[1],) if spec.extra_dim else ()
+        if slots.size == 0:
+            return slots, np.zeros((0, *extra), dtype=spec.dtype)
+        values = self._read(spec, slots, slice(lat_q, lat_q + 1), slice(lng_q, lng_q + 1))
+        values = values[:, 0, 0]
+        fill = _fill_mask(values, spec.fill_value)
+        keep = ~fill.reshape(fill.shape[0], -1).all(axis=1)
+        return slots[keep], values[keep]
+
+    def read_region(
+        self,
+        band: str,
+        lat_q0: int,
+        lat_q1: int,
+        lng_q0: int,
+        lng_q1: int,
+        t0: int | None = None,
+        t1: int | None = None,
+        *,
+        drop_empty: bool = True,
+    ) -> xr.DataArray:
+        """Read a lattice region as an ``xarray.DataArray``.
+
+        Args:
+            band: Band name.
+            lat_q0: First row (inclusive).
+            lat_q1: End row (exclusive).
+            lng_q0: First column (inclusive).
+            lng_q1: End column (exclusive).
+            t0: First tslot (inclusive; default: start of the axis).
+            t1: End tslot (exclusive; default: end of the axis).
+            drop_empty: Keep only tslots with a value somewhere in the region
+                (default). When false every slot of ``[t0, t1)`` is returned
+                (``t0`` and ``t1`` then required).
+
+        Returns:
+            DataArray with dims ``(tslot, lat, lng[, dim])`` and coordinates
+            ``tslot``, ``lat``/``lng`` (cell centres, degrees), ``lat_q``,
+            ``lng_q`` and ``date`` (day tempo) or ``year`` (year tempo); attrs
+            name the band, units and ``snapshot_id``.
+
+        Raises:
+            RegionOutOfBounds: Empty or out-of-lattice region or tslot range.
+            RegionTooLarge: More than ``max_region_elements`` elements to read.
+        """
+        spec = band_spec(band)
+        _check_box(lat_q0, lat_q1, lng_q0, lng_q1)
+        if drop_empty:
+            slots = self._candidate_tslots(spec, lat_q0, lat_q1, lng_q0, lng_q1, t0, t1)
+        else:
+            if t0 is None or t1 is None:
+                raise RegionOutOfBounds("drop_empty=False needs an explicit [t0, t1)")
+            if not 0 <= t0 < t1 <= spec.time_size:
+                raise RegionOutOfBounds(f"tslot range [{t0}, {t1}) outside [0, {spec.time_size})")
+            slots = np.arange(t0, t1, dtype=np.int64)
+        extra = (spec.extra_dim[1],) if spec.extra_dim else ()
+        elements = slots.size * (lat_q1 - lat_q0) * (lng_q1 - lng_q0) * math.prod(extra)
+        if elements > self.max_region_elements:
+            raise RegionTooLarge(
+                f"region of {elements} elements exceeds the cap of {self.max_region_elements}; "
+                "narrow the area or the tslot range"
+            )
+        shape = (slots.size, lat_q1 - lat_q0, lng_q1 - lng_q0, *extra)
+        if slots.size:
+            values = self._read(spec, slots, slice(lat_q0, lat_q1), slice(lng_q0, lng_q1))
+        else:
+            values = np.zeros(shape, dtype=spec.dtype)
+        if drop_empty and slots.size:
+            fill = _fill_mask(values, spec.fill_value)
+            keep = ~fill.reshape(fill.shape[0], -1).all(axis=1)
+            slots, values = slots[keep], values[keep]
+        return self._to_dataarray(spec, slots, lat_q0, lat_q1, lng_q0, lng_q1, values)
+
+    def _to_dataarray(
+        self,
+        spec: BandSpec,
+        slots: npt.NDArray[np.int64],
+        lat_q0: int,
+        lat_q1: int,
+        lng_q0: int,
+        lng_q1: int,
+        values: npt.NDArray[Any],
+    ) -> xr.DataArray:
+        lat_q = np.arange(lat_q0, lat_q1, dtype=np.int64)
+        lng_q = np.arange(lng_q0, lng_q1, dtype=np.int64)
+        lat, lng = q_center(lat_q, lng_q)
+        coords: dict[str, Any] = {
+            "tslot": ("tslot", slots),
+            "lat": ("lat", lat),
+            "lng": ("lng", lng),
+            "lat_q": ("lat", lat_q),
+            "lng_q": ("lng", lng_q),
+        }
+        if spec.tempo == "day":
+            coords["date"] = ("tslot", np.datetime64("1970-01-01", "D") + slots.astype("m8[D]"))
+        else:
+            coords["year"] = ("tslot", slots + 1970)
+        dims = ("tslot", "lat", "lng", *((spec.extra_dim[0],) if spec.extra_dim else ()))
+        return xr.DataArray(
+            values,
+            dims=dims,
+            coords=coords,
+            name=spec.name,
+            attrs={
+                "band": spec.name,
+                "units": spec.units,
+                "long_name": spec.long_name,
+                "tempo": spec.tempo,
+                "crs": "EPSG:4326",
+                "snapshot_id": self.snapshot_id,
+            },
+        )
+
+    def read_bbox(
+        self,
+        band: str,
+        bbox: Sequence[float],
+        t0: int | None = None,
+        t1: int | None = None,
+        *,
+        drop_empty: bool = True,
+    ) -> xr.DataArray:
+        """Read the cells whose centres lie in a bbox.
+
+        Args:
+            band: Band name.
+            bbox: ``(min_lat, min_lng, max_lat, max_lng)`` in degrees.
+            t0: First tslot (inclusive).
+            t1: End tslot (exclusive).
+            drop_empty: See :meth:`read_region`.
+
+        Returns:
+            As :meth:`read_region`.
+
+        Raises:
+            RegionOutOfBounds: The bbox holds no cell centre.
+        """
+        if len(bbox) != 4:
+            raise RegionOutOfBounds("bbox must be (min_lat, min_lng, max_lat, max_lng)")
+        lat_q0, lat_q1, lng_q0, lng_q1 = bbox_q_range(*(float(v) for v in bbox))
+        if lat_q0 >= lat_q1 or lng_q0 >= lng_q1:
+            raise RegionOutOfBounds(f"bbox {tuple(bbox)} holds no cell centre")
+        return self.read_region(band, lat_q0, lat_q1, lng_q0, lng_q1, t0, t1, drop_empty=drop_empty)
+
+    def read_block(
+        self,
+        band: str,
+        block: Block,
+        t0: int | None = None,
+        t1: int | None = None,
+        *,
+        drop_empty: bool = True,
+    ) -> xr.DataArray:
+        """Read one block (any level) of a band.
+
+        Args:
+            band: Band name.
+            block: The block (``store.address.Block``).
+            t0: First tslot (inclusive).
+            t1: End tslot (exclusive).
+            drop_empty: See :meth:`read_region`.
+
+        Returns:
+            As :meth:`read_region`.
+        """
+        lat_q0, lat_q1, lng_q0, lng_q1 = block_q_range(block)
+        return self.read_region(band, lat_q0, lat_q1, lng_q0, lng_q1, t0, t1, drop_empty=drop_empty)
+
+    def cell_vector(self, lat_q: int, lng_q: int, year: int) -> tuple[npt.NDArray[np.int8], float]:
+        """The Tessera int8 vector and scale of one cell and year.
+
+        Args:
+            lat_q: Row of the cell.
+            lng_q: Column of the cell.
+            year: Calendar year (year slot = ``year - 1970``).
+
+        Returns:
+            ``(vector int8[128], scale)``; scale NaN = water, +inf = no data
+            (the vector is then all zeros).
+        """
+        slot = year - 1970
+        if not 0 <= slot < YEAR_SLOTS:
+            raise RegionOutOfBounds(f"year {year} outside [1970, {1970 + YEAR_SLOTS})")
+        _check_box(lat_q, lat_q + 1, lng_q, lng_q + 1)
+        vector = np.asarray(self.array("geotessera")[slot, lat_q, lng_q, :], dtype=np.int8)
+        scale = float(self.array("geotessera.scale")[slot, lat_q, lng_q])
+        return vector, scale
+
+    def cell_multi_year(
+        self, lat_q: int, lng_q: int, years: Sequence[int]
+    ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]]:
+        """``geotessera.multi_year``: one cell's vintages concatenated.
+
+        Args:
+            lat_q: Row of the cell.
+            lng_q: Column of the cell.
+            years: Calendar years, in the order to concatenate.
+
+        Returns:
+            ``(int8[128 * len(years)], float32[len(years)] scales)``.
+        """
+        pairs = [self.cell_vector(lat_q, lng_q, y) for y in years]
+        vectors = [v for v, _ in pairs]
+        scales = np.array([s for _, s in pairs], dtype=np.float32)
+        return (np.concatenate(vectors) if vectors else np.zeros(0, np.int8)), scales

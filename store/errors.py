@@ -1,0 +1,150 @@
+"""Typed errors of the store layer.
+
+One root (:class:`StoreError`); each error also inherits the builtin it
+resembles, so callers that only know ``ValueError`` still catch it. Every
+error carries a stable machine ``code`` that the API maps to HTTP / MCP.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AddressError",
+    "CommitConflict",
+    "CubeNotFound",
+    "InvalidBlock",
+    "InvalidCell",
+    "InvalidDate",
+    "InvalidInventory",
+    "InvalidLatitude",
+    "InvalidLongitude",
+    "InvalidTempo",
+    "InvalidWrite",
+    "RegionOutOfBounds",
+    "RegionTooLarge",
+    "SnapshotNotFound",
+    "StoreError",
+    "TransactionClosed",
+    "UnknownBand",
+    "UnsupportedStorage",
+]
+
+
+class StoreError(Exception):
+    """Root of every error raised by ``store``."""
+
+    code: str = "store_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class AddressError(StoreError, ValueError):
+    """A value could not be turned into (or out of) an address."""
+
+    code = "invalid_address"
+
+
+class InvalidLatitude(AddressError):
+    """Latitude outside [-90, 90] or not finite."""
+
+    code = "invalid_latitude"
+
+
+class InvalidLongitude(AddressError):
+    """Longitude outside [-180, 180] or not finite."""
+
+    code = "invalid_longitude"
+
+
+class InvalidCell(AddressError):
+    """Malformed cell64 text or integer (lanes, tokens, header bits)."""
+
+    code = "invalid_cell"
+
+
+class InvalidBlock(AddressError):
+    """Malformed block id or level."""
+
+    code = "invalid_block"
+
+
+class InvalidDate(AddressError):
+    """A date, datetime or ISO string that cannot become a tslot."""
+
+    code = "invalid_date"
+
+
+class InvalidTempo(AddressError):
+    """Unknown tslot tempo (valid: ``day``, ``year``)."""
+
+    code = "invalid_tempo"
+
+
+# --- cube and inventory (store/cube.py, store/snapshots.py, store/inventory.py) ---
+
+
+class UnknownBand(StoreError, KeyError):
+    """A band name that the cube layout does not define."""
+
+    code = "unknown_band"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class RegionOutOfBounds(StoreError, ValueError):
+    """A read or write region (cells or tslots) outside the lattice, or empty/reversed."""
+
+    code = "region_out_of_bounds"
+
+
+class RegionTooLarge(StoreError, ValueError):
+    """A read region above the reader's element cap (bounded memory)."""
+
+    code = "region_too_large"
+
+
+class InvalidWrite(StoreError, ValueError):
+    """Values whose shape or dtype do not fit the band and region written."""
+
+    code = "invalid_write"
+
+
+class CubeNotFound(StoreError, FileNotFoundError):
+    """No cube repository at the given location."""
+
+    code = "cube_not_found"
+
+
+class SnapshotNotFound(StoreError, KeyError):
+    """An unknown snapshot id, or no snapshot at or before an ``as_of`` time."""
+
+    code = "snapshot_not_found"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UnsupportedStorage(StoreError, ValueError):
+    """A storage URL scheme the cube cannot open (use a path or ``s3://``)."""
+
+    code = "unsupported_storage"
+
+
+class TransactionClosed(StoreError, RuntimeError):
+    """A write through a cube transaction that has already committed or aborted."""
+
+    code = "transaction_closed"
+
+
+class CommitConflict(StoreError, RuntimeError):
+    """A commit whose chunks were changed by a concurrent commit (rebase failed)."""
+
+    code = "commit_conflict"
+
+
+class InvalidInventory(StoreError, ValueError):
+    """Scene-inventory rows or queries with invalid values."""
+
+    code = "invalid_inventory"

@@ -1,0 +1,276 @@
+"""The scene inventory: which overpasses exist, per band family, tslot and block.
+
+One Parquet file per partition key under ``<data_dir>/inventory/`` (file name =
+the percent-quoted key), one row per (band family, tslot, block) that the
+partition materialised. Writing a partition again replaces its file: the rows
+are written to a hidden temporary file (``.tmp-*``, ignored by readers) and
+renamed over the old one, so readers see the old rows or the new ones, never a
+mix, and partitions written in parallel never touch the same file. Readers
+concatenate the files with ``pyarrow.dataset``.
+
+The API uses the inventory to know which overpasses exist without listing
+chunks. It is written after the partition's cube commit and names that
+snapshot; it is not itself versioned with the cube.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from store.errors import InvalidInventory
+from store.tslot import slot_to_date
+
+__all__ = [
+    "INVENTORY_DIRNAME",
+    "SCHEMA",
+    "Inventory",
+    "InventoryRow",
+]
+
+INVENTORY_DIRNAME = "inventory"
+"""Directory of the inventory under the data directory."""
+
+SCHEMA = pa.schema(
+    [
+        pa.field("band", pa.string(), nullable=False),
+        pa.field("tempo", pa.string(), nullable=False),
+        pa.field("tslot", pa.int32(), nullable=False),
+        pa.field("date", pa.date32(), nullable=False),
+        pa.field("block", pa.string(), nullable=False),
+        pa.field("partition_key", pa.string(), nullable=False),
+        pa.field("item_ids", pa.list_(pa.string()), nullable=False),
+        pa.field("clear_cells", pa.int64(), nullable=False),
+        pa.field("total_cells", pa.int64(), nullable=False),
+        pa.field("cloud_fraction", pa.float64()),
+        pa.field("snapshot_id", pa.string()),
+        pa.field("written_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+"""Arrow schema of the inventory table."""
+
+
+@dataclass(frozen=True)
+class InventoryRow:
+    """One overpass of one band family over one block."""
+
+    band: str
+    """Band family (``"s2"``, ``"s1"``, ``"geotessera"``) or a band name."""
+    tslot: int
+    """Day slot (``tempo="day"``) or year slot (``tempo="year"``)."""
+    block: str
+    """Block id, ``"b{level}.{lat_b}.{lng_b}"``."""
+    item_ids: tuple[str, ...] = ()
+    """STAC item ids (or Tessera tile ids) merged into this tslot and block."""
+    clear_cells: int = 0
+    """Cells with a clear (S2) or valid (S1, Tessera) observation."""
+    total_cells: int = 0
+    """Cells of the block covered by the scenes' footprints."""
+    cloud_fraction: float | None = None
+    """Masked fraction of covered cells (S2), ``None`` where meaningless."""
+    tempo: str = "day"
+    """``"day"`` or ``"year"``."""
+
+    def validate(self) -> None:
+        """Check the row's values.
+
+        Raises:
+            InvalidInventory: Negative counts, clear > total, bad tempo or tslot.
+        """
+        if self.tempo not in ("day", "year"):
+            raise InvalidInventory(f"tempo must be 'day' or 'year', got {self.tempo!r}")
+        limit = 1 << 16 if self.tempo == "day" else 256
+        if not 0 <= self.tslot < limit:
+            raise InvalidInventory(f"tslot {self.tslot} outside [0, {limit})")
+        if self.clear_cells < 0 or self.total_cells < 0 or self.clear_cells > self.total_cells:
+            raise InvalidInventory(
+                f"need 0 <= clear_cells ({self.clear_cells}) <= total_cells ({self.total_cells})"
+            )
+        if self.cloud_fraction is not None and not 0.0 <= self.cloud_fraction <= 1.0:
+            raise InvalidInventory(f"cloud_fraction {self.cloud_fraction} outside [0, 1]")
+        if not self.band or not self.block:
+            raise InvalidInventory("band and block must be non-empty")
+
+
+def _file_name(partition_key: str) -> str:
+    return quote(partition_key, safe="-_.") + ".parquet"
+
+
+class Inventory:
+    """The scene inventory of a data directory.
+
+    Args:
+        data_dir: Data directory; files live in ``<data_dir>/inventory/``.
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.root = Path(data_dir) / INVENTORY_DIRNAME
+
+    def write_partition(
+        self,
+        partition_key: str,
+        rows: Iterable[InventoryRow],
+        *,
+        snapshot_id: str | None = None,
+        written_at: dt.datetime | None = None,
+    ) -> Path:
+        """Replace a partition's rows (atomically; idempotent).
+
+        Args:
+            partition_key: The partition key; its file is replaced.
+            rows: The partition's rows (may be empty: the partition then has
+                no overpasses, which is recorded too).
+            snapshot_id: Cube snapshot that committed the partition.
+            written_at: Commit time (default: now, UTC).
+
+        Returns:
+            Path of the partition's file.
+
+        Raises:
+            InvalidInventory: Empty key or invalid rows.
+        """
+        if not partition_key:
+            raise InvalidInventory("partition_key must be non-empty")
+        rows = list(rows)
+        for row in rows:
+            row.validate()
+        when = written_at or dt.datetime.now(dt.UTC)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        table = pa.table(
+            {
+                "band": [r.band for r in rows],
+                "tempo": [r.tempo for r in rows],
+                "tslot": [int(r.tslot) for r in rows],
+                "date": [slot_to_date(int(r.tslot), r.tempo) for r in rows],
+                "block": [r.block for r in rows],
+                "partition_key": [partition_key] * len(rows),
+                "item_ids": [list(r.item_ids) for r in rows],
+                "clear_cells": [r.clear_cells for r in rows],
+                "total_cells": [r.total_cells for r in rows],
+                "cloud_fraction": [r.cloud_fraction for r in rows],
+                "snapshot_id": [snapshot_id] * len(rows),
+                "written_at": [when] * len(rows),
+            },
+            schema=SCHEMA,
+        )
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.root / _file_name(partition_key)
+        tmp = self.root / f".tmp-{uuid.uuid4().hex}.parquet"
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return final
+
+    def delete_partition(self, partition_key: str) -> bool:
+        """Remove a partition's rows.
+
+        Args:
+            partition_key: The partition key.
+
+        Returns:
+            Whether a file was removed.
+        """
+        path = self.root / _file_name(partition_key)
+        existed = path.exists()
+        path.unlink(missing_ok=True)
+        return existed
+
+    def table(self) -> pa.Table:
+        """All rows, sorted by band, tslot, block.
+
+        Returns:
+            A table with :data:`SCHEMA` (empty when nothing was written).
+        """
+        if not self.root.is_dir():
+            return SCHEMA.empty_table()
+        files = sorted(str(p) for p in self.root.glob("*.parquet") if not p.name.startswith("."))
+        if not files:
+            return SCHEMA.empty_table()
+        table = ds.dataset(files, schema=SCHEMA, format="parquet").to_table()
+        return table.sort_by(
+            [("band", "ascending"), ("tslot", "ascending"), ("block", "ascending")]
+        )
+
+    def _select(
+        self,
+        band: str,
+        block_ids: Sequence[str] | None,
+        t0: int | None,
+        t1: int | None,
+        min_clear_cells: int,
+    ) -> pa.Table:
+        table = self.table()
+        mask = pc.equal(table["band"], band)
+        if block_ids is not None:
+            mask = pc.and_(
+                mask, pc.is_in(table["block"], value_set=pa.array(list(block_ids), pa.string()))
+            )
+        if t0 is not None:
+            mask = pc.and_(mask, pc.greater_equal(table["tslot"], t0))
+        if t1 is not None:
+            mask = pc.and_(mask, pc.less(table["tslot"], t1))
+        if min_clear_cells > 0:
+            mask = pc.and_(mask, pc.greater_equal(table["clear_cells"], min_clear_cells))
+        return table.filter(mask)
+
+    def available_tslots(
+        self,
+        band: str,
+        block_ids: Sequence[str] | None = None,
+        t0: int | None = None,
+        t1: int | None = None,
+        *,
+        min_clear_cells: int = 0,
+    ) -> list[int]:
+        """Tslots with an overpass of a band family.
+
+        Args:
+            band: Band family as written in the rows.
+            block_ids: Only these blocks (default: all).
+            t0: First tslot (inclusive).
+            t1: End tslot (exclusive).
+            min_clear_cells: Only overpasses with at least this many clear cells.
+
+        Returns:
+            Sorted distinct tslots.
+        """
+        selected = self._select(band, block_ids, t0, t1, min_clear_cells)
+        return sorted({int(t) for t in selected["tslot"].to_pylist()})
+
+    def overpasses(
+        self,
+        band: str,
+        bbox_blocks: Sequence[str],
+        t0: int | None = None,
+        t1: int | None = None,
+        *,
+        min_clear_cells: int = 0,
+    ) -> pa.Table:
+        """Inventory rows of a band family over some blocks and a tslot range.
+
+        Args:
+            band: Band family as written in the rows.
+            bbox_blocks: Block ids covering the area (e.g. from
+                ``store.address.blocks_for_bbox``).
+            t0: First tslot (inclusive).
+            t1: End tslot (exclusive).
+            min_clear_cells: Only overpasses with at least this many clear cells.
+
+        Returns:
+            Rows sorted by tslot then block.
+        """
+        selected = self._select(band, bbox_blocks, t0, t1, min_clear_cells)
+        return selected.sort_by([("tslot", "ascending"), ("block", "ascending")])

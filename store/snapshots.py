@@ -1,0 +1,225 @@
+"""Where the cube lives and which snapshots it has.
+
+The cube is one icechunk repository. This module turns a location (a local
+path or an ``s3://bucket/prefix`` URL) into an icechunk ``Storage``, opens the
+repository, serialises commits across processes with a file lock, and lists
+the committed snapshots of the ``main`` branch for time travel.
+
+Snapshots are listed newest first (icechunk's ancestry order). The time-travel
+rule is: the snapshot *at* ``t`` is the latest one committed at or before
+``t`` (``written_at <= t``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import icechunk as ic
+
+from store.errors import CubeNotFound, SnapshotNotFound, UnsupportedStorage
+
+__all__ = [
+    "CUBE_DIRNAME",
+    "LOCK_FILENAME",
+    "MAIN_BRANCH",
+    "SnapshotInfo",
+    "commit_lock",
+    "cube_location",
+    "list_snapshots",
+    "lookup_snapshot",
+    "open_repository",
+    "open_storage",
+    "snapshot_at",
+]
+
+CUBE_DIRNAME = "cube.icechunk"
+"""Directory name of the icechunk repository under the data directory."""
+
+LOCK_FILENAME = "cube.lock"
+"""File under the data directory locked (``flock``) around every commit."""
+
+MAIN_BRANCH = "main"
+"""The only branch the pipeline commits to."""
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One committed snapshot of the cube."""
+
+    id: str
+    """icechunk snapshot id (base32 text)."""
+    written_at: dt.datetime
+    """Commit time, timezone-aware UTC."""
+    message: str
+    """Commit message."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Commit metadata (``partition_key`` and what the pipeline passed)."""
+    parent_id: str | None = None
+    """Parent snapshot id; ``None`` for the repository's first snapshot."""
+
+
+def cube_location(data_dir: str | os.PathLike[str]) -> str:
+    """Default location of the cube inside a data directory.
+
+    Args:
+        data_dir: The pipeline's data directory.
+
+    Returns:
+        ``<data_dir>/cube.icechunk`` as a string.
+    """
+    return str(Path(data_dir) / CUBE_DIRNAME)
+
+
+def open_storage(url_or_path: str | os.PathLike[str]) -> ic.Storage:
+    """Build the icechunk storage for a local path or an object-store URL.
+
+    ``s3://bucket/prefix`` uses :func:`icechunk.s3_storage` with credentials,
+    region and endpoint from the environment (``AWS_*`` variables); building
+    it does not touch the network. ``file://`` URLs and plain paths use the
+    local filesystem storage.
+
+    Args:
+        url_or_path: Local path, ``file://`` URL or ``s3://bucket[/prefix]``.
+
+    Returns:
+        An icechunk ``Storage``.
+
+    Raises:
+        UnsupportedStorage: Another URL scheme, or an S3 URL without a bucket.
+    """
+    text = os.fspath(url_or_path)
+    if text.startswith("s3://"):
+        bucket, _, prefix = text[len("s3://") :].partition("/")
+        if not bucket:
+            raise UnsupportedStorage(f"S3 URL without a bucket: {text!r}")
+        return ic.s3_storage(bucket=bucket, prefix=prefix.strip("/") or None, from_env=True)
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    elif "://" in text:
+        raise UnsupportedStorage(f"unsupported storage URL (use a path or s3://): {text!r}")
+    return ic.local_filesystem_storage(str(Path(text).absolute()))
+
+
+def open_repository(storage: ic.Storage, *, create: bool = False) -> ic.Repository:
+    """Open the cube's icechunk repository.
+
+    Creation is not safe from several processes at once: callers that may
+    create (the writer) hold :func:`commit_lock` around this call.
+
+    Args:
+        storage: Where the repository lives.
+        create: Create an empty repository if none exists.
+
+    Returns:
+        The opened repository.
+
+    Raises:
+        CubeNotFound: No repository there and ``create`` is false.
+    """
+    if create:
+        return ic.Repository.open_or_create(storage)
+    if not ic.Repository.exists(storage):
+        raise CubeNotFound(f"no cube repository at {storage}")
+    return ic.Repository.open(storage)
+
+
+@contextmanager
+def commit_lock(data_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive inter-process lock on ``<data_dir>/cube.lock``.
+
+    icechunk's local filesystem storage is not safe for concurrent commits,
+    and Dagster runs partitions in separate processes; every commit (and the
+    repository creation) happens under this lock. ``flock`` locks are
+    released by the kernel when the holder dies, so a killed run cannot
+    leave the cube locked.
+
+    Args:
+        data_dir: The data directory (created if missing).
+
+    Yields:
+        Nothing; the lock is held inside the ``with`` block.
+    """
+    path = Path(data_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    with open(path / LOCK_FILENAME, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _as_utc(t: dt.datetime) -> dt.datetime:
+    """Naive datetimes are taken as UTC; aware ones are converted to UTC."""
+    if t.tzinfo is None:
+        return t.replace(tzinfo=dt.UTC)
+    return t.astimezone(dt.UTC)
+
+
+def _info(raw: ic.SnapshotInfo) -> SnapshotInfo:
+    return SnapshotInfo(
+        id=raw.id,
+        written_at=_as_utc(raw.written_at),
+        message=raw.message,
+        metadata=dict(raw.metadata),
+        parent_id=raw.parent_id,
+    )
+
+
+def list_snapshots(repo: ic.Repository, branch: str = MAIN_BRANCH) -> list[SnapshotInfo]:
+    """Every snapshot of a branch, newest first.
+
+    Args:
+        repo: The cube repository.
+        branch: Branch name.
+
+    Returns:
+        Snapshots from the branch tip back to the repository's first one.
+    """
+    return [_info(raw) for raw in repo.ancestry(branch=branch)]
+
+
+def snapshot_at(
+    repo: ic.Repository, t: dt.datetime, branch: str = MAIN_BRANCH
+) -> SnapshotInfo | None:
+    """The latest snapshot committed at or before ``t``.
+
+    Args:
+        repo: The cube repository.
+        t: Instant; a naive datetime is taken as UTC.
+        branch: Branch name.
+
+    Returns:
+        The snapshot, or ``None`` when the branch has none that old.
+    """
+    when = _as_utc(t)
+    for raw in repo.ancestry(branch=branch):
+        if _as_utc(raw.written_at) <= when:
+            return _info(raw)
+    return None
+
+
+def lookup_snapshot(repo: ic.Repository, snapshot_id: str) -> SnapshotInfo:
+    """Metadata of one snapshot by id.
+
+    Args:
+        repo: The cube repository.
+        snapshot_id: icechunk snapshot id.
+
+    Returns:
+        The snapshot's info.
+
+    Raises:
+        SnapshotNotFound: No such snapshot.
+    """
+    try:
+        return _info(repo.lookup_snapshot(snapshot_id))
+    except (ic.IcechunkError, ValueError) as exc:
+        raise SnapshotNotFound(f"unknown snapshot id {snapshot_id!r}") from exc
