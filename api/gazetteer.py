@@ -17,29 +17,38 @@ Then, in order:
 
 1. ``name, qualifier, ...``: the part before the first comma is the name; each
    later part must be a country (name, ISO2, ISO3, a few aliases such as
-   "USA"/"UK"), a US state (name or code) or an admin1 code, and narrows the
-   candidates. A qualifier that is none of these is ignored and makes the
-   answer low-confidence.
+   "USA"/"UK"), a US state (name or code) or the admin1 code of one of the
+   candidates (geonames codes such as ``ZH`` or ``ENG``), and narrows the
+   candidates. A qualifier that is none of these (e.g. "Jharkhand": the
+   package has no admin1 names outside the US) is ignored and makes the
+   answer low-confidence. A known qualifier that rules out every candidate
+   gives ``not_found``.
 2. Exact lookup of the name in a dict (O(1)): tier ``name`` (primary name of a
    city or feature) or ``alternate`` (an alternate name).
 3. Without a comma, trailing tokens that are a known qualifier are tried as
    one ("Paris Texas").
 4. Partial: the longest run of whole tokens of the text that is a primary
-   name (each run at least 3 letters, not only stopwords such as "lake" or
-   "near"). Never fuzzy: no edit distance, no substring scans.
+   name (at least 3 letters, not only stopwords such as "lake" or "near"),
+   plus extra features all of whose name tokens occur in the text ("the lake
+   near Kanke" finds "Kanke Lake"; only the small extra index is scanned).
+   Never fuzzy: no edit distance, no substring scans, no scan of geonames.
 
-Ranking is by tier (name, alternate, partial), then source (sample features
-first: they are the store's own area), then population, then name and id.
+Ranking is by tier (name, alternate, partial), then (partial only) the number
+of query tokens matched, then source (sample features first: they are the
+store's own area), then population, then name and id.
 Candidates with the same normalised name within 5 km of a better one are
 duplicates and dropped.
 
 Confidence
 ----------
 ``is_high_confidence`` is true only when the match is not partial, no
-qualifier was ignored, and every other surviving candidate matched by name or
-alternate name has less than a third of the best one's population (a missing
-population counts as 0, so two sample features of one name, or a sample
-feature and a city of the same name far apart, are always ambiguous).
+qualifier was ignored, and no other surviving candidate is a rival. A rival
+is a candidate of the same tier with at least a third of the best one's
+population, or an alternate-name candidate (when the best matched by name)
+with at least three times its population ("Canton": several US Cantons of
+similar size -> low). A missing population counts as 0, so two sample
+features of one name, or a sample feature and a far-away city of the same
+name, are always ambiguous.
 
 Input that is not a place name
 ------------------------------
@@ -96,8 +105,8 @@ _MAX_NGRAM = 6  # longest token run tried for partial matches
 _MIN_PARTIAL_LETTERS = 3
 
 Tier = Literal["name", "alternate", "partial"]
-_TIER_RANK: dict[str, int] = {"name": 0, "alternate": 1, "partial": 2}
 
+_ASCII_SEPARATORS = re.compile(r"[^a-z0-9]+")
 _CODE_LIKE = re.compile(r"[;<>{}\[\]=|$`\\*^~@#%]|--|\.\.|://|^\s*/")
 _COUNTRY_ALIASES = {
     "usa": "US",
@@ -110,96 +119,16 @@ _COUNTRY_ALIASES = {
     "britain": "GB",
     "great britain": "GB",
 }
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "the",
-        "of",
-        "in",
-        "on",
-        "at",
-        "to",
-        "near",
-        "by",
-        "from",
-        "for",
-        "with",
-        "around",
-        "about",
-        "within",
-        "into",
-        "over",
-        "north",
-        "south",
-        "east",
-        "west",
-        "northern",
-        "southern",
-        "eastern",
-        "western",
-        "central",
-        "upper",
-        "lower",
-        "lake",
-        "lakes",
-        "river",
-        "forest",
-        "wood",
-        "woods",
-        "town",
-        "city",
-        "village",
-        "district",
-        "area",
-        "region",
-        "place",
-        "hill",
-        "hills",
-        "mount",
-        "mountain",
-        "park",
-        "dam",
-        "reservoir",
-        "pond",
-        "field",
-        "fields",
-        "farm",
-        "road",
-        "street",
-        "did",
-        "does",
-        "do",
-        "is",
-        "are",
-        "was",
-        "were",
-        "has",
-        "have",
-        "had",
-        "what",
-        "where",
-        "which",
-        "how",
-        "when",
-        "why",
-        "who",
-        "change",
-        "changed",
-        "changes",
-        "flood",
-        "flooded",
-        "green",
-        "water",
-        "near",
-        "nearby",
-        "this",
-        "that",
-        "my",
-        "our",
-    ]
+# Words that alone never make a partial match (generic feature words, question words).
+_STOPWORD_LINES = (
+    "a an and the of in on at to near nearby by from for with around about within into over",
+    "north south east west northern southern eastern western central upper lower",
+    "lake lakes river forest wood woods town city village district area region place",
+    "hill hills mount mountain park dam reservoir pond field fields farm road street",
+    "did does do is are was were has have had what where which how when why who",
+    "change changed changes flood flooded green water this that my our",
 )
+_STOPWORDS = frozenset(word for line in _STOPWORD_LINES for word in line.split(" "))
 
 
 # --------------------------------------------------------------------------- models
@@ -311,15 +240,25 @@ def normalise_name(text: str) -> str:
     Returns:
         The key, e.g. ``"sao paulo"`` for ``"São Paulo"``.
     """
-    decomposed = unicodedata.normalize("NFKD", text)
-    out = []
-    for ch in decomposed:
-        cat = unicodedata.category(ch)
-        if cat.startswith("M"):
-            continue
-        out.append(ch if cat[0] in "LN" else " ")
-    # casefold after stripping marks: "ß" -> "ss" and the like stay consistent
-    return " ".join("".join(out).casefold().split())
+    if text.isascii():
+        return " ".join(_ASCII_SEPARATORS.sub(" ", text.lower()).split())
+    folded = unicodedata.normalize("NFKD", text).translate(_CHAR_CLASSES).casefold()
+    # casefold can compose new characters ("ß" -> "ss" is fine, others may not be):
+    # run the table again so marks and separators never survive.
+    return " ".join(folded.translate(_CHAR_CLASSES).split())
+
+
+class _CharClasses(dict[int, int | str]):
+    """``str.translate`` table, filled lazily: marks removed, non letters/digits to space."""
+
+    def __missing__(self, codepoint: int) -> int | str:
+        cat = unicodedata.category(chr(codepoint))
+        value: int | str = "" if cat[0] == "M" else (codepoint if cat[0] in "LN" else " ")
+        self[codepoint] = value
+        return value
+
+
+_CHAR_CLASSES = _CharClasses()
 
 
 def _letters(text: str) -> int:
@@ -479,10 +418,13 @@ class _Candidate:
     place: Place
     tier: int
     key: str
+    span: int = 0
+    """Query tokens a partial match covers (more is better)."""
 
-    def sort_key(self) -> tuple[int, int, int, str, str]:
+    def sort_key(self) -> tuple[int, int, int, int, str, str]:
         p = self.place
-        return (self.tier, 0 if p.source == "sample" else 1, -(p.population or 0), p.name, p.id)
+        source = 0 if p.source == "sample" else 1
+        return (self.tier, -self.span, source, -(p.population or 0), p.name, p.id)
 
 
 def _dedupe(candidates: list[_Candidate]) -> list[_Candidate]:
@@ -622,11 +564,11 @@ class Gazetteer:
             return _not_found("text has no name in it", "")
         name, qualifiers = parts[0], parts[1:]
         query = ", ".join(parts)
-        known = [q for q in qualifiers if self._is_known_qualifier(q)]
-        ignored = [q for q in qualifiers if not self._is_known_qualifier(q)]
-
         notes: list[str] = []
         candidates = self._lookup(name)
+        admin1s = {normalise_name(c.place.admin1) for c in candidates if c.place.admin1}
+        known = [q for q in qualifiers if self._is_known_qualifier(q) or q in admin1s]
+        ignored = [q for q in qualifiers if q not in known]
         if candidates and known:
             narrowed = self._apply_qualifiers(candidates, known)
             if not narrowed:
@@ -700,12 +642,31 @@ class Gazetteer:
                 if n == 1 and _letters(run[0]) < _MIN_PARTIAL_LETTERS:
                     continue
                 found.extend(
-                    _Candidate(c.place, 2, c.key)
+                    _Candidate(c.place, 2, c.key, n)
                     for c in self._lookup(" ".join(run), primary_only=True)
                 )
             if found:
-                return found
-        return []
+                break
+        return self._feature_token_matches(tokens) + found
+
+    def _feature_token_matches(self, tokens: Sequence[str]) -> list[_Candidate]:
+        """Extra features whose every name token occurs in the text ("lake near Kanke").
+
+        Only the extra (sample) index is scanned: it holds tens of features, so
+        this is cheap; the geonames index is never scanned.
+        """
+        present = set(tokens)
+        out: list[_Candidate] = []
+        for key, entries in self._extra.names.items():
+            key_tokens = key.split(" ")
+            if len(key_tokens) < 2 or not present.issuperset(key_tokens):
+                continue
+            if all(t in _STOPWORDS or _letters(t) < _MIN_PARTIAL_LETTERS for t in key_tokens):
+                continue
+            out.extend(
+                _Candidate(self._extra.places[idx], 2, key, len(key_tokens)) for idx, _ in entries
+            )
+        return out
 
     @staticmethod
     def _confidence(
@@ -715,11 +676,16 @@ class Gazetteer:
             return False, f"partial match on '{best.key}'"
         what = "name" if best.tier == 0 else "alternate name"
         best_pop = best.place.population or 0
-        rivals = [
-            c
-            for c in others
-            if c.tier <= 1 and (c.place.population or 0) * CONFIDENCE_POPULATION_RATIO >= best_pop
-        ]
+        ratio = CONFIDENCE_POPULATION_RATIO
+
+        def is_rival(c: _Candidate) -> bool:
+            pop = c.place.population or 0
+            if c.tier == best.tier:  # same kind of match: comparable size is a rival
+                return pop * ratio >= best_pop
+            # a weaker (alternate-name) match must be clearly bigger to compete
+            return c.tier == 1 and pop >= best_pop * ratio
+
+        rivals = [c for c in others if is_rival(c)]
         if rivals:
             return False, (
                 f"{what} match, but {len(rivals)} other place(s) of that name are comparable"

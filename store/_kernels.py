@@ -35,6 +35,10 @@ __all__ = [
 BLOCK = 32
 """Rows per block: small enough for the block buffer to stay in L1."""
 
+_FASTMATH = {"reassoc", "contract"}
+# Only reassociation (so float reductions vectorise) and FMA contraction: no
+# "nnan"/"ninf", because the kernels compare against -inf sentinels.
+
 
 @intrinsic
 def popcount64(typingctx, x):  # type: ignore[no-untyped-def]
@@ -96,7 +100,7 @@ def _heap_offer(keys, rows, size: int, k: int, key: float, row: int) -> int:  # 
 # --------------------------------------------------------------------------- dots
 
 
-@njit(inline="always", fastmath=True)
+@njit(inline="always", fastmath=_FASTMATH)
 def _dot_i8(vec, r: int, q):  # type: ignore[no-untyped-def]
     """Exact int8 x int8 dot product, int32 accumulate (cannot overflow for D <= 2^17)."""
     acc = np.int32(0)
@@ -105,7 +109,7 @@ def _dot_i8(vec, r: int, q):  # type: ignore[no-untyped-def]
     return np.float64(acc)
 
 
-@njit(inline="always", fastmath=True)
+@njit(inline="always", fastmath=_FASTMATH)
 def _dot_f32(vec, r: int, q):  # type: ignore[no-untyped-def]
     """int8 row x float32 query, float32 accumulate (reassociated for SIMD)."""
     acc = np.float32(0.0)
@@ -120,7 +124,7 @@ def _key(dot: float, norm: np.float32) -> float:
     return dot / np.float64(norm) if norm > 0 else 0.0
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, fastmath=_FASTMATH)
 def cosine_scan(vec, norms, qi, qf, use_float, mask, use_mask, exclude, k, nchunk):  # type: ignore[no-untyped-def]
     """Exact cosine top-k over all rows, in ``nchunk`` contiguous chunks.
 
@@ -173,7 +177,7 @@ def cosine_scan(vec, norms, qi, qf, use_float, mask, use_mask, exclude, k, nchun
     return out_k, out_r, sizes
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, fastmath=_FASTMATH)
 def cosine_scan_rows(vec, norms, qi, qf, use_float, cand, exclude, k, nchunk):  # type: ignore[no-untyped-def]
     """Exact cosine top-k over the rows listed in ``cand`` (gather; any order).
 
@@ -199,7 +203,7 @@ def cosine_scan_rows(vec, norms, qi, qf, use_float, cand, exclude, k, nchunk):  
     return out_k, out_r, sizes
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, fastmath=_FASTMATH)
 def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk):  # type: ignore[no-untyped-def]
     """Hamming top-k (key = -distance) over (N, W) uint64 codes.
 
@@ -250,7 +254,7 @@ def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk):  # type: ignore[
     return out_k, out_r, sizes
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, fastmath=_FASTMATH)
 def hamming_scan_rows(codes, q, cand, exclude, k, nchunk):  # type: ignore[no-untyped-def]
     """Hamming top-k over the rows listed in ``cand``; returns as :func:`hamming_scan`."""
     n = cand.shape[0]

@@ -159,10 +159,11 @@ def forest_green(doy: int) -> float:
 
 
 def _mix(g: NDArray[np.float64] | float, a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
-    g = np.asarray(g, dtype=np.float64)
-    return np.asarray(g[None, ...] * a[:, None, None] + (1.0 - g[None, ...]) * b[:, None, None]) if g.ndim else np.asarray(
-        (g * a + (1.0 - g) * b)[:, None, None]
-    )
+    """Linear mixture g*a + (1-g)*b; shape (6, *g.shape), or (6, 1, 1) for a scalar g."""
+    ga = np.asarray(g, dtype=np.float64)
+    if ga.ndim == 0:
+        ga = ga.reshape(1, 1)
+    return np.asarray(ga[None] * a[:, None, None] + (1.0 - ga[None]) * b[:, None, None])
 
 
 def surface_reflectance(scene: Scene, d: date) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:

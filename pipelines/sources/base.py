@@ -143,5 +143,3 @@ def finish(
         unique.setdefault(item.id, item)
     ordered = sorted(unique.values(), key=lambda it: (it.datetime, it.id))
     return SearchResult(items=tuple(ordered), skipped=tuple(skipped), cloud_filter=cloud_filter)
-
-

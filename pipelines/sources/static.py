@@ -109,4 +109,6 @@ class StaticCatalogSource:
                 skipped.append(parsed)
             elif cloud_ok(parsed, max_cloud):
                 items.append(parsed)
-        return finish(items, skipped, "client" if max_cloud is not None and kind == "s2" else "none")
+        return finish(
+            items, skipped, "client" if max_cloud is not None and kind == "s2" else "none"
+        )
