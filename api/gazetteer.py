@@ -28,8 +28,9 @@ Then, in order:
 3. Without a comma, trailing tokens that are a known qualifier are tried as
    one ("Paris Texas").
 4. Partial: the longest run of whole tokens of the text that is a primary
-   name (at least 3 letters, not only stopwords such as "lake" or "near"),
-   plus extra features all of whose name tokens occur in the text ("the lake
+   name (at least 3 letters, not only stopwords such as "lake" or "near"; a
+   geonames city must have 100,000 people or follow "in", "near", "at" ...,
+   so "lorem ipsum dolor sit amet" does not find Amet, India), plus extra features all of whose name tokens occur in the text ("the lake
    near Kanke" finds "Kanke Lake"; only the small extra index is scanned).
    Never fuzzy: no edit distance, no substring scans, no scan of geonames.
 
@@ -46,7 +47,9 @@ qualifier was ignored, and no other surviving candidate is a rival. A rival
 is a candidate of the same tier with at least a third of the best one's
 population, or an alternate-name candidate (when the best matched by name)
 with at least three times its population ("Canton": several US Cantons of
-similar size -> low). A missing population counts as 0, so two sample
+similar size -> low). Also low: an alternate-name match on fewer than four
+letters ("St", "LA": codes and abbreviations), and a name that is also a
+country or US state ("Mexico", "Georgia"). A missing population counts as 0, so two sample
 features of one name, or a sample feature and a far-away city of the same
 name, are always ambiguous.
 
@@ -103,9 +106,14 @@ CONFIDENCE_POPULATION_RATIO = 3.0
 _MAX_CANDIDATES = 200  # ranked candidates kept before de-duplication
 _MAX_NGRAM = 6  # longest token run tried for partial matches
 _MIN_PARTIAL_LETTERS = 3
+# A geonames city matched partially must be well known, or follow a locative word.
+_PARTIAL_MIN_POPULATION = 100_000
+_LOCATIVES = frozenset({"in", "near", "at", "around", "of", "from", "outside", "by"})
+_SHORT_KEY_LETTERS = 4  # alternate names shorter than this (codes, "LA", "St") are ambiguous
 
 Tier = Literal["name", "alternate", "partial"]
 
+_JOINERS = frozenset("\u200c\u200d")  # zero-width (non-)joiners are part of Persian/Indic names
 _ASCII_SEPARATORS = re.compile(r"[^a-z0-9]+")
 _CODE_LIKE = re.compile(r"[;<>{}\[\]=|$`\\*^~@#%]|--|\.\.|://|^\s*/")
 _COUNTRY_ALIASES = {
@@ -278,7 +286,10 @@ def _check_text(text: object) -> str | None:
     stripped = text.strip()
     if not stripped:
         raise InvalidArgument("place text is empty", code="invalid_place_text")
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn") for ch in stripped):
+    if any(
+        unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn") and ch not in _JOINERS
+        for ch in stripped
+    ):
         raise InvalidArgument(
             "place text contains control or unassigned characters", code="invalid_place_text"
         )
@@ -631,19 +642,21 @@ class Gazetteer:
     def _partial(self, name: str) -> list[_Candidate]:
         tokens = name.split(" ")
         longest = min(len(tokens) - 1, _MAX_NGRAM, max(i.max_tokens for i in self._indexes()))
+        found: list[_Candidate] = []
         for n in range(longest, 0, -1):
-            found: list[_Candidate] = []
             for i in range(len(tokens) - n + 1):
                 run = tokens[i : i + n]
-                if all(t in _STOPWORDS for t in run) or _letters("".join(run)) < (
-                    _MIN_PARTIAL_LETTERS
-                ):
+                if all(t in _STOPWORDS for t in run):
                     continue
-                if n == 1 and _letters(run[0]) < _MIN_PARTIAL_LETTERS:
+                if _letters("".join(run)) < _MIN_PARTIAL_LETTERS:
                     continue
+                after_locative = i > 0 and tokens[i - 1] in _LOCATIVES
                 found.extend(
                     _Candidate(c.place, 2, c.key, n)
                     for c in self._lookup(" ".join(run), primary_only=True)
+                    if c.place.source == "sample"
+                    or after_locative
+                    or (c.place.population or 0) >= _PARTIAL_MIN_POPULATION
                 )
             if found:
                 break
@@ -690,6 +703,11 @@ class Gazetteer:
             return False, (
                 f"{what} match, but {len(rivals)} other place(s) of that name are comparable"
             )
+        if best.tier == 1 and _letters(best.key) < _SHORT_KEY_LETTERS:
+            return False, f"{what} match on a short name or code"
+        regions = _regions()
+        if best.key in regions.countries or best.key in regions.us_states:
+            return False, f"{what} match, but it also names a country or US state"
         if ignored:
             return False, f"{what} match"
         return True, f"{what} match" + (", largest of its name" if others else ", unique")

@@ -18,6 +18,8 @@ negated distance.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -50,6 +52,9 @@ def popcount64(typingctx, x):  # type: ignore[no-untyped-def]
         return builder.call(fn, [args[0]])
 
     return sig, codegen
+
+
+_popcnt: Any = popcount64  # untyped alias for mypy; numba resolves it to the intrinsic
 
 
 # --------------------------------------------------------------------------- heap
@@ -234,14 +239,14 @@ def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk):  # type: ignore[
                 q0 = q[0]
                 q1 = q[1]
                 for r in range(b0, b1):
-                    dist = np.int64(popcount64(codes[r, 0] ^ q0) + popcount64(codes[r, 1] ^ q1))
+                    dist = np.int64(_popcnt(codes[r, 0] ^ q0) + _popcnt(codes[r, 1] ^ q1))
                     buf[r - b0] = dist
                     best = min(best, dist)
             else:
                 for r in range(b0, b1):
                     dist = np.int64(0)
                     for j in range(w):
-                        dist += np.int64(popcount64(codes[r, j] ^ q[j]))
+                        dist += np.int64(_popcnt(codes[r, j] ^ q[j]))
                     buf[r - b0] = dist
                     best = min(best, dist)
             if size == k and -np.float64(best) < keys[0]:
@@ -274,7 +279,7 @@ def hamming_scan_rows(codes, q, cand, exclude, k, nchunk):  # type: ignore[no-un
                 continue
             dist = np.int64(0)
             for j in range(w):
-                dist += np.int64(popcount64(codes[r, j] ^ q[j]))
+                dist += np.int64(_popcnt(codes[r, j] ^ q[j]))
             size = _heap_offer(keys, rows, size, k, -np.float64(dist), r)
         sizes[c] = size
     return out_k, out_r, sizes

@@ -148,3 +148,21 @@ class InvalidInventory(StoreError, ValueError):
     """Scene-inventory rows or queries with invalid values."""
 
     code = "invalid_inventory"
+
+
+# --------------------------------------------------------------------------- k-NN vector tables
+
+
+class VectorTableError(StoreError, OSError):
+    """A k-NN vector table is missing, malformed, or would be overwritten silently."""
+
+    code = "vector_table_error"
+
+
+class InvalidVectorQuery(StoreError, ValueError):
+    """A k-NN query is invalid: wrong dimension, zero vector, k out of range, bad mode or mask."""
+
+    code = "invalid_vector_query"
+
+
+__all__ += ["InvalidVectorQuery", "VectorTableError"]

@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 from pyproj import Transformer
-from rasterio.transform import Affine, from_origin
+from rasterio.transform import Affine
 
 __all__ = [
     "CENTER_LAT",
@@ -57,11 +57,11 @@ class SampleGrid:
 
     def transform(self, res: float = 10.0) -> Affine:
         """Affine transform of the grid at resolution ``res`` (10 or 20 m)."""
-        return from_origin(self.left, self.top, res, res)
+        return Affine(res, 0.0, self.left, 0.0, -res, self.top)
 
     def shape(self, res: float = 10.0) -> tuple[int, int]:
         """(rows, cols) of the grid at resolution ``res``."""
-        f = int(round(res / 10.0))
+        f = round(res / 10.0)
         return self.height // f, self.width // f
 
     @property
@@ -104,18 +104,22 @@ class SampleGrid:
         """(west, south, east, north) in degrees, densified along the edges."""
         n = 21
         t = np.linspace(0.0, 1.0, n)
-        xs = np.concatenate([
-            self.left + t * (self.right - self.left),
-            np.full(n, self.right),
-            self.right - t * (self.right - self.left),
-            np.full(n, self.left),
-        ])
-        ys = np.concatenate([
-            np.full(n, self.top),
-            self.top - t * (self.top - self.bottom),
-            np.full(n, self.bottom),
-            self.bottom + t * (self.top - self.bottom),
-        ])
+        xs = np.concatenate(
+            [
+                self.left + t * (self.right - self.left),
+                np.full(n, self.right),
+                self.right - t * (self.right - self.left),
+                np.full(n, self.left),
+            ]
+        )
+        ys = np.concatenate(
+            [
+                np.full(n, self.top),
+                self.top - t * (self.top - self.bottom),
+                np.full(n, self.bottom),
+                self.bottom + t * (self.top - self.bottom),
+            ]
+        )
         lon, lat = self.xy_to_lonlat(xs, ys)
         return (
             round(float(lon.min()), 7),

@@ -20,7 +20,9 @@ GTIFF_MEDIA_TYPE = "image/tiff; application=geotiff"
 """Media type of plain GeoTIFF assets."""
 
 
-def _profile(data: NDArray[Any], transform: Affine, epsg: int, nodata: float | None) -> dict[str, Any]:
+def _profile(
+    data: NDArray[Any], transform: Affine, epsg: int, nodata: float | None
+) -> dict[str, Any]:
     return {
         "width": data.shape[1],
         "height": data.shape[0],
@@ -34,19 +36,25 @@ def _profile(data: NDArray[Any], transform: Affine, epsg: int, nodata: float | N
     }
 
 
-def write_cog(path: Path, data: NDArray[Any], transform: Affine, epsg: int, nodata: float | None) -> int:
+def write_cog(
+    path: Path, data: NDArray[Any], transform: Affine, epsg: int, nodata: float | None
+) -> int:
     """Write a single-band Cloud-Optimized GeoTIFF (deflate, 256 px blocks, no timestamps).
 
     Returns:
         The file size in bytes.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with rasterio.open(path, "w", driver="COG", blocksize=256, **_profile(data, transform, epsg, nodata)) as ds:
+    with rasterio.open(
+        path, "w", driver="COG", blocksize=256, **_profile(data, transform, epsg, nodata)
+    ) as ds:
         ds.write(data, 1)
     return path.stat().st_size
 
 
-def write_gtiff(path: Path, data: NDArray[Any], transform: Affine, epsg: int, nodata: float | None) -> int:
+def write_gtiff(
+    path: Path, data: NDArray[Any], transform: Affine, epsg: int, nodata: float | None
+) -> int:
     """Write a single-band tiled GeoTIFF (deflate).
 
     Returns:
@@ -54,7 +62,9 @@ def write_gtiff(path: Path, data: NDArray[Any], transform: Affine, epsg: int, no
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     prof = _profile(data, transform, epsg, nodata)
-    with rasterio.open(path, "w", driver="GTiff", tiled=True, blockxsize=256, blockysize=256, **prof) as ds:
+    with rasterio.open(
+        path, "w", driver="GTiff", tiled=True, blockxsize=256, blockysize=256, **prof
+    ) as ds:
         ds.write(data, 1)
     return path.stat().st_size
 

@@ -25,9 +25,9 @@ __all__ = [
     "BANDS_20M",
     "BOA_ADD_OFFSET",
     "QUANTIFICATION",
+    "SCL_CLOUD",
     "S2Scene",
     "S2Weather",
-    "SCL_CLOUD",
     "crop_green",
     "forest_green",
     "processing_baseline",
@@ -65,10 +65,20 @@ _CIRRUS = np.array([0.060, 0.060, 0.060, 0.070, 0.050, 0.030])
 _S2_START = date(2023, 1, 2)
 _S2_STEP = 5
 _TINY_TARGETS = [
-    date(2023, 1, 12), date(2023, 4, 22), date(2023, 7, 21), date(2023, 9, 9),
-    date(2023, 11, 18), date(2024, 2, 6), date(2024, 3, 2), date(2024, 3, 27),
-    date(2024, 5, 11), date(2024, 7, 25), date(2024, 8, 9), date(2024, 8, 19),
-    date(2024, 9, 8), date(2024, 12, 12),
+    date(2023, 1, 12),
+    date(2023, 4, 22),
+    date(2023, 7, 21),
+    date(2023, 9, 9),
+    date(2023, 11, 18),
+    date(2024, 2, 6),
+    date(2024, 3, 2),
+    date(2024, 3, 27),
+    date(2024, 5, 11),
+    date(2024, 7, 25),
+    date(2024, 8, 9),
+    date(2024, 8, 19),
+    date(2024, 9, 8),
+    date(2024, 12, 12),
 ]
 _FULLY_CLOUDY = {date(2023, 7, 21), date(2023, 8, 5), date(2024, 7, 10), date(2024, 9, 3)}
 _PARTLY_CLOUDY = {date(2024, 5, 11): 0.3}
@@ -145,9 +155,13 @@ def _logistic(x: NDArray[np.float64] | float) -> NDArray[np.float64]:
     return np.asarray(1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64))))
 
 
-def crop_green(doy: int, offset: NDArray[np.float64], kharif: NDArray[np.float64], rabi: NDArray[np.float64]) -> NDArray[np.float64]:
+def crop_green(
+    doy: int, offset: NDArray[np.float64], kharif: NDArray[np.float64], rabi: NDArray[np.float64]
+) -> NDArray[np.float64]:
     """Green fraction of farmland on day-of-year ``doy`` (kharif Jul-Oct, rabi Dec-Mar)."""
-    g_k = _logistic((doy - (196.0 + offset)) / 6.0) * (1.0 - _logistic((doy - (290.0 + offset)) / 6.0))
+    g_k = _logistic((doy - (196.0 + offset)) / 6.0) * (
+        1.0 - _logistic((doy - (290.0 + offset)) / 6.0)
+    )
     t = doy - 335.0 if doy >= 200 else doy + 30.0
     g_r = _logistic((t - (25.0 + offset)) / 6.0) * (1.0 - _logistic((t - (108.0 + offset)) / 6.0))
     return np.asarray(np.maximum(g_k * kharif, g_r * rabi) * 0.95)
@@ -158,7 +172,9 @@ def forest_green(doy: int) -> float:
     return 0.92 - 0.30 * float(np.exp(-(((doy - 105.0) / 28.0) ** 2)))
 
 
-def _mix(g: NDArray[np.float64] | float, a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
+def _mix(
+    g: NDArray[np.float64] | float, a: NDArray[np.float64], b: NDArray[np.float64]
+) -> NDArray[np.float64]:
     """Linear mixture g*a + (1-g)*b; shape (6, *g.shape), or (6, 1, 1) for a scalar g."""
     ga = np.asarray(g, dtype=np.float64)
     if ga.ndim == 0:
@@ -261,7 +277,7 @@ def render_s2(scene: Scene, d: date, seed: int, nodata_edge: bool = False) -> S2
     alpha_c = np.zeros((h + pad, w + pad))
     if weather.cloud_fraction >= 1.0:
         f = smooth_noise(rng, alpha_c.shape, 10.0)
-        alpha_c = np.clip(0.75 + 0.25 * f, 0.35, 1.0)
+        alpha_c = np.clip(0.85 + 0.15 * f, 0.45, 1.0)
     elif weather.cloud_fraction > 0.0:
         f = smooth_noise(rng, alpha_c.shape, 10.0)
         t = float(np.quantile(f[:h, :w], 1.0 - weather.cloud_fraction))
@@ -275,7 +291,11 @@ def render_s2(scene: Scene, d: date, seed: int, nodata_edge: bool = False) -> S2
     shadow_src = alpha_c[pad:, pad:]
     shade = 1.0 - 0.6 * np.clip(shadow_src / 0.6, 0.0, 1.0)
 
-    obs = surf * shade[None] * (1.0 - alpha[None]) + alpha[None] * _CLOUD[:, None, None] + beta[None] * _CIRRUS[:, None, None]
+    obs = (
+        surf * shade[None] * (1.0 - alpha[None])
+        + alpha[None] * _CLOUD[:, None, None]
+        + beta[None] * _CIRRUS[:, None, None]
+    )
     obs = np.clip(obs, 0.0, 6.0)
 
     valid = np.ones((h, w), dtype=bool)

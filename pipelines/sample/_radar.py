@@ -30,9 +30,16 @@ S1_ENL = 4.4
 _S1_START = date(2023, 1, 5)
 _S1_STEP = 12
 _TINY_TARGETS = [
-    date(2023, 2, 10), date(2023, 5, 5), date(2023, 9, 2), date(2024, 2, 27),
-    date(2024, 4, 3), date(2024, 7, 22), date(2024, 8, 3), date(2024, 8, 15),
-    date(2024, 8, 27), date(2024, 12, 1),
+    date(2023, 2, 10),
+    date(2023, 5, 5),
+    date(2023, 9, 2),
+    date(2024, 2, 27),
+    date(2024, 4, 3),
+    date(2024, 7, 22),
+    date(2024, 8, 3),
+    date(2024, 8, 15),
+    date(2024, 8, 27),
+    date(2024, 12, 1),
 ]
 
 
@@ -45,7 +52,11 @@ def s1_dates(size: SampleSize) -> list[date]:
         d += timedelta(days=_S1_STEP)
     if size == "demo":
         return all_dates
-    return sorted({min(all_dates, key=lambda a, t=t: abs((a - t).days)) for t in _TINY_TARGETS})
+
+    def nearest(target: date) -> date:
+        return min(all_dates, key=lambda a: abs((a - target).days))
+
+    return sorted({nearest(t) for t in _TINY_TARGETS})
 
 
 @dataclass(frozen=True, eq=False)

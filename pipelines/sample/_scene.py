@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 import rasterio.features
+import shapely
 from numpy.typing import NDArray
 from scipy.ndimage import gaussian_filter
 from scipy.spatial import cKDTree
-from shapely.geometry import MultiPolygon, Polygon, box, mapping, shape
-from shapely.ops import transform as shp_transform
+from shapely.geometry import MultiPolygon, Polygon, mapping, shape
 from shapely.ops import unary_union
 
 from pipelines.sample._geo import SampleGrid
@@ -77,7 +77,9 @@ def class_table() -> list[dict[str, Any]]:
     ]
 
 
-def smooth_noise(rng: np.random.Generator, shape: tuple[int, int], sigma: float) -> NDArray[np.float64]:
+def smooth_noise(
+    rng: np.random.Generator, shape: tuple[int, int], sigma: float
+) -> NDArray[np.float64]:
     """Spatially smooth Gaussian noise with unit standard deviation.
 
     Args:
@@ -127,7 +129,9 @@ class Scene:
         return self.landcover == int(cls)
 
 
-def _rect(u: NDArray[np.float64], v: NDArray[np.float64], u0: float, u1: float, v0: float, v1: float) -> NDArray[np.bool_]:
+def _rect(
+    u: NDArray[np.float64], v: NDArray[np.float64], u0: float, u1: float, v0: float, v1: float
+) -> NDArray[np.bool_]:
     return (u >= u0) & (u < u1) & (v >= v0) & (v < v1)
 
 
@@ -143,7 +147,9 @@ def _round_coords(geom: Any) -> dict[str, Any]:
     return {"type": g["type"], "coordinates": rnd(g["coordinates"])}
 
 
-def _mask_geometry(mask: NDArray[np.bool_], grid: SampleGrid, largest: bool = False) -> Polygon | MultiPolygon:
+def _mask_geometry(
+    mask: NDArray[np.bool_], grid: SampleGrid, largest: bool = False
+) -> Polygon | MultiPolygon:
     """Vectorise a pixel mask into a lon/lat (Multi)Polygon along pixel edges."""
     polys = [
         shape(geom)
@@ -158,11 +164,11 @@ def _mask_geometry(mask: NDArray[np.bool_], grid: SampleGrid, largest: bool = Fa
     if largest and isinstance(merged, MultiPolygon):
         merged = max(merged.geoms, key=lambda p: p.area)
 
-    def proj(x: Any, y: Any, z: Any = None) -> tuple[Any, Any]:
-        lon, lat = grid.xy_to_lonlat(np.asarray(x), np.asarray(y))
-        return lon, lat
+    def proj(xy: NDArray[np.float64]) -> NDArray[np.float64]:
+        lon, lat = grid.xy_to_lonlat(xy[:, 0], xy[:, 1])
+        return np.stack([lon, lat], axis=1)
 
-    out = shp_transform(proj, merged)
+    out = shapely.transform(merged, proj)
     assert isinstance(out, (Polygon, MultiPolygon))
     return out
 
@@ -215,8 +221,12 @@ def build_scene(grid: SampleGrid, seed: int) -> Scene:
     flood_reach = max(4.0 * hw, hw + 2.5 * px)
     flood_zone = (dist_river < flood_reach) & (v >= 0.40) & ~river
 
-    lake = (((u - 0.80) / 0.12) ** 2 + ((v - 0.22) / 0.085) ** 2) < 1.0 + 0.25 * np.clip(n_lake, -1.5, 1.5)
-    town = (((u - 0.80) / 0.17) ** 2 + ((v - 0.80) / 0.15) ** 2) < 1.0 + 0.3 * np.clip(n_town, -1.5, 1.5)
+    lake = (((u - 0.80) / 0.12) ** 2 + ((v - 0.22) / 0.085) ** 2) < 1.0 + 0.25 * np.clip(
+        n_lake, -1.5, 1.5
+    )
+    town = (((u - 0.80) / 0.17) ** 2 + ((v - 0.80) / 0.15) ** 2) < 1.0 + 0.3 * np.clip(
+        n_town, -1.5, 1.5
+    )
     town &= dist_river > flood_reach + 2 * px
     forest = ((u + 0.8 * v) < 0.55 + 0.08 * n_forest) & (u < u_river - flood_reach)
 
@@ -240,8 +250,8 @@ def build_scene(grid: SampleGrid, seed: int) -> Scene:
     _, parcel = cKDTree(seeds).query(np.stack([rows.ravel(), cols.ravel()], axis=1))
     parcel = parcel.reshape(h, w)
     n_parcels = seeds.shape[0]
-    p_off = rng.uniform(-10.0, 10.0, n_parcels)
-    p_kh = rng.uniform(0.85, 1.0, n_parcels)
+    p_off: NDArray[np.float64] = rng.uniform(-10.0, 10.0, size=(n_parcels,))
+    p_kh: NDArray[np.float64] = rng.uniform(0.85, 1.0, size=(n_parcels,))
     p_rabi = np.where(rng.uniform(size=n_parcels) < 0.65, rng.uniform(0.75, 0.95, n_parcels), 0.0)
     crop_offset = p_off[parcel]
     kharif_amp = p_kh[parcel]
@@ -272,30 +282,46 @@ def _features(scene: Scene) -> list[dict[str, Any]]:
     out = []
     for fid, name, kind, cls, desc in [
         ("kanke-lake", "Kanke Lake", "lake", LandClass.LAKE, "Reservoir north-east of the town"),
-        ("jumar-river", "Jumar River", "river", LandClass.RIVER, "River crossing the area north to south"),
-        ("pithoria-forest", "Pithoria Sal Forest", "forest", LandClass.FOREST, "Sal forest in the north-west"),
+        (
+            "jumar-river",
+            "Jumar River",
+            "river",
+            LandClass.RIVER,
+            "River crossing the area north to south",
+        ),
+        (
+            "pithoria-forest",
+            "Pithoria Sal Forest",
+            "forest",
+            LandClass.FOREST,
+            "Sal forest in the north-west",
+        ),
         ("kanke-bazar", "Kanke Bazar", "town", LandClass.TOWN, "Market town in the south-east"),
     ]:
         geom = _mask_geometry(scene.mask(cls), grid, largest=True)
-        out.append({
-            "id": fid,
-            "name": name,
-            "kind": kind,
-            "landcover_code": int(cls),
-            "description": desc,
-            "centre": _centre(geom),
-            "geometry": _round_coords(geom),
-        })
+        out.append(
+            {
+                "id": fid,
+                "name": name,
+                "kind": kind,
+                "landcover_code": int(cls),
+                "description": desc,
+                "centre": _centre(geom),
+                "geometry": _round_coords(geom),
+            }
+        )
     ref = _rect_geometry(scene.ref_field, grid)
-    out.append({
-        "id": "kanke-reference-field",
-        "name": "Kanke Reference Field",
-        "kind": "farmland",
-        "landcover_code": int(LandClass.FARMLAND),
-        "description": "Irrigated field that grows both a kharif and a rabi crop every year",
-        "centre": _centre(ref),
-        "geometry": _round_coords(ref),
-    })
+    out.append(
+        {
+            "id": "kanke-reference-field",
+            "name": "Kanke Reference Field",
+            "kind": "farmland",
+            "landcover_code": int(LandClass.FARMLAND),
+            "description": "Irrigated field that grows both a kharif and a rabi crop every year",
+            "centre": _centre(ref),
+            "geometry": _round_coords(ref),
+        }
+    )
     return out
 
 
@@ -318,12 +344,26 @@ def _events(scene: Scene) -> list[dict[str, Any]]:
             "geometry": _round_coords(clear_g),
             "centre": _centre(clear_g),
             "expected": [
-                {"source": "sentinel-2-l2a", "index": "ndvi", "change": "decrease", "min_change": 0.3,
-                 "text": "median NDVI of clear observations drops by > 0.3 after the date"},
-                {"source": "sentinel-1-rtc", "band": "vh", "change": "decrease", "min_ratio": 2.0,
-                 "text": "VH backscatter falls by more than half (about -3 dB or more)"},
-                {"source": "tessera-embeddings", "change": "years_differ", "years": [2023, 2024],
-                 "text": "Tessera vectors of 2023 (forest) and 2024 (mostly bare) differ: cosine < 0.5"},
+                {
+                    "source": "sentinel-2-l2a",
+                    "index": "ndvi",
+                    "change": "decrease",
+                    "min_change": 0.3,
+                    "text": "median NDVI of clear observations drops by > 0.3 after the date",
+                },
+                {
+                    "source": "sentinel-1-rtc",
+                    "band": "vh",
+                    "change": "decrease",
+                    "min_ratio": 2.0,
+                    "text": "VH backscatter falls by more than half (about -3 dB or more)",
+                },
+                {
+                    "source": "tessera-embeddings",
+                    "change": "years_differ",
+                    "years": [2023, 2024],
+                    "text": "Tessera vectors of 2023 (forest) and 2024 (mostly bare) differ: cosine < 0.5",
+                },
             ],
         },
         {
@@ -338,10 +378,20 @@ def _events(scene: Scene) -> list[dict[str, Any]]:
             "geometry": _round_coords(flood_g),
             "centre": _centre(flood_g),
             "expected": [
-                {"source": "sentinel-2-l2a", "index": "ndwi", "change": "above", "threshold": 0.2,
-                 "text": "NDWI (green-nir) > 0.2 on clear dates inside the window, < 0 before and after"},
-                {"source": "sentinel-1-rtc", "band": "vv", "change": "below", "threshold": 0.03,
-                 "text": "VV gamma0 < 0.03 (about -15 dB) inside the window"},
+                {
+                    "source": "sentinel-2-l2a",
+                    "index": "ndwi",
+                    "change": "above",
+                    "threshold": 0.2,
+                    "text": "NDWI (green-nir) > 0.2 on clear dates inside the window, < 0 before and after",
+                },
+                {
+                    "source": "sentinel-1-rtc",
+                    "band": "vv",
+                    "change": "below",
+                    "threshold": 0.03,
+                    "text": "VV gamma0 < 0.03 (about -15 dB) inside the window",
+                },
             ],
         },
         {
@@ -355,10 +405,19 @@ def _events(scene: Scene) -> list[dict[str, Any]]:
             "geometry": _round_coords(cons_g),
             "centre": _centre(cons_g),
             "expected": [
-                {"source": "sentinel-2-l2a", "index": "ndvi", "change": "decrease", "min_change": 0.3,
-                 "text": "kharif-season NDVI (September) drops by > 0.3 from 2023 to 2024; NDVI < 0.2 afterwards"},
-                {"source": "tessera-embeddings", "change": "years_differ", "years": [2023, 2024],
-                 "text": "Tessera vectors of 2023 (mostly farmland) and 2024 (construction) differ"},
+                {
+                    "source": "sentinel-2-l2a",
+                    "index": "ndvi",
+                    "change": "decrease",
+                    "min_change": 0.3,
+                    "text": "kharif-season NDVI (September) drops by > 0.3 from 2023 to 2024; NDVI < 0.2 afterwards",
+                },
+                {
+                    "source": "tessera-embeddings",
+                    "change": "years_differ",
+                    "years": [2023, 2024],
+                    "text": "Tessera vectors of 2023 (mostly farmland) and 2024 (construction) differ",
+                },
             ],
         },
     ]
@@ -370,27 +429,28 @@ def _events(scene: Scene) -> list[dict[str, Any]]:
         ("rabi-2024-25", "rabi", date(2024, 12, 1), date(2025, 3, 31)),
     ]
     for sid, season, start, end in seasons:
-        events.append({
-            "id": f"crop-{sid}",
-            "kind": "crop_season",
-            "season": season,
-            "start": start.isoformat(),
-            "end": end.isoformat(),
-            "before": "fallow",
-            "after": "fallow",
-            "description": f"{season} crop on the farmland (shown on Kanke Reference Field); peak green "
-            + ("late August to September" if season == "kharif" else "January to February"),
-            "geometry": _round_coords(ref_g),
-            "centre": _centre(ref_g),
-            "expected": [
-                {"source": "sentinel-2-l2a", "index": "ndvi", "change": "peak", "threshold": 0.6,
-                 "text": "NDVI > 0.6 at the season's peak; < 0.35 in the fallow months (April-June)"},
-            ],
-        })
+        events.append(
+            {
+                "id": f"crop-{sid}",
+                "kind": "crop_season",
+                "season": season,
+                "start": start.isoformat(),
+                "end": end.isoformat(),
+                "before": "fallow",
+                "after": "fallow",
+                "description": f"{season} crop on the farmland (shown on Kanke Reference Field); peak green "
+                + ("late August to September" if season == "kharif" else "January to February"),
+                "geometry": _round_coords(ref_g),
+                "centre": _centre(ref_g),
+                "expected": [
+                    {
+                        "source": "sentinel-2-l2a",
+                        "index": "ndvi",
+                        "change": "peak",
+                        "threshold": 0.6,
+                        "text": "NDVI > 0.6 at the season's peak; < 0.35 in the fallow months (April-June)",
+                    },
+                ],
+            }
+        )
     return events
-
-
-def area_geometry(grid: SampleGrid) -> Polygon:
-    """Footprint of the sample grid in lon/lat."""
-    ring = grid.footprint_lonlat()
-    return Polygon(ring) if ring else box(0, 0, 0, 0)

@@ -9,7 +9,7 @@ import numpy as np
 import rasterio.warp
 from numpy.typing import NDArray
 from rasterio.crs import CRS
-from rasterio.transform import Affine, from_origin
+from rasterio.transform import Affine
 from scipy.ndimage import gaussian_filter
 
 from pipelines.sample._geo import SampleGrid
@@ -71,7 +71,7 @@ class TesseraTile:
     @property
     def transform(self) -> Affine:
         """Transform of the clipped window."""
-        return self.full_transform * Affine.translation(self.col0, self.row0)
+        return self.full_transform @ Affine.translation(self.col0, self.row0)
 
 
 def tessera_tile(grid: SampleGrid, lon: float, lat: float) -> TesseraTile:
@@ -92,7 +92,7 @@ def tessera_tile(grid: SampleGrid, lon: float, lat: float) -> TesseraTile:
         lon=clon,
         lat=clat,
         epsg=epsg,
-        full_transform=from_origin(left, top, 10.0, 10.0),
+        full_transform=Affine(10.0, 0.0, left, 0.0, -10.0, top),
         full_shape=full_shape,
         row0=row0,
         col0=col0,
@@ -121,7 +121,9 @@ def prototypes(seed: int) -> NDArray[np.float64]:
     return np.asarray(q.T)
 
 
-def _nearest_scene_index(scene: Scene, tile: TesseraTile) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+def _nearest_scene_index(
+    scene: Scene, tile: TesseraTile
+) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
     h, w = tile.shape
     t = tile.transform
     xs = t.c + (np.arange(w) + 0.5) * t.a

@@ -46,6 +46,7 @@ class StacApiSource:
         page_size: int = 100,
         max_items: int = 10_000,
         headers: Mapping[str, str] | None = None,
+        max_retries: int = 3,
         required_roles: Mapping[Kind, Sequence[str]] | None = None,
     ) -> None:
         """Create the source (no network until the first search).
@@ -59,6 +60,7 @@ class StacApiSource:
             page_size: Items per page requested from the server.
             max_items: Explicit upper bound on items one search returns.
             headers: Extra HTTP headers (e.g. auth).
+            max_retries: Connection retries per request (urllib3); 0 fails fast.
             required_roles: Per kind, roles an item must have.
         """
         if page_size < 1 or max_items < 1:
@@ -70,6 +72,7 @@ class StacApiSource:
         self.page_size = page_size
         self.max_items = max_items
         self.headers = dict(headers or {})
+        self.max_retries = max_retries
         self.required_roles = dict(required_roles or {})
         self._client: Any = None
 
@@ -77,16 +80,18 @@ class StacApiSource:
         if self._client is None:
             from pystac_client import Client
             from pystac_client.exceptions import APIError
+            from pystac_client.stac_api_io import StacApiIO
 
+            io = StacApiIO(
+                headers=self.headers or None,
+                timeout=self.timeout_s,
+                max_retries=self.max_retries or None,
+            )
             try:
-                self._client = Client.open(
-                    self.url,
-                    headers=self.headers or None,
-                    modifier=self.modifier,
-                    timeout=self.timeout_s,
-                )
+                self._client = Client.open(self.url, modifier=self.modifier, stac_io=io)
             except APIError as err:
-                raise CatalogUnreachable(self.url, str(err)[:500], err.status_code) from err
+                status = getattr(err, "status_code", None)
+                raise CatalogUnreachable(self.url, str(err)[:500], status) from err
             except Exception as err:  # requests / JSON / STAC parse errors
                 raise CatalogUnreachable(self.url, f"{type(err).__name__}: {err}"[:500]) from err
         return self._client
@@ -149,7 +154,8 @@ class StacApiSource:
                     elif mode != "client" or cloud_ok(parsed, max_cloud):
                         items.append(parsed)
         except APIError as err:
-            raise CatalogUnreachable(self.url, str(err)[:500], err.status_code) from err
+            status = getattr(err, "status_code", None)
+            raise CatalogUnreachable(self.url, str(err)[:500], status) from err
         except OSError as err:
             raise CatalogUnreachable(self.url, f"{type(err).__name__}: {err}"[:500]) from err
         return finish(items, skipped, mode)

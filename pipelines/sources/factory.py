@@ -38,6 +38,8 @@ class SourceConfig:
     """Per-request timeout in seconds."""
     max_items: int = 10_000
     """Explicit bound on items per search (``stac_api``)."""
+    max_retries: int = 3
+    """Connection retries per request (``stac_api``); 0 fails fast."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("static", "stac_api", "tessera_registry"):
@@ -49,8 +51,8 @@ class SourceConfig:
                 raise ValueError("source kind 'stac_api' needs a url or a preset")
             if self.preset is not None and self.preset not in PRESETS:
                 raise ValueError(f"unknown preset {self.preset!r}; known: {sorted(PRESETS)}")
-        if self.timeout_s <= 0 or self.max_items < 1:
-            raise ValueError("timeout_s and max_items must be positive")
+        if self.timeout_s <= 0 or self.max_items < 1 or self.max_retries < 0:
+            raise ValueError("timeout_s, max_items must be positive and max_retries >= 0")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> SourceConfig:
@@ -97,4 +99,5 @@ def open_source(
         modifier=modifier,
         timeout_s=cfg.timeout_s,
         max_items=cfg.max_items,
+        max_retries=cfg.max_retries,
     )

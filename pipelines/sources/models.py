@@ -8,7 +8,7 @@ handles STAC JSON.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from types import MappingProxyType
 from typing import Literal
@@ -116,6 +116,11 @@ class SceneItem:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assets", MappingProxyType(dict(self.assets)))
+
+    def __reduce__(self) -> tuple[type[SceneItem], tuple[object, ...]]:
+        # read-only proxies do not pickle; Dagster's IO manager pickles items between assets
+        values = [getattr(self, f.name) for f in fields(self)]
+        return (type(self), tuple(dict(v) if isinstance(v, MappingProxyType) else v for v in values))
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,17 @@ from pipelines.sources.static import load_catalog_items
 
 __all__ = ["export_for_server", "main", "serve_catalog"]
 
-_RUSTAC = "import sys, rustac; sys.exit(rustac.main())"
+
+
+def _rustac_command() -> list[str]:
+    """The ``rustac`` console script of this environment (the rustac wheel installs it)."""
+    import shutil
+
+    here = Path(sys.executable).parent
+    found = shutil.which("rustac", path=str(here)) or shutil.which("rustac")
+    if found is None:
+        raise CatalogUnreachable("rustac", "the rustac command is not installed")
+    return [found]
 
 
 def export_for_server(catalog_path: str | Path, out_dir: Path) -> list[Path]:
@@ -136,7 +146,7 @@ def serve_catalog(
         for attempt in range(attempts):
             chosen = port or _free_port(host)
             url = f"http://{host}:{chosen}"
-            cmd = [sys.executable, "-c", _RUSTAC, "serve", "--addr", f"{host}:{chosen}"]
+            cmd = [*_rustac_command(), "serve", "--addr", f"{host}:{chosen}"]
             cmd += ["--create-collections", *map(str, files)]
             with log.open("wb") as sink:
                 proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)

@@ -11,22 +11,24 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import icechunk as ic
 import numpy as np
 import pytest
-import xarray as xr
 
 from store.address import LAT_STEP, LNG_STEP, Block, bbox_q_range, q_center
 from store.cube import (
     BANDS,
     TIME_CHUNK_DAYS,
     CubeReader,
+    CubeTransaction,
     CubeWriter,
     band_spec,
     geotransform,
 )
 from store.errors import (
+    CommitConflict,
     CubeNotFound,
     InvalidWrite,
     RegionOutOfBounds,
@@ -79,7 +81,8 @@ def test_round_trip_lands_at_computed_positions(writer: CubeWriter, data_dir: Pa
     vals = _values(2, 3, 6)
     with writer.transaction("2024-03-14|b7.13000.22000", {"items": ["S2A_x"]}) as tx:
         tx.write("indices.ndvi", tslots, lat_q0, lng_q0, vals)
-    assert tx.committed and tx.snapshot_id is not None
+    assert tx.committed
+    assert tx.snapshot_id is not None
 
     reader = CubeReader(data_dir)
     assert reader.snapshot_id == tx.snapshot_id
@@ -90,9 +93,9 @@ def test_round_trip_lands_at_computed_positions(writer: CubeWriter, data_dir: Pa
     slots, series = reader.cell_series("indices.ndvi", lat_q0 + 2, lng_q0 + 4)
     np.testing.assert_array_equal(slots, tslots)
     np.testing.assert_array_equal(series, vals[:, 2, 4])
-    assert reader.cell_series("indices.ndvi", lat_q0 + 2, lng_q0 + 4, t0=T_WEEK + 2)[0].tolist() == [
-        T_WEEK + 4
-    ]
+    assert reader.cell_series("indices.ndvi", lat_q0 + 2, lng_q0 + 4, t0=T_WEEK + 2)[
+        0
+    ].tolist() == [T_WEEK + 4]
     # A neighbouring cell outside the write has no series.
     assert reader.cell_series("indices.ndvi", lat_q0 - 1, lng_q0)[0].size == 0
 
@@ -105,7 +108,8 @@ def test_round_trip_lands_at_computed_positions(writer: CubeWriter, data_dir: Pa
     np.testing.assert_allclose(da["lat"].values, lat_c)
     np.testing.assert_allclose(da["lng"].values, lng_c)
     np.testing.assert_array_equal(da.values[:, 1:4, 1:7], vals)
-    assert np.isnan(da.values[:, 0, :]).all() and np.isnan(da.values[:, :, 0]).all()
+    assert np.isnan(da.values[:, 0, :]).all()
+    assert np.isnan(da.values[:, :, 0]).all()
     assert da.attrs["snapshot_id"] == reader.snapshot_id
     # Dense read returns every slot of the range, the unwritten ones as NaN.
     dense = reader.read_region(
@@ -116,9 +120,13 @@ def test_round_trip_lands_at_computed_positions(writer: CubeWriter, data_dir: Pa
     np.testing.assert_array_equal(dense.values[4], vals[1])
 
 
-def test_xarray_opens_through_icechunk_in_the_right_place(writer: CubeWriter, data_dir: Path) -> None:
+def test_xarray_opens_through_icechunk_in_the_right_place(
+    writer: CubeWriter, data_dir: Path
+) -> None:
     vals = _values(1, 2, 2, seed=3)
     writer.write_region("indices.ndwi", [T_WEEK], Y0 + 5, X0 + 7, vals, partition_key="p")
+
+    import xarray as xr  # imported here: keeps spawned test workers light
 
     # The documented two lines.
     session = ic.Repository.open(open_storage(data_dir / "cube.icechunk")).readonly_session("main")
@@ -127,7 +135,9 @@ def test_xarray_opens_through_icechunk_in_the_right_place(writer: CubeWriter, da
     assert ds["ndwi"].dims == ("tslot", "y", "x")
     assert ds["ndwi"].shape == (1 << 16, 1 << 21, 1 << 22)
     assert ds["ndwi"].attrs["grid_mapping"] == "spatial_ref"
-    np.testing.assert_array_equal(ds["ndwi"][T_WEEK, Y0 + 5 : Y0 + 7, X0 + 7 : X0 + 9].values, vals[0])
+    np.testing.assert_array_equal(
+        ds["ndwi"][T_WEEK, Y0 + 5 : Y0 + 7, X0 + 7 : X0 + 9].values, vals[0]
+    )
     ref = ds["spatial_ref"].attrs
     assert "WGS 84" in ref["crs_wkt"]
     gt = [float(v) for v in ref["GeoTransform"].split()]
@@ -136,9 +146,11 @@ def test_xarray_opens_through_icechunk_in_the_right_place(writer: CubeWriter, da
     lat, lng = q_center(Y0 + 5, X0 + 7)
     assert gt[3] + (Y0 + 5 + 0.5) * gt[5] == pytest.approx(lat, abs=1e-9)
     assert gt[0] + (X0 + 7 + 0.5) * gt[1] == pytest.approx(lng, abs=1e-9)
-    assert gt[5] == pytest.approx(LAT_STEP) and gt[1] == pytest.approx(LNG_STEP)
+    assert gt[5] == pytest.approx(LAT_STEP)
+    assert gt[1] == pytest.approx(LNG_STEP)
     # No full-lattice coordinate arrays were written.
-    assert "y" not in ds.coords and "x" not in ds.coords
+    assert "y" not in ds.coords
+    assert "x" not in ds.coords
 
 
 def test_only_touched_chunks_exist(writer: CubeWriter, data_dir: Path) -> None:
@@ -164,9 +176,17 @@ def test_only_touched_chunks_exist(writer: CubeWriter, data_dir: Path) -> None:
 
 def test_aborted_transaction_leaves_no_change(writer: CubeWriter, data_dir: Path) -> None:
     before = CubeReader(data_dir).snapshot_id
-    with pytest.raises(RuntimeError, match="boom"), writer.transaction("p") as tx:
-        tx.write("indices.ndvi", [T_WEEK], Y0, X0, _values(1, 4, 4))
-        raise RuntimeError("boom")
+    opened: list[CubeTransaction] = []
+
+    def fail_midway() -> None:
+        with writer.transaction("p") as tx:
+            opened.append(tx)
+            tx.write("indices.ndvi", [T_WEEK], Y0, X0, _values(1, 4, 4))
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        fail_midway()
+    tx = opened[0]
     reader = CubeReader(data_dir)
     assert reader.snapshot_id == before
     assert reader.chunks("indices.ndvi").size == 0
@@ -197,30 +217,34 @@ def test_rematerialising_is_idempotent(writer: CubeWriter, data_dir: Path) -> No
     # A transaction that writes nothing commits nothing.
     with writer.transaction("empty") as tx:
         pass
-    assert not tx.committed and tx.snapshot_id == second
+    assert not tx.committed
+    assert tx.snapshot_id == second
     assert writer.list_snapshots()[0].id == second
 
 
-def _commit_partition(data_dir: str, block_x: int, barrier: mp.synchronize.Barrier) -> str:
+_BARRIER: Any = None
+
+
+def _init_worker(barrier: Any) -> None:
+    global _BARRIER
+    _BARRIER = barrier
+
+
+def _commit_partition(data_dir: str, block_x: int) -> str:
     writer = CubeWriter(data_dir)
     vals = np.full((1, SIDE, SIDE), float(block_x % 100), dtype=np.float32)
     with writer.transaction(f"2024-03-14|b7.{BY}.{block_x}") as tx:
         tx.write("indices.ndvi", [T_WEEK], Y0, block_x * SIDE, vals)
-        barrier.wait(timeout=60)  # both have written; both commit at once
+        _BARRIER.wait(timeout=60)  # both have written; both commit at once
     assert tx.snapshot_id is not None
     return tx.snapshot_id
 
 
 def test_two_processes_commit_partitions_concurrently(writer: CubeWriter, data_dir: Path) -> None:
     ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager:
-        barrier = manager.Barrier(2)
-        with ctx.Pool(2) as pool:
-            results = [
-                pool.apply_async(_commit_partition, (str(data_dir), bx, barrier))
-                for bx in (BX, BX + 1)
-            ]
-            ids = [r.get(timeout=120) for r in results]
+    barrier = ctx.Barrier(2)
+    with ctx.Pool(2, initializer=_init_worker, initargs=(barrier,)) as pool:
+        ids = pool.starmap(_commit_partition, [(str(data_dir), BX), (str(data_dir), BX + 1)])
     assert len(set(ids)) == 2
     reader = CubeReader(data_dir)
     assert reader.cell_series("indices.ndvi", Y0 + 5, X0 + 5)[1].tolist() == [float(BX % 100)]
@@ -229,6 +253,30 @@ def test_two_processes_commit_partitions_concurrently(writer: CubeWriter, data_d
     ]
     keys = {s.metadata.get("partition_key") for s in reader.list_snapshots()}
     assert {f"2024-03-14|b7.{BY}.{BX}", f"2024-03-14|b7.{BY}.{BX + 1}"} <= keys
+
+
+def test_same_chunk_changed_concurrently_is_a_typed_conflict(
+    writer: CubeWriter, data_dir: Path
+) -> None:
+    def overlapped() -> None:
+        with writer.transaction("a") as outer:
+            outer.write("indices.ndvi", [T_WEEK], Y0, X0, _values(1, 2, 2, seed=1))
+            # Another run of an overlapping partition commits first.
+            writer.write_region(
+                "indices.ndvi", [T_WEEK], Y0, X0, _values(1, 2, 2, seed=2), partition_key="b"
+            )
+
+    with pytest.raises(CommitConflict) as err:
+        overlapped()
+    assert err.value.code == "commit_conflict"
+    # Different chunks rebase cleanly (same process, same base snapshot).
+    with writer.transaction("c") as outer:
+        outer.write("indices.ndvi", [T_WEEK], Y0, X0 + SIDE, _values(1, 2, 2, seed=3))
+        writer.write_region(
+            "indices.ndvi", [T_WEEK], Y0 + SIDE, X0, _values(1, 2, 2), partition_key="d"
+        )
+    assert outer.committed
+    assert CubeReader(data_dir).chunks("indices.ndvi").shape == (3, 3)
 
 
 _KILLED_WRITER = textwrap.dedent(
@@ -247,7 +295,9 @@ _KILLED_WRITER = textwrap.dedent(
 )
 
 
-def test_sigkill_mid_transaction_then_rerun(writer: CubeWriter, data_dir: Path, tmp_path: Path) -> None:
+def test_sigkill_mid_transaction_then_rerun(
+    writer: CubeWriter, data_dir: Path, tmp_path: Path
+) -> None:
     before = CubeReader(data_dir).snapshot_id
     flag = tmp_path / "written"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -272,7 +322,12 @@ def test_sigkill_mid_transaction_then_rerun(writer: CubeWriter, data_dir: Path, 
     # A rerun (new writer, new process state) completes; the lock was released.
     rerun = CubeWriter(data_dir)
     sid = rerun.write_region(
-        "indices.ndvi", [T_WEEK], Y0, X0, np.full((1, 4, 4), 0.5, np.float32), partition_key="killed"
+        "indices.ndvi",
+        [T_WEEK],
+        Y0,
+        X0,
+        np.full((1, 4, 4), 0.5, np.float32),
+        partition_key="killed",
     )
     assert CubeReader(data_dir).snapshot_id == sid != before
     assert CubeReader(data_dir).cell_series("indices.ndvi", Y0, X0)[1].tolist() == [0.5]
@@ -290,7 +345,8 @@ def test_time_travel_by_commit_time(writer: CubeWriter, data_dir: Path) -> None:
     assert [s.id for s in snaps[:2]] == [new, old]
     assert snaps[0].written_at > between > snaps[1].written_at
     found = writer.snapshot_at(between)
-    assert found is not None and found.id == old
+    assert found is not None
+    assert found.id == old
     # Naive datetimes are UTC.
     naive = between.replace(tzinfo=None)
     assert writer.snapshot_at(naive) == found
@@ -323,7 +379,7 @@ def test_limits_and_typed_errors(writer: CubeWriter, data_dir: Path) -> None:
         small.read_region("indices.ndvi", Y0, Y0 + 10, X0, X0 + 11)
     assert err.value.code == "region_too_large"
     with pytest.raises(RegionTooLarge):
-        small.read_region("indices.ndvi", Y0, Y0 + 1, X0, X0 + 1, 0, 200, drop_empty=False)
+        small.read_region("indices.ndvi", Y0, Y0 + 1, X0, X0 + 1, 0, 701, drop_empty=False)
 
     reader = CubeReader(data_dir)
     with pytest.raises(RegionOutOfBounds):
@@ -358,24 +414,29 @@ def test_bbox_block_and_tessera_reads(writer: CubeWriter, data_dir: Path) -> Non
         tx.write("geotessera.bin128", [2024 - 1970], Y0 + 1, X0 + 1, bits)
         tx.write("indices.ndvi", [T_WEEK], Y0, X0, _values(1, SIDE, SIDE))
     reader = CubeReader(data_dir)
-    vec, s = reader.cell_vector(Y0 + 2, X0 + 3, 2024)
+    vec, s = reader.cell_vector(Y0 + 2, X0 + 2, 2024)
     assert vec.dtype == np.int8
-    np.testing.assert_array_equal(vec, emb[0, 1, 2])
+    np.testing.assert_array_equal(vec, emb[0, 1, 1])
     assert s == 0.125
     assert np.isnan(reader.cell_vector(Y0 + 1, X0 + 2, 2024)[1])  # water
     assert reader.cell_vector(Y0 + 1, X0 + 3, 2024)[1] == np.inf  # no data
     assert reader.cell_vector(Y0 + 50, X0 + 50, 2024)[1] == np.inf  # never written
-    multi, scales = reader.cell_multi_year(Y0 + 2, X0 + 3, [2024, 2023])
-    assert multi.shape == (256,) and scales.tolist()[0] == 0.125 and scales[1] == np.inf
+    multi, scales = reader.cell_multi_year(Y0 + 2, X0 + 2, [2024, 2023])
+    assert multi.shape == (256,)
+    assert scales.tolist()[0] == 0.125
+    assert scales[1] == np.inf
     slots, vecs = reader.cell_series("geotessera", Y0 + 1, X0 + 1)
-    assert slots.tolist() == [54] and vecs.shape == (1, 128)
+    assert slots.tolist() == [54]
+    assert vecs.shape == (1, 128)
     da = reader.read_region("geotessera.bin128", Y0 + 1, Y0 + 3, X0 + 1, X0 + 4)
-    assert da.dims == ("tslot", "lat", "lng", "byte") and da["year"].values.tolist() == [2024]
+    assert da.dims == ("tslot", "lat", "lng", "byte")
+    assert da["year"].values.tolist() == [2024]
     np.testing.assert_array_equal(da.values, bits)
 
     block = Block(7, BY, BX)
     whole = reader.read_block("indices.ndvi", block)
-    assert whole.shape == (1, SIDE, SIDE) and np.isfinite(whole.values).all()
+    assert whole.shape == (1, SIDE, SIDE)
+    assert np.isfinite(whole.values).all()
     lat0, lng0 = q_center(Y0 + 10, X0 + 20)
     lat1, lng1 = q_center(Y0 + 12, X0 + 25)
     bbox = (lat0 - 1e-7, lng0 - 1e-7, lat1 + 1e-7, lng1 + 1e-7)
@@ -387,7 +448,8 @@ def test_bbox_block_and_tessera_reads(writer: CubeWriter, data_dir: Path) -> Non
 
 def test_open_storage_local_and_s3_without_network(tmp_path: Path) -> None:
     s3 = open_storage("s3://some-bucket/cubes/demo")
-    assert "some-bucket" in repr(s3) and "cubes/demo" in repr(s3)
+    assert "some-bucket" in repr(s3)
+    assert "cubes/demo" in repr(s3)
     assert isinstance(open_storage(tmp_path / "c"), ic.Storage)
     assert isinstance(open_storage(f"file://{tmp_path}/c"), ic.Storage)
     with pytest.raises(UnsupportedStorage):

@@ -1,0 +1,69 @@
+"""Schedules and sensors: a daily ingest of the current week, and a STAC sensor for new items."""
+
+
+import json
+from datetime import UTC, date, datetime, timedelta
+
+from dagster import (
+    AssetSelection,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    RunRequest,
+    ScheduleEvaluationContext,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    define_asset_job,
+    schedule,
+    sensor,
+)
+
+from pipelines.partitions import SCENE_PARTITIONS, register_area_blocks, scene_key, week_key_of
+from pipelines.resources import AreaResource, SceneSourceResource
+
+__all__ = ["daily_ingest", "scene_ingest_job", "stac_new_items_sensor"]
+
+scene_ingest_job = define_asset_job(
+    "scene_ingest",
+    selection=AssetSelection.groups("sentinel2", "sentinel1"),
+    partitions_def=SCENE_PARTITIONS,
+)
+
+
+@schedule(job=scene_ingest_job, cron_schedule="0 6 * * *", execution_timezone="UTC", default_status=DefaultScheduleStatus.STOPPED)
+def daily_ingest(context: ScheduleEvaluationContext, area: AreaResource) -> list[RunRequest]:
+    """Every morning: (re)ingest the current and previous week for every block of the area."""
+    today = context.scheduled_execution_time.date()
+    blocks = register_area_blocks(context.instance, area.bbox)
+    weeks = sorted({week_key_of(today - timedelta(days=7)), week_key_of(today)})
+    return [
+        RunRequest(run_key=f"{w}|{b}|{today.isoformat()}", partition_key=scene_key(w, b))
+        for w in weeks
+        for b in blocks
+    ]
+
+
+@sensor(job=scene_ingest_job, minimum_interval_seconds=900, default_status=DefaultSensorStatus.STOPPED)
+def stac_new_items_sensor(
+    context: SensorEvaluationContext, scenes: SceneSourceResource, area: AreaResource
+) -> SensorResult | SkipReason:
+    """Notice S2/S1 items not seen before in the area (cursor = seen ids) and ingest their weeks."""
+    seen: set[str] = set(json.loads(context.cursor)) if context.cursor else set()
+    min_lat, min_lng, max_lat, max_lng = area.bbox
+    bbox = (min_lng, min_lat, max_lng, max_lat)
+    end = datetime.now(UTC).date()
+    start = end - timedelta(days=60)
+    source = scenes.open()
+    new_weeks: set[str] = set()
+    for collection in ("sentinel-2-l2a", "sentinel-1-rtc"):
+        for item in source.search(collection, bbox, start, end).items:
+            if item.id not in seen:
+                seen.add(item.id)
+                new_weeks.add(week_key_of(item.datetime.date() if isinstance(item.datetime, datetime) else date.fromisoformat(str(item.datetime))))
+    if not new_weeks:
+        return SkipReason("no new items in the area in the last 60 days")
+    blocks = register_area_blocks(context.instance, area.bbox)
+    return SensorResult(
+        run_requests=[RunRequest(run_key=f"{w}|{b}|{len(seen)}", partition_key=scene_key(w, b)) for w in sorted(new_weeks) for b in blocks],
+        cursor=json.dumps(sorted(seen)[-5000:]),
+    )

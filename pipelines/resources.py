@@ -1,0 +1,116 @@
+"""Dagster resources: where the data lives, where scenes come from, which area to ingest.
+
+The environment is chosen in one place, :func:`default_resources`, from
+environment variables read when Dagster builds resources at run time
+(``EnvVar``), never at import time:
+
+- ``EARTHMEM_DATA``: data directory (cube, inventory, k-NN tables).
+- ``EARTHMEM_AREA``: an area JSON (``{"name", "bbox": [min_lng, min_lat, max_lng, max_lat]}``;
+  the sample manifest is one).
+- ``EARTHMEM_CATALOG``: a static STAC catalog path, or ``EARTHMEM_STAC_URL`` / a preset
+  (``earth-search``, ``planetary-computer``) for a live STAC API.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from dagster import ConfigurableResource, EnvVar
+
+from pipelines.lattice import LatticeWindow
+from pipelines.sources import SceneSource, SourceConfig, open_source
+from store import address
+from store.cube import CubeWriter
+from store.inventory import Inventory
+
+__all__ = ["AreaResource", "SceneSourceResource", "StoreResource", "default_resources", "load_area"]
+
+
+def load_area(path: str | Path) -> tuple[str, tuple[float, float, float, float]]:
+    """Read an area JSON: ``(name, (min_lat, min_lng, max_lat, max_lng))``.
+
+    The file holds ``{"name": ..., "bbox": [min_lng, min_lat, max_lng, max_lat]}``
+    (GeoJSON/STAC order, as the sample manifest writes it).
+    """
+    doc: dict[str, Any] = json.loads(Path(path).read_text())
+    bbox = [float(v) for v in doc["bbox"]]
+    if len(bbox) != 4 or bbox[0] > bbox[2] or bbox[1] > bbox[3]:
+        raise ValueError(f"area bbox must be [min_lng, min_lat, max_lng, max_lat], got {doc['bbox']!r}")
+    name = str(doc.get("name", Path(path).stem))
+    return name, (bbox[1], bbox[0], bbox[3], bbox[2])
+
+
+class StoreResource(ConfigurableResource):  # type: ignore[type-arg]
+    """The data directory: cube (icechunk), inventory (Parquet) and k-NN tables."""
+
+    data_dir: str
+
+    def writer(self) -> CubeWriter:
+        """A transactional cube writer (commits serialised across processes)."""
+        return CubeWriter(self.data_dir)
+
+    def inventory(self) -> Inventory:
+        """The scene inventory."""
+        return Inventory(self.data_dir)
+
+    @property
+    def knn_dir(self) -> Path:
+        """Directory of the k-NN tables."""
+        return Path(self.data_dir) / "knn"
+
+
+class SceneSourceResource(ConfigurableResource):  # type: ignore[type-arg]
+    """Where scenes are found: a static catalog, a STAC API or the Tessera registry."""
+
+    kind: str = "static"
+    path: str | None = None
+    url: str | None = None
+    preset: str | None = None
+
+    def open(self) -> SceneSource:
+        """Open the configured source."""
+        return open_source(SourceConfig(kind=self.kind, path=self.path, url=self.url, preset=self.preset))  # type: ignore[arg-type]
+
+
+class AreaResource(ConfigurableResource):  # type: ignore[type-arg]
+    """The area to ingest, from an area JSON or a sample manifest."""
+
+    path: str
+
+    @cached_property
+    def _loaded(self) -> tuple[str, tuple[float, float, float, float]]:
+        return load_area(self.path)
+
+    @property
+    def name(self) -> str:
+        """Area name."""
+        return self._loaded[0]
+
+    @property
+    def bbox(self) -> tuple[float, float, float, float]:
+        """``(min_lat, min_lng, max_lat, max_lng)``."""
+        return self._loaded[1]
+
+    def window(self) -> LatticeWindow:
+        """The area's lattice window."""
+        return LatticeWindow(*address.bbox_q_range(*self.bbox))
+
+    def block_window(self, block_id: str) -> LatticeWindow | None:
+        """The area's part of a block (None if the block misses the area)."""
+        return LatticeWindow.of_block(address.Block.parse(block_id)).intersect(self.window())
+
+    def stac_bbox(self, window: LatticeWindow) -> tuple[float, float, float, float]:
+        """STAC bbox ``(min_lng, min_lat, max_lng, max_lat)`` of a window."""
+        return window.bounds()
+
+
+def default_resources() -> dict[str, Any]:
+    """Resources from the environment (resolved by Dagster at run time)."""
+    return {
+        "store": StoreResource(data_dir=EnvVar("EARTHMEM_DATA")),
+        "scenes": SceneSourceResource(kind="static", path=EnvVar("EARTHMEM_CATALOG")),
+        "area": AreaResource(path=EnvVar("EARTHMEM_AREA")),
+    }

@@ -1,0 +1,72 @@
+"""Sentinel-1 RTC ingestion of one partition (week x block): plain functions, no Dagster."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from rasterio.enums import Resampling
+
+from pipelines.lattice import LatticeWindow, read_onto_lattice
+from pipelines.sentinel1.compute import backscatter_bands
+from pipelines.sources.models import SceneItem, Skip
+from store.tslot import day_slot
+
+__all__ = ["S1_BANDS", "S1Week", "stack_week"]
+
+S1_BANDS = ("vv", "vh", "vh_vv")
+
+
+@dataclass(frozen=True)
+class S1Week:
+    """Seven days of backscatter for one lattice window."""
+
+    t0: int
+    """First day slot of the week."""
+    values: dict[str, npt.NDArray[np.float32]]
+    """``vv``/``vh``/``vh_vv`` -> (7, h, w) float32 linear (NaN = no observation)."""
+    valid: npt.NDArray[np.uint8]
+    """(7, h, w): 1 where both polarisations were observed."""
+    item_ids: dict[int, tuple[str, ...]]
+    """Day slot -> merged item ids."""
+    skipped: tuple[Skip, ...]
+    """Unreadable items with reasons."""
+
+
+def stack_week(items: Sequence[SceneItem], window: LatticeWindow, t0: int) -> S1Week:
+    """Read the week's S1 items onto the window; same-day scenes merge first-valid."""
+    h, w = window.shape
+    values = {k: np.full((7, h, w), np.nan, dtype=np.float32) for k in S1_BANDS}
+    valid = np.zeros((7, h, w), dtype=np.uint8)
+    by_day: dict[int, list[SceneItem]] = defaultdict(list)
+    for it in items:
+        by_day[day_slot(it.datetime)].append(it)
+    ids: dict[int, tuple[str, ...]] = {}
+    skipped: list[Skip] = []
+    for slot in sorted(by_day):
+        if not t0 <= slot < t0 + 7:
+            skipped.extend(Skip(i.id, f"day slot {slot} outside week") for i in by_day[slot])
+            continue
+        used = []
+        for it in sorted(by_day[slot], key=lambda i: i.id):
+            try:
+                pol = {
+                    p: read_onto_lattice(it.assets[p].href, window, resampling=Resampling.bilinear)
+                    for p in ("vv", "vh")
+                }
+            except Exception as exc:
+                skipped.append(Skip(it.id, f"unreadable: {type(exc).__name__}: {exc}"[:300], code="corrupt"))
+                continue
+            bands = backscatter_bands(pol["vv"], pol["vh"])
+            ok = np.isfinite(bands["vv"]) & np.isfinite(bands["vh"]) & (valid[slot - t0] == 0)
+            if ok.any():
+                for k in S1_BANDS:
+                    values[k][slot - t0][ok] = bands[k][ok]
+                valid[slot - t0][ok] = 1
+                used.append(it.id)
+        if used:
+            ids[slot] = tuple(used)
+    return S1Week(t0, values, valid, ids, tuple(skipped))

@@ -1,0 +1,263 @@
+"""k-NN tables and scan kernels: exactness against numpy references, options, storage."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from bench.data import tessera_like
+from store import vectors as V
+from store.errors import InvalidVectorQuery, VectorTableError
+
+META = {"band": "geotessera", "tslot": 54, "vintage": 2024}
+
+
+@pytest.fixture(scope="module")
+def clustered():
+    cells, vec, scales = tessera_like(50_000, seed=3)
+    return cells, vec, scales, V.int8_norms(vec), V.binarize(vec)
+
+
+@pytest.fixture(scope="module")
+def small():
+    rng = np.random.default_rng(7)
+    n, d = 3000, 128
+    vec = rng.integers(-127, 128, (n, d), dtype=np.int8)
+    vec[:, :4] = 60  # a shared component so scores spread
+    scales = rng.uniform(0.001, 0.1, n).astype(np.float32)
+    cells = np.sort(rng.choice(2**40, n, replace=False)).astype(np.uint64) + np.uint64(2**50)
+    return cells, vec, scales, V.int8_norms(vec), V.binarize(vec)
+
+
+def ref_cosine(vec, scales, q_float):
+    """float64 cosine over the dequantised vectors."""
+    deq = vec.astype(np.float64) * scales.astype(np.float64)[:, None]
+    return deq @ q_float / (np.linalg.norm(deq, axis=1) * np.linalg.norm(q_float))
+
+
+def assert_topk_equal(rows, scores, ref, k):
+    order = np.lexsort((np.arange(ref.size), -ref))[:k]
+    np.testing.assert_allclose(scores, ref[rows], atol=1e-5)  # returned scores are right
+    np.testing.assert_allclose(scores, ref[order], atol=1e-5)  # and are the top-k values
+    differ = rows != order
+    # ids may differ only where the reference scores tie
+    assert np.all(np.abs(ref[rows[differ]] - ref[order[differ]]) < 1e-9)
+
+
+def test_cosine_on_int8_equals_dequantised_float64(small):
+    _, vec, scales, norms, _ = small
+    for qrow in (0, 17, 2999):
+        q_deq = vec[qrow].astype(np.float64) * float(scales[qrow])
+        ref = ref_cosine(vec, scales, q_deq)
+        res = V.cosine_topk(vec, norms, vec[qrow], 50)
+        assert res.mode == "cosine"
+        assert res.scanned == vec.shape[0]
+        assert_topk_equal(res.rows, res.scores, ref, 50)
+        assert res.rows[0] == qrow and res.scores[0] == pytest.approx(1.0)
+
+
+def test_inline_float_queries_both_paths(small):
+    _, vec, scales, norms, _ = small
+    # a dequantised vector (int8 * scale, float32): detected and scanned on the int8 path
+    deq = vec[5].astype(np.float32) * scales[5]
+    a = V.cosine_topk(vec, norms, deq, 20)
+    b = V.cosine_topk(vec, norms, vec[5], 20)
+    np.testing.assert_array_equal(a.rows, b.rows)
+    np.testing.assert_allclose(a.scores, b.scores, atol=1e-12)
+    # an arbitrary float vector: float32 path, exact up to float32 rounding
+    q = np.random.default_rng(1).standard_normal(128) + 0.5
+    res = V.cosine_topk(vec, norms, q, 20)
+    assert_topk_equal(res.rows, res.scores, ref_cosine(vec, scales, q), 20)
+
+
+def test_hamming_equals_bitwise_count(small):
+    _, _, _, _, codes = small
+    q = codes[11]
+    dist = np.bitwise_count(codes.view(np.uint64) ^ q.view(np.uint64)).sum(axis=1)
+    res = V.hamming_topk(codes, q, 40)
+    order = np.lexsort((np.arange(dist.size), dist))[:40]
+    np.testing.assert_array_equal(res.rows, order)  # ties broken by lower row, as documented
+    np.testing.assert_allclose(res.scores, 1 - 2 * dist[order] / 128)
+
+
+def test_binarize_is_sign_of_rotation_and_scale_free(small):
+    _, vec, scales, _, codes = small
+    r = V.rotation(128, V.ROTATION_SEED)
+    np.testing.assert_allclose(r @ r.T, np.eye(128), atol=1e-12)
+    assert np.all(
+        np.diag(np.linalg.qr(np.random.default_rng(V.ROTATION_SEED).standard_normal((128, 128)))[1])
+        != 0
+    )
+    deq = vec[:100].astype(np.float64) * scales[:100, None]
+    np.testing.assert_array_equal(np.packbits(deq @ r.T > 0, axis=1), codes[:100])
+
+
+def test_rerank_recall_on_clustered_data(clustered):
+    _, vec, _, norms, codes = clustered
+    rng = np.random.default_rng(0)
+    recalls = []
+    for qrow in rng.choice(vec.shape[0], 60, replace=False):
+        exact = V.cosine_topk(vec, norms, vec[qrow], 10, exclude_row=qrow)
+        fast = V.hamming_then_rerank(vec, norms, codes, vec[qrow], 10, exclude_row=qrow)
+        assert fast.reranked == 10 * V.DEFAULT_RERANK_MULTIPLE
+        recalls.append(len(set(exact.rows) & set(fast.rows)) / 10)
+    assert np.mean(recalls) >= 0.95
+
+
+def test_exclusion_and_mask(small):
+    _, vec, _, norms, codes = small
+    res = V.cosine_topk(vec, norms, vec[3], 10, exclude_row=3)
+    assert 3 not in res.rows and res.rows.size == 10
+    assert 3 not in V.hamming_topk(codes, codes[3], 10, exclude_row=3).rows
+    for density in (0.9, 0.05):  # dense (scan + mask) and sparse (gather) paths
+        mask = np.random.default_rng(2).random(vec.shape[0]) < density
+        ref = vec.astype(np.float64) @ vec[3].astype(np.float64) / norms
+        ref[~mask] = -np.inf
+        ref[3] = -np.inf
+        for mode_fn in ("cos", "ham", "rerank"):
+            if mode_fn == "cos":
+                r = V.cosine_topk(vec, norms, vec[3], 25, mask=mask, exclude_row=3)
+                np.testing.assert_array_equal(np.sort(r.rows), np.sort(np.argsort(-ref)[:25]))
+            elif mode_fn == "ham":
+                r = V.hamming_topk(codes, codes[3], 25, mask=mask, exclude_row=3)
+            else:
+                r = V.hamming_then_rerank(vec, norms, codes, vec[3], 25, mask=mask, exclude_row=3)
+            assert mask[r.rows].all() and 3 not in r.rows
+
+
+def test_k_bigger_than_eligible_returns_all(small):
+    _, vec, _, norms, codes = small
+    few = vec[:7]
+    res = V.cosine_topk(few, norms[:7], vec[0], 1000, exclude_row=0)
+    assert res.rows.size == 6 and sorted(res.rows) == [1, 2, 3, 4, 5, 6]
+    assert np.all(np.diff(res.scores) <= 0)
+    mask = np.zeros(vec.shape[0], bool)
+    mask[[5, 9]] = True
+    assert V.hamming_topk(codes, codes[0], 100, mask=mask).rows.size == 2
+    with pytest.raises(InvalidVectorQuery):
+        V.cosine_topk(vec, norms, vec[0], 0)
+    with pytest.raises(InvalidVectorQuery):
+        V.cosine_topk(vec, norms, vec[0], 1001)
+    with pytest.raises(InvalidVectorQuery):
+        V.cosine_topk(vec, norms, np.zeros(64), 5)  # wrong dimension
+    with pytest.raises(InvalidVectorQuery):
+        V.cosine_topk(vec, norms, np.zeros(128), 5)  # zero vector
+
+
+def test_results_do_not_depend_on_threads(clustered):
+    import numba
+
+    _, vec, _, norms, codes = clustered
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        a = V.cosine_topk(vec, norms, vec[42], 200), V.hamming_topk(codes, codes[42], 200)
+    finally:
+        numba.set_num_threads(before)
+    b = V.cosine_topk(vec, norms, vec[42], 200), V.hamming_topk(codes, codes[42], 200)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x.rows, y.rows)
+        np.testing.assert_array_equal(x.scores, y.scores)
+
+
+def test_table_roundtrip_mmap_and_search(tmp_path, small):
+    cells, vec, scales, _, codes = small
+    path = tmp_path / "geotessera_2024"
+    shuffled = np.random.default_rng(0).permutation(cells.size)  # write_table sorts
+    V.write_table(path, cells[shuffled], vec[shuffled], scales[shuffled], META)
+    t = V.KnnTable.open(path)
+    for arr in (t.cells, t.vectors, t.scales, t.norms, t.bin128):
+        assert isinstance(arr, np.memmap)
+    np.testing.assert_array_equal(np.asarray(t.cells), cells)
+    np.testing.assert_array_equal(np.asarray(t.vectors), vec)
+    np.testing.assert_array_equal(np.asarray(t.bin128), codes)
+    assert t.meta["n"] == cells.size and t.meta["d"] == 128 and t.meta["band"] == "geotessera"
+    assert t.meta["rotation_seed"] == V.ROTATION_SEED
+    assert t.row_of(int(cells[123])) == 123
+    assert t.row_of(int(cells[123]) + 1) is None
+    np.testing.assert_array_equal(t.rows_of([cells[5], 1, cells[-1]]), [5, -1, cells.size - 1])
+    for mode in V.MODES:
+        res = t.search_row(10, k=5, mode=mode)
+        assert res.mode == mode and 10 not in res.rows and res.rows.size == 5
+    with pytest.raises(InvalidVectorQuery):
+        t.search(vec[0], mode="euclid")
+
+
+def test_table_without_codes(tmp_path):
+    rng = np.random.default_rng(0)
+    vec = rng.integers(-127, 128, (50, 256), dtype=np.int8)
+    V.write_table(
+        tmp_path / "multi", np.arange(50, dtype=np.uint64), vec, np.ones(50, np.float32), META
+    )
+    t = V.KnnTable.open(tmp_path / "multi")
+    assert t.bin128 is None and t.d == 256
+    assert t.search_row(0, k=3).rows.size == 3
+    with pytest.raises(InvalidVectorQuery):
+        t.search_row(0, k=3, mode="hamming")
+
+
+def test_write_is_atomic_and_refuses_silent_overwrite(tmp_path, small):
+    cells, vec, scales, _, _ = small
+    path = tmp_path / "t"
+    V.write_table(path, cells, vec, scales, META)
+    V.write_table(path, cells, vec, scales, META)  # identical: no-op
+    vec2 = vec.copy()
+    vec2[:, 0] = -vec2[:, 0]
+    with pytest.raises(VectorTableError):
+        V.write_table(path, cells, vec2, scales, META)
+    old = V.KnnTable.open(path)
+    old_digest = old.meta["digest"]
+
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                t = V.KnnTable.open(path)
+                # a table is entirely old or entirely new
+                first = int(t.vectors[0, 0])
+                assert first in (int(vec[0, 0]), int(vec2[0, 0]))
+                assert (t.meta["digest"] == old_digest) == (first == int(vec[0, 0]))
+                seen.add(t.meta["digest"])
+        except BaseException as e:
+            errors.append(e)
+
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        V.write_table(path, cells, vec2, scales, META, replace=True)
+    finally:
+        stop.set()
+        th.join()
+    assert not errors, errors
+    assert old_digest in seen
+    new = V.KnnTable.open(path)
+    assert new.meta["digest"] != old_digest
+    np.testing.assert_array_equal(np.asarray(new.vectors), vec2)
+    # the old mapping stays readable after its directory was removed
+    np.testing.assert_array_equal(np.asarray(old.vectors[:3]), vec[:3])
+    leftovers = [p for p in os.listdir(tmp_path) if p != "t"]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".t@")  # only the live version
+    assert json.loads((path / "meta.json").read_text())["digest"] == new.meta["digest"]
+
+
+def test_write_validates_inputs(tmp_path, small):
+    cells, vec, scales, _, _ = small
+    with pytest.raises(VectorTableError):
+        V.write_table(tmp_path / "a", cells, vec.astype(np.int16), scales, META)
+    with pytest.raises(VectorTableError):
+        V.write_table(tmp_path / "b", np.zeros(cells.size, np.uint64), vec, scales, META)
+    with pytest.raises(VectorTableError):
+        V.write_table(tmp_path / "c", cells, vec, -scales, META)
+    with pytest.raises(VectorTableError):
+        V.write_table(tmp_path / "d", cells, vec, scales, {"band": "geotessera"})
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(VectorTableError):
+        V.write_table(tmp_path / "plain", cells, vec, scales, META, replace=True)
