@@ -93,3 +93,72 @@ class ReceiptKeyError(ApiError, OSError):
         details: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(code, message, 500, details)
+
+
+# --------------------------------------------------------------------------- service layer (api/service.py)
+
+
+class NoObservation(NotFound):
+    """The cell has no (clear) observation of the band at the asked tslot (HTTP 404).
+
+    ``details`` carries ``nearest_before`` / ``nearest_after`` (the closest
+    tslots where the cell does have a value, or null) so the caller can retry;
+    an absent value is never answered as zero.
+    """
+
+    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message, code="no_observation", details=details)
+
+
+class Unavailable(ApiError, RuntimeError):
+    """The store has nothing to answer from yet (no cube, no table): HTTP 503."""
+
+    def __init__(
+        self, message: str, *, code: str = "unavailable", details: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(code, message, 503, details)
+
+
+_STORE_STATUS = {
+    "invalid_cell": 422,
+    "invalid_latitude": 422,
+    "invalid_longitude": 422,
+    "invalid_address": 422,
+    "invalid_block": 422,
+    "invalid_date": 422,
+    "invalid_tempo": 422,
+    "unknown_band": 422,
+    "region_out_of_bounds": 422,
+    "region_too_large": 422,
+    "invalid_vector_query": 422,
+    "snapshot_not_found": 404,
+    "cube_not_found": 503,
+    "vector_table_error": 503,
+}
+
+
+def from_store_error(exc: Exception) -> ApiError:
+    """Map a ``store.errors.StoreError`` (anything with ``.code``) to an :class:`ApiError`.
+
+    Codes are kept; the HTTP status comes from a fixed table (422 for bad input,
+    404 for unknown snapshots, 503 when the store itself is missing, 500 else).
+
+    Args:
+        exc: The store error.
+
+    Returns:
+        The API error to raise (``raise from_store_error(e) from e``).
+    """
+    code = str(getattr(exc, "code", "store_error"))
+    message = str(getattr(exc, "message", str(exc)))
+    status = _STORE_STATUS.get(code, 500)
+    if status == 422:
+        return InvalidArgument(message, code=code)
+    if status == 404:
+        return NotFound(message, code=code)
+    if status == 503:
+        return Unavailable(message, code=code)
+    return ApiError(code, message, status)
+
+
+__all__ += ["NoObservation", "Unavailable", "from_store_error"]

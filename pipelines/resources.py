@@ -14,7 +14,7 @@ environment variables read when Dagster builds resources at run time
 from __future__ import annotations
 
 import json
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,27 @@ class SceneSourceResource(ConfigurableResource):  # type: ignore[type-arg]
     preset: str | None = None
 
     def open(self) -> SceneSource:
-        """Open the configured source."""
-        return open_source(SourceConfig(kind=self.kind, path=self.path, url=self.url, preset=self.preset))  # type: ignore[arg-type]
+        """Open the configured source (static catalogs are parsed once per process and version)."""
+        return _open_source_cached(self.kind, self.path, self.url, self.preset, _catalog_version(self.kind, self.path))
+
+
+def _catalog_version(kind: str, path: str | None) -> int:
+    """Latest mtime of a static catalog's root and collection files (0 for other kinds).
+
+    Adding items rewrites the collections' links, so this changes when the catalog does.
+    """
+    if kind != "static" or not path:
+        return 0
+    root = Path(path)
+    files = [root, *root.parent.glob("*/collection.json")]
+    return max((f.stat().st_mtime_ns for f in files if f.exists()), default=0)
+
+
+@lru_cache(maxsize=8)
+def _open_source_cached(kind: str, path: str | None, url: str | None, preset: str | None, version: int) -> SceneSource:
+    # walking a static catalog with pystac costs ~1 s per 200 items; every partition
+    # searches it, so the parsed catalog is kept per (location, version) in the process
+    return open_source(SourceConfig(kind=kind, path=path, url=url, preset=preset))  # type: ignore[arg-type]
 
 
 class AreaResource(ConfigurableResource):  # type: ignore[type-arg]

@@ -29,8 +29,10 @@ __all__ = [
     "BLOCK",
     "cosine_scan",
     "cosine_scan_rows",
+    "cosine_scan_serial",
     "hamming_scan",
     "hamming_scan_rows",
+    "hamming_scan_serial",
     "popcount64",
 ]
 
@@ -111,7 +113,9 @@ def _dot_i8(vec, r: int, q):  # type: ignore[no-untyped-def]
     acc = np.int32(0)
     for j in range(vec.shape[1]):
         acc += np.int32(vec[r, j]) * np.int32(q[j])
-    return np.float64(acc)
+    # numba widens the sum to int64; truncating to int32 lets LLVM narrow the whole
+    # reduction to 16 x 16 -> 32-bit multiply-adds (vpmaddwd) instead of 64-bit multiplies.
+    return np.float64(np.int32(acc))
 
 
 @njit(inline="always", fastmath=_FASTMATH)
@@ -129,6 +133,106 @@ def _key(dot: float, norm: np.float32) -> float:
     return dot / np.float64(norm) if norm > 0 else 0.0
 
 
+@njit(inline="always", fastmath=_FASTMATH)
+def _cosine_chunk(vec, norms, qi, qf, use_float, mask, use_mask, exclude, lo, hi, keys, rows):  # type: ignore[no-untyped-def]
+    """Scan rows lo..hi into the heap (keys, rows); returns the heap size."""
+    k = keys.shape[0]
+    buf = np.empty(BLOCK, np.float64)
+    size = 0
+    for b0 in range(lo, hi, BLOCK):
+        b1 = min(b0 + BLOCK, hi)
+        if use_float:
+            for r in range(b0, b1):
+                buf[r - b0] = _dot_f32(vec, r, qf)
+        else:
+            for r in range(b0, b1):
+                buf[r - b0] = _dot_i8(vec, r, qi)
+        best = -np.inf
+        for r in range(b0, b1):
+            s = _key(buf[r - b0], norms[r])
+            buf[r - b0] = s
+            best = max(best, s)
+        if size == k and best < keys[0]:
+            continue
+        for r in range(b0, b1):
+            if r == exclude or (use_mask and not mask[r]):
+                continue
+            size = _heap_offer(keys, rows, size, k, buf[r - b0], r)
+    return size
+
+
+@njit(inline="always", fastmath=_FASTMATH)
+def _cosine_rows_chunk(vec, norms, qi, qf, use_float, cand, exclude, lo, hi, keys, rows):  # type: ignore[no-untyped-def]
+    """Score the candidate rows cand[lo:hi] into the heap; returns the heap size."""
+    k = keys.shape[0]
+    size = 0
+    for i in range(lo, hi):
+        r = cand[i]
+        if r == exclude:
+            continue
+        d = _dot_f32(vec, r, qf) if use_float else _dot_i8(vec, r, qi)
+        size = _heap_offer(keys, rows, size, k, _key(d, norms[r]), r)
+    return size
+
+
+@njit(inline="always", fastmath=_FASTMATH)
+def _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, keys, rows):  # type: ignore[no-untyped-def]
+    """Hamming scan of rows lo..hi (key = -distance); returns the heap size."""
+    k = keys.shape[0]
+    w = codes.shape[1]
+    hblock = 8 * BLOCK
+    buf = np.empty(hblock, np.int64)
+    size = 0
+    for b0 in range(lo, hi, hblock):
+        b1 = min(b0 + hblock, hi)
+        best = np.int64(1 << 30)
+        if w == 2:
+            q0 = q[0]
+            q1 = q[1]
+            for r in range(b0, b1):
+                dist = np.int64(_popcnt(codes[r, 0] ^ q0) + _popcnt(codes[r, 1] ^ q1))
+                buf[r - b0] = dist
+                best = min(best, dist)
+        else:
+            for r in range(b0, b1):
+                dist = np.int64(0)
+                for j in range(w):
+                    dist += np.int64(_popcnt(codes[r, j] ^ q[j]))
+                buf[r - b0] = dist
+                best = min(best, dist)
+        if size == k and -np.float64(best) < keys[0]:
+            continue
+        for r in range(b0, b1):
+            if r == exclude or (use_mask and not mask[r]):
+                continue
+            size = _heap_offer(keys, rows, size, k, -np.float64(buf[r - b0]), r)
+    return size
+
+
+@njit(inline="always")
+def _hamming_rows_chunk(codes, q, cand, exclude, lo, hi, keys, rows):  # type: ignore[no-untyped-def]
+    """Hamming distance of the candidate rows cand[lo:hi] into the heap."""
+    k = keys.shape[0]
+    w = codes.shape[1]
+    size = 0
+    for i in range(lo, hi):
+        r = cand[i]
+        if r == exclude:
+            continue
+        dist = np.int64(0)
+        for j in range(w):
+            dist += np.int64(_popcnt(codes[r, j] ^ q[j]))
+        size = _heap_offer(keys, rows, size, k, -np.float64(dist), r)
+    return size
+
+
+# Each scan comes in a parallel form (nchunk contiguous chunks, one heap each,
+# prange over chunks) and a serial form (one chunk on the calling thread). The
+# serial form is used for small scans: a parallel region ends in a barrier, and on
+# a loaded machine waiting for the other thread to be scheduled costs milliseconds.
+# Both return (keys (nchunk, k) float64, rows (nchunk, k) int64, sizes (nchunk,) int64).
+
+
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
 def cosine_scan(vec, norms, qi, qf, use_float, mask, use_mask, exclude, k, nchunk):  # type: ignore[no-untyped-def]
     """Exact cosine top-k over all rows, in ``nchunk`` contiguous chunks.
@@ -143,10 +247,7 @@ def cosine_scan(vec, norms, qi, qf, use_float, mask, use_mask, exclude, k, nchun
         use_mask: honour ``mask``.
         exclude: a row never returned (-1 for none).
         k: heap capacity per chunk.
-        nchunk: number of chunks (>= number of threads for balance).
-
-    Returns:
-        (keys (nchunk, k) float64, rows (nchunk, k) int64, sizes (nchunk,) int64).
+        nchunk: number of chunks (several per thread, scheduled dynamically).
     """
     n = vec.shape[0]
     out_k = np.empty((nchunk, k), np.float64)
@@ -155,56 +256,33 @@ def cosine_scan(vec, norms, qi, qf, use_float, mask, use_mask, exclude, k, nchun
     for c in prange(nchunk):
         lo = n * c // nchunk
         hi = n * (c + 1) // nchunk
-        keys = out_k[c]
-        rows = out_r[c]
-        buf = np.empty(BLOCK, np.float64)
-        size = 0
-        for b0 in range(lo, hi, BLOCK):
-            b1 = min(b0 + BLOCK, hi)
-            if use_float:
-                for r in range(b0, b1):
-                    buf[r - b0] = _dot_f32(vec, r, qf)
-            else:
-                for r in range(b0, b1):
-                    buf[r - b0] = _dot_i8(vec, r, qi)
-            best = -np.inf
-            for r in range(b0, b1):
-                s = _key(buf[r - b0], norms[r])
-                buf[r - b0] = s
-                best = max(best, s)
-            if size == k and best < keys[0]:
-                continue
-            for r in range(b0, b1):
-                if r == exclude or (use_mask and not mask[r]):
-                    continue
-                size = _heap_offer(keys, rows, size, k, buf[r - b0], r)
-        sizes[c] = size
+        sizes[c] = _cosine_chunk(
+            vec, norms, qi, qf, use_float, mask, use_mask, exclude, lo, hi, out_k[c], out_r[c]
+        )
     return out_k, out_r, sizes
 
 
-@njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def cosine_scan_rows(vec, norms, qi, qf, use_float, cand, exclude, k, nchunk):  # type: ignore[no-untyped-def]
-    """Exact cosine top-k over the rows listed in ``cand`` (gather; any order).
+@njit(cache=True, fastmath=_FASTMATH)
+def cosine_scan_serial(vec, norms, qi, qf, use_float, mask, use_mask, exclude, k):  # type: ignore[no-untyped-def]
+    """:func:`cosine_scan` on the calling thread (one chunk)."""
+    out_k = np.empty((1, k), np.float64)
+    out_r = np.empty((1, k), np.int64)
+    sizes = np.zeros(1, np.int64)
+    sizes[0] = _cosine_chunk(
+        vec, norms, qi, qf, use_float, mask, use_mask, exclude, 0, vec.shape[0], out_k[0], out_r[0]
+    )
+    return out_k, out_r, sizes
 
-    Same returns as :func:`cosine_scan`.
-    """
-    n = cand.shape[0]
-    out_k = np.empty((nchunk, k), np.float64)
-    out_r = np.empty((nchunk, k), np.int64)
-    sizes = np.zeros(nchunk, np.int64)
-    for c in prange(nchunk):
-        lo = n * c // nchunk
-        hi = n * (c + 1) // nchunk
-        keys = out_k[c]
-        rows = out_r[c]
-        size = 0
-        for i in range(lo, hi):
-            r = cand[i]
-            if r == exclude:
-                continue
-            d = _dot_f32(vec, r, qf) if use_float else _dot_i8(vec, r, qi)
-            size = _heap_offer(keys, rows, size, k, _key(d, norms[r]), r)
-        sizes[c] = size
+
+@njit(cache=True, fastmath=_FASTMATH)
+def cosine_scan_rows(vec, norms, qi, qf, use_float, cand, exclude, k):  # type: ignore[no-untyped-def]
+    """Exact cosine top-k over the rows listed in ``cand`` (gather, any order; serial)."""
+    out_k = np.empty((1, k), np.float64)
+    out_r = np.empty((1, k), np.int64)
+    sizes = np.zeros(1, np.int64)
+    sizes[0] = _cosine_rows_chunk(
+        vec, norms, qi, qf, use_float, cand, exclude, 0, cand.shape[0], out_k[0], out_r[0]
+    )
     return out_k, out_r, sizes
 
 
@@ -216,70 +294,35 @@ def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk):  # type: ignore[
         codes: (N, W) uint64, the packed sign bits viewed as words.
         q: (W,) uint64 query code.
         mask, use_mask, exclude, k, nchunk: as in :func:`cosine_scan`.
-
-    Returns:
-        (keys (nchunk, k) float64, rows (nchunk, k) int64, sizes (nchunk,) int64).
     """
-    n, w = codes.shape
+    n = codes.shape[0]
     out_k = np.empty((nchunk, k), np.float64)
     out_r = np.empty((nchunk, k), np.int64)
     sizes = np.zeros(nchunk, np.int64)
-    hblock = 8 * BLOCK
     for c in prange(nchunk):
         lo = n * c // nchunk
         hi = n * (c + 1) // nchunk
-        keys = out_k[c]
-        rows = out_r[c]
-        buf = np.empty(hblock, np.int64)
-        size = 0
-        for b0 in range(lo, hi, hblock):
-            b1 = min(b0 + hblock, hi)
-            best = np.int64(1 << 30)
-            if w == 2:
-                q0 = q[0]
-                q1 = q[1]
-                for r in range(b0, b1):
-                    dist = np.int64(_popcnt(codes[r, 0] ^ q0) + _popcnt(codes[r, 1] ^ q1))
-                    buf[r - b0] = dist
-                    best = min(best, dist)
-            else:
-                for r in range(b0, b1):
-                    dist = np.int64(0)
-                    for j in range(w):
-                        dist += np.int64(_popcnt(codes[r, j] ^ q[j]))
-                    buf[r - b0] = dist
-                    best = min(best, dist)
-            if size == k and -np.float64(best) < keys[0]:
-                continue
-            for r in range(b0, b1):
-                if r == exclude or (use_mask and not mask[r]):
-                    continue
-                size = _heap_offer(keys, rows, size, k, -np.float64(buf[r - b0]), r)
-        sizes[c] = size
+        sizes[c] = _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, out_k[c], out_r[c])
     return out_k, out_r, sizes
 
 
-@njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan_rows(codes, q, cand, exclude, k, nchunk):  # type: ignore[no-untyped-def]
-    """Hamming top-k over the rows listed in ``cand``; returns as :func:`hamming_scan`."""
-    n = cand.shape[0]
-    w = codes.shape[1]
-    out_k = np.empty((nchunk, k), np.float64)
-    out_r = np.empty((nchunk, k), np.int64)
-    sizes = np.zeros(nchunk, np.int64)
-    for c in prange(nchunk):
-        lo = n * c // nchunk
-        hi = n * (c + 1) // nchunk
-        keys = out_k[c]
-        rows = out_r[c]
-        size = 0
-        for i in range(lo, hi):
-            r = cand[i]
-            if r == exclude:
-                continue
-            dist = np.int64(0)
-            for j in range(w):
-                dist += np.int64(_popcnt(codes[r, j] ^ q[j]))
-            size = _heap_offer(keys, rows, size, k, -np.float64(dist), r)
-        sizes[c] = size
+@njit(cache=True, fastmath=_FASTMATH)
+def hamming_scan_serial(codes, q, mask, use_mask, exclude, k):  # type: ignore[no-untyped-def]
+    """:func:`hamming_scan` on the calling thread (one chunk)."""
+    out_k = np.empty((1, k), np.float64)
+    out_r = np.empty((1, k), np.int64)
+    sizes = np.zeros(1, np.int64)
+    sizes[0] = _hamming_chunk(
+        codes, q, mask, use_mask, exclude, 0, codes.shape[0], out_k[0], out_r[0]
+    )
+    return out_k, out_r, sizes
+
+
+@njit(cache=True)
+def hamming_scan_rows(codes, q, cand, exclude, k):  # type: ignore[no-untyped-def]
+    """Hamming top-k over the rows listed in ``cand`` (serial)."""
+    out_k = np.empty((1, k), np.float64)
+    out_r = np.empty((1, k), np.int64)
+    sizes = np.zeros(1, np.int64)
+    sizes[0] = _hamming_rows_chunk(codes, q, cand, exclude, 0, cand.shape[0], out_k[0], out_r[0])
     return out_k, out_r, sizes

@@ -53,6 +53,7 @@ from store.errors import InvalidVectorQuery, VectorTableError
 
 __all__ = [
     "BIN_BYTES",
+    "CALIBRATION_MULTIPLES",
     "DEFAULT_RERANK_MULTIPLE",
     "FORMAT",
     "K_MAX",
@@ -62,6 +63,7 @@ __all__ = [
     "KnnTable",
     "Mode",
     "binarize",
+    "calibrate_rerank_multiple",
     "cosine_topk",
     "hamming_then_rerank",
     "hamming_topk",
@@ -79,7 +81,7 @@ ROTATION_SEED = 0x7E55E4A
 BIN_BYTES = 16
 """Bytes per binary code (128 sign bits)."""
 
-DEFAULT_RERANK_MULTIPLE = 16
+DEFAULT_RERANK_MULTIPLE = 32
 """Hamming candidates per requested neighbour in ``hamming_then_rerank``.
 
 Measured on bench/data.py clustered data (50k and 10^6 rows, k=10): recall@10 of
@@ -94,6 +96,8 @@ Mode = Literal["cosine", "hamming", "hamming_then_rerank"]
 MODES: tuple[str, ...] = ("cosine", "hamming", "hamming_then_rerank")
 
 _CHUNK_ROWS = 1 << 16  # rows per scan chunk (chunks are scheduled dynamically on the threads)
+_SERIAL_BYTES = 8 << 20  # scans smaller than this run on the calling thread (no barrier wait)
+_MAX_CANDIDATES = 1 << 17  # cap on hamming_then_rerank candidates (multiple * k)
 _SPARSE_MASK = 0.25  # below this mask density, gather the eligible rows instead of scanning all
 _INT8_TOL = 2e-5  # in quantisation steps: float32 rounding of int8 * scale stays far below
 _WRITE_CHUNK = 1 << 18  # rows per chunk when deriving norms / codes (bounds float temporaries)
@@ -292,6 +296,7 @@ def write_table(
             raise VectorTableError(f"{path} holds a different table (pass replace=True)")
     version = parent / f".{path.name}@{digest[:16]}-{uuid.uuid4().hex[:8]}"
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; tables are read by the server
     try:
         for name, arr in arrays.items():
             with open(tmp / f"{name}.npy", "wb") as f:
@@ -440,27 +445,16 @@ def cosine_topk(
     else:
         cand = None
     if cand is not None:
-        nch = _nchunk(cand.size) if cand.size > 4 * _CHUNK_ROWS else 1
-        out = _run(
-            _kernels.cosine_scan_rows, vectors, norms, qi, qf, use_float, cand, exclude, k, nch
-        )
+        out = _kernels.cosine_scan_rows(vectors, norms, qi, qf, use_float, cand, exclude, k)
         scanned = int(cand.size)
     else:
         use_mask = m is not None
         marr = m if m is not None else np.ones(1, np.bool_)
-        out = _run(
-            _kernels.cosine_scan,
-            vectors,
-            norms,
-            qi,
-            qf,
-            use_float,
-            marr,
-            use_mask,
-            exclude,
-            k,
-            _nchunk(n),
-        )
+        args = (vectors, norms, qi, qf, use_float, marr, use_mask, exclude, k)
+        if n * (d + 4) <= _SERIAL_BYTES:
+            out = _kernels.cosine_scan_serial(*args)
+        else:
+            out = _run(_kernels.cosine_scan, *args, _nchunk(n))
         scanned = int(n)
     keys, top = _merge(out, k)
     return KnnResult(rows=top, scores=keys / qnorm, scanned=scanned, mode="cosine")
@@ -470,6 +464,38 @@ def _words(codes: np.ndarray) -> np.ndarray:
     if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] % 8:
         raise InvalidVectorQuery(f"codes must be uint8 (N, 8w), got {codes.dtype} {codes.shape}")
     return codes.view(np.uint64)
+
+
+def _hamming_candidates(
+    codes: np.ndarray,
+    qcode: np.ndarray,
+    n_keep: int,
+    mask: npt.ArrayLike | None,
+    exclude_row: int | None,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], int]:
+    """Best ``n_keep`` rows by Hamming distance: (keys = -distance, rows, rows scanned)."""
+    words = _words(codes)
+    n, nbytes = codes.shape
+    q = np.ascontiguousarray(np.asarray(qcode, dtype=np.uint8))
+    if q.shape != (nbytes,):
+        raise InvalidVectorQuery(f"query code must have {nbytes} bytes, got shape {q.shape}")
+    qw = q.view(np.uint64)
+    m = _prep_mask(mask, n)
+    exclude = -1 if exclude_row is None else int(exclude_row)
+    if m is not None and m.mean() < _SPARSE_MASK:
+        cand = np.flatnonzero(m).astype(np.int64)
+        out = _kernels.hamming_scan_rows(words, qw, cand, exclude, n_keep)
+        scanned = int(cand.size)
+    else:
+        marr = m if m is not None else np.ones(1, np.bool_)
+        args = (words, qw, marr, m is not None, exclude, n_keep)
+        if n * nbytes <= _SERIAL_BYTES:
+            out = _kernels.hamming_scan_serial(*args)
+        else:
+            out = _run(_kernels.hamming_scan, *args, _nchunk(n))
+        scanned = int(n)
+    keys, rows = _merge(out, n_keep)
+    return keys, rows, scanned
 
 
 def hamming_topk(
@@ -493,26 +519,8 @@ def hamming_topk(
         :class:`KnnResult`, scores ``1 - 2 d / bits``.
     """
     k = _check_k(k)
-    words = _words(codes)
-    n, nbytes = codes.shape
-    q = np.ascontiguousarray(np.asarray(query_code, dtype=np.uint8))
-    if q.shape != (nbytes,):
-        raise InvalidVectorQuery(f"query code must have {nbytes} bytes, got shape {q.shape}")
-    qw = q.view(np.uint64)
-    m = _prep_mask(mask, n)
-    exclude = -1 if exclude_row is None else int(exclude_row)
-    if m is not None and m.mean() < _SPARSE_MASK:
-        cand = np.flatnonzero(m).astype(np.int64)
-        nch = _nchunk(cand.size) if cand.size > 4 * _CHUNK_ROWS else 1
-        out = _run(_kernels.hamming_scan_rows, words, qw, cand, exclude, k, nch)
-        scanned = int(cand.size)
-    else:
-        use_mask = m is not None
-        marr = m if m is not None else np.ones(1, np.bool_)
-        out = _run(_kernels.hamming_scan, words, qw, marr, use_mask, exclude, k, _nchunk(n))
-        scanned = int(n)
-    keys, top = _merge(out, k)
-    bits = nbytes * 8
+    keys, top, scanned = _hamming_candidates(codes, np.asarray(query_code), k, mask, exclude_row)
+    bits = codes.shape[1] * 8
     return KnnResult(rows=top, scores=1.0 + 2.0 * keys / bits, scanned=scanned, mode="hamming")
 
 
@@ -547,35 +555,56 @@ def hamming_then_rerank(
     if isinstance(multiple, bool) or not isinstance(multiple, (int, np.integer)) or multiple < 1:
         raise InvalidVectorQuery(f"multiple must be a positive integer, got {multiple!r}")
     qc = binarize(np.asarray(query)) if query_code is None else np.asarray(query_code, np.uint8)
-    n_cand = min(K_MAX * 64, int(multiple) * k)
-    # The candidate stage may ask for more than K_MAX; it uses the kernel directly.
-    words = _words(codes)
-    m = _prep_mask(mask, codes.shape[0])
-    exclude = -1 if exclude_row is None else int(exclude_row)
-    qw = np.ascontiguousarray(qc).view(np.uint64)
-    if m is not None and m.mean() < _SPARSE_MASK:
-        cand_all = np.flatnonzero(m).astype(np.int64)
-        nch = _nchunk(cand_all.size) if cand_all.size > 4 * _CHUNK_ROWS else 1
-        out = _run(_kernels.hamming_scan_rows, words, qw, cand_all, exclude, n_cand, nch)
-        scanned = int(cand_all.size)
-    else:
-        marr = m if m is not None else np.ones(1, np.bool_)
-        out = _run(
-            _kernels.hamming_scan,
-            words,
-            qw,
-            marr,
-            m is not None,
-            exclude,
-            n_cand,
-            _nchunk(codes.shape[0]),
-        )
-        scanned = int(codes.shape[0])
-    _, cand = _merge(out, n_cand)
+    n_cand = min(_MAX_CANDIDATES, int(multiple) * k)
+    _, cand, scanned = _hamming_candidates(codes, qc, n_cand, mask, exclude_row)
     if cand.size == 0:
         return KnnResult(np.empty(0, np.int64), np.empty(0), scanned, "hamming_then_rerank", 0)
     exact = cosine_topk(vectors, norms, query, k, rows=np.sort(cand), exclude_row=exclude_row)
     return KnnResult(exact.rows, exact.scores, scanned, "hamming_then_rerank", int(cand.size))
+
+
+CALIBRATION_MULTIPLES: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512)
+"""Candidate multiples tried by :func:`calibrate_rerank_multiple`."""
+
+
+def calibrate_rerank_multiple(
+    vectors: npt.NDArray[np.int8],
+    norms: npt.NDArray[np.float32],
+    codes: npt.NDArray[np.uint8],
+    *,
+    k: int = 10,
+    target: float = 0.95,
+    n_queries: int = 50,
+    seed: int = 0,
+    multiples: tuple[int, ...] = CALIBRATION_MULTIPLES,
+) -> tuple[int, dict[int, float]]:
+    """Smallest candidate multiple whose mean recall@k reaches ``target`` on this table.
+
+    Queries are ``n_queries`` rows drawn with ``default_rng(seed)`` (each excluded
+    from its own answer); recall is measured against exact cosine. The Hamming
+    ranking is computed once at the largest multiple: the candidates of a smaller
+    multiple are a prefix of it (the order is total), so each multiple costs only
+    its rerank. Store the result as ``meta["rerank_multiple"]`` when writing the
+    table; :meth:`KnnTable.search` uses it.
+
+    Returns:
+        (chosen multiple, {multiple: recall}); the largest multiple when none reaches target.
+    """
+    n = vectors.shape[0]
+    rows = np.random.default_rng(seed).choice(n, min(n_queries, n), replace=False)
+    top_m = max(multiples)
+    hits = {m: 0 for m in multiples}
+    for r in rows.tolist():
+        exact = set(cosine_topk(vectors, norms, vectors[r], k, exclude_row=r).rows.tolist())
+        _, ranked, _ = _hamming_candidates(
+            codes, codes[r], min(_MAX_CANDIDATES, top_m * k), None, r
+        )
+        for m in multiples:
+            got = cosine_topk(vectors, norms, vectors[r], k, rows=np.sort(ranked[: m * k]))
+            hits[m] += len(exact & set(got.rows.tolist()))
+    recall = {m: hits[m] / (k * rows.size) for m in multiples}
+    chosen = next((m for m in sorted(multiples) if recall[m] >= target), max(multiples))
+    return chosen, recall
 
 
 # --------------------------------------------------------------------------- table
@@ -653,6 +682,11 @@ class KnnTable:
         """Vector dimension."""
         return int(self.vectors.shape[1])
 
+    @property
+    def rerank_multiple(self) -> int:
+        """Candidate multiple for ``hamming_then_rerank`` (calibrated one if stored)."""
+        return int(self.meta.get("rerank_multiple", DEFAULT_RERANK_MULTIPLE))
+
     def row_of(self, cell_raw: int) -> int | None:
         """Row of a raw cell64 id, or None when the table has no vector for it."""
         c = np.uint64(cell_raw)
@@ -679,7 +713,7 @@ class KnnTable:
         mode: str = "cosine",
         mask: npt.ArrayLike | None = None,
         exclude_row: int | None = None,
-        rerank_multiple: int = DEFAULT_RERANK_MULTIPLE,
+        rerank_multiple: int | None = None,
         query_code: npt.ArrayLike | None = None,
     ) -> KnnResult:
         """Nearest rows to a query vector.
@@ -690,7 +724,9 @@ class KnnTable:
             mode: ``cosine``, ``hamming`` or ``hamming_then_rerank``.
             mask: Optional ``(N,)`` bool eligibility (the caller's filter).
             exclude_row: Row never returned.
-            rerank_multiple: Hamming candidates per neighbour for the rerank.
+            rerank_multiple: Hamming candidates per neighbour for the rerank (default:
+                the table's calibrated ``meta["rerank_multiple"]``, else
+                :data:`DEFAULT_RERANK_MULTIPLE`).
             query_code: The query's 16-byte code if known (default: :func:`binarize`).
 
         Raises:
@@ -719,7 +755,7 @@ class KnnTable:
             self.bin128,
             q,
             k,
-            multiple=rerank_multiple,
+            multiple=self.rerank_multiple if rerank_multiple is None else rerank_multiple,
             mask=mask,
             exclude_row=exclude_row,
             query_code=code,

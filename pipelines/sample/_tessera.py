@@ -121,6 +121,13 @@ def prototypes(seed: int) -> NDArray[np.float64]:
     return np.asarray(q.T)
 
 
+def _common_direction(seed: int, protos: NDArray[np.float64]) -> NDArray[np.float64]:
+    rng = np.random.default_rng([seed, 8])
+    v = rng.standard_normal(TESSERA_DIM)
+    v -= protos.T @ (protos @ v)  # orthogonal to every prototype
+    return np.asarray(v / np.linalg.norm(v))
+
+
 def _nearest_scene_index(
     scene: Scene, tile: TesseraTile
 ) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
@@ -185,6 +192,9 @@ def render_tessera(scene: Scene, tile: TesseraTile, year: int, seed: int) -> Tes
 
     protos = prototypes(seed)
     vec = 4.0 * np.einsum("chw,cd->hwd", wts, protos)
+    # Real embeddings are not zero-mean: a shared component gives unrelated classes a
+    # small positive cosine (about 0.15) instead of exactly 0.
+    vec += 2.0 * _common_direction(seed, protos)
     # Spatially smooth variation shared by both years (soil, terrain), plus per-year noise.
     rng_shared = np.random.default_rng([seed, 6])
     dirs = rng_shared.standard_normal((8, TESSERA_DIM)) / math.sqrt(TESSERA_DIM)

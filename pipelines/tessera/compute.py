@@ -50,7 +50,7 @@ def gather_onto_lattice(
     lng2, lat2 = np.meshgrid(lng, lat)
     to_tile = Transformer.from_crs("EPSG:4326", crs, always_xy=True)
     x, y = to_tile.transform(lng2, lat2)
-    col_f, row_f = ~t * (x, y)
+    col_f, row_f = ~t @ (x, y)
     col = np.floor(col_f).astype(np.int64)
     row = np.floor(row_f).astype(np.int64)
     h_tile, w_tile = scales.shape

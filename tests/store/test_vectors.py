@@ -57,7 +57,8 @@ def test_cosine_on_int8_equals_dequantised_float64(small):
         assert res.mode == "cosine"
         assert res.scanned == vec.shape[0]
         assert_topk_equal(res.rows, res.scores, ref, 50)
-        assert res.rows[0] == qrow and res.scores[0] == pytest.approx(1.0)
+        assert res.rows[0] == qrow
+        assert res.scores[0] == pytest.approx(1.0)
 
 
 def test_inline_float_queries_both_paths(small):
@@ -111,7 +112,8 @@ def test_rerank_recall_on_clustered_data(clustered):
 def test_exclusion_and_mask(small):
     _, vec, _, norms, codes = small
     res = V.cosine_topk(vec, norms, vec[3], 10, exclude_row=3)
-    assert 3 not in res.rows and res.rows.size == 10
+    assert 3 not in res.rows
+    assert res.rows.size == 10
     assert 3 not in V.hamming_topk(codes, codes[3], 10, exclude_row=3).rows
     for density in (0.9, 0.05):  # dense (scan + mask) and sparse (gather) paths
         mask = np.random.default_rng(2).random(vec.shape[0]) < density
@@ -126,14 +128,16 @@ def test_exclusion_and_mask(small):
                 r = V.hamming_topk(codes, codes[3], 25, mask=mask, exclude_row=3)
             else:
                 r = V.hamming_then_rerank(vec, norms, codes, vec[3], 25, mask=mask, exclude_row=3)
-            assert mask[r.rows].all() and 3 not in r.rows
+            assert mask[r.rows].all()
+            assert 3 not in r.rows
 
 
 def test_k_bigger_than_eligible_returns_all(small):
     _, vec, _, norms, codes = small
     few = vec[:7]
     res = V.cosine_topk(few, norms[:7], vec[0], 1000, exclude_row=0)
-    assert res.rows.size == 6 and sorted(res.rows) == [1, 2, 3, 4, 5, 6]
+    assert res.rows.size == 6
+    assert sorted(res.rows) == [1, 2, 3, 4, 5, 6]
     assert np.all(np.diff(res.scores) <= 0)
     mask = np.zeros(vec.shape[0], bool)
     mask[[5, 9]] = True
@@ -148,20 +152,38 @@ def test_k_bigger_than_eligible_returns_all(small):
         V.cosine_topk(vec, norms, np.zeros(128), 5)  # zero vector
 
 
-def test_results_do_not_depend_on_threads(clustered):
+def test_parallel_scan_equals_serial_for_any_thread_count(clustered, monkeypatch):
     import numba
 
     _, vec, _, norms, codes = clustered
+    serial = V.cosine_topk(vec, norms, vec[42], 200), V.hamming_topk(codes, codes[42], 200)
+    monkeypatch.setattr(V, "_SERIAL_BYTES", 0)  # force the parallel kernels
+    monkeypatch.setattr(V, "_CHUNK_ROWS", 1000)  # and many chunks
     before = numba.get_num_threads()
+    results = []
     try:
-        numba.set_num_threads(1)
-        a = V.cosine_topk(vec, norms, vec[42], 200), V.hamming_topk(codes, codes[42], 200)
+        for threads in (1, before):
+            numba.set_num_threads(threads)
+            results.append(
+                (V.cosine_topk(vec, norms, vec[42], 200), V.hamming_topk(codes, codes[42], 200))
+            )
     finally:
         numba.set_num_threads(before)
-    b = V.cosine_topk(vec, norms, vec[42], 200), V.hamming_topk(codes, codes[42], 200)
-    for x, y in zip(a, b, strict=True):
-        np.testing.assert_array_equal(x.rows, y.rows)
-        np.testing.assert_array_equal(x.scores, y.scores)
+    for pair in results:
+        for x, y in zip(pair, serial, strict=True):
+            np.testing.assert_array_equal(x.rows, y.rows)
+            np.testing.assert_array_equal(x.scores, y.scores)
+
+
+def test_calibrated_multiple_reaches_target(clustered):
+    _, vec, _, norms, codes = clustered
+    chosen, recall = V.calibrate_rerank_multiple(
+        vec, norms, codes, n_queries=30, multiples=(4, 8, 16, 32, 64)
+    )
+    values = [recall[m] for m in (4, 8, 16, 32, 64)]
+    assert values == sorted(values)  # more candidates never lose a true neighbour
+    assert recall[chosen] >= 0.95
+    assert all(recall[m] < 0.95 for m in (4, 8, 16, 32, 64) if m < chosen)
 
 
 def test_table_roundtrip_mmap_and_search(tmp_path, small):
@@ -175,14 +197,18 @@ def test_table_roundtrip_mmap_and_search(tmp_path, small):
     np.testing.assert_array_equal(np.asarray(t.cells), cells)
     np.testing.assert_array_equal(np.asarray(t.vectors), vec)
     np.testing.assert_array_equal(np.asarray(t.bin128), codes)
-    assert t.meta["n"] == cells.size and t.meta["d"] == 128 and t.meta["band"] == "geotessera"
+    assert t.meta["n"] == cells.size
+    assert t.meta["d"] == 128
+    assert t.meta["band"] == "geotessera"
     assert t.meta["rotation_seed"] == V.ROTATION_SEED
     assert t.row_of(int(cells[123])) == 123
     assert t.row_of(int(cells[123]) + 1) is None
     np.testing.assert_array_equal(t.rows_of([cells[5], 1, cells[-1]]), [5, -1, cells.size - 1])
     for mode in V.MODES:
         res = t.search_row(10, k=5, mode=mode)
-        assert res.mode == mode and 10 not in res.rows and res.rows.size == 5
+        assert res.mode == mode
+        assert 10 not in res.rows
+        assert res.rows.size == 5
     with pytest.raises(InvalidVectorQuery):
         t.search(vec[0], mode="euclid")
 
@@ -194,7 +220,8 @@ def test_table_without_codes(tmp_path):
         tmp_path / "multi", np.arange(50, dtype=np.uint64), vec, np.ones(50, np.float32), META
     )
     t = V.KnnTable.open(tmp_path / "multi")
-    assert t.bin128 is None and t.d == 256
+    assert t.bin128 is None
+    assert t.d == 256
     assert t.search_row(0, k=3).rows.size == 3
     with pytest.raises(InvalidVectorQuery):
         t.search_row(0, k=3, mode="hamming")
@@ -244,7 +271,8 @@ def test_write_is_atomic_and_refuses_silent_overwrite(tmp_path, small):
     # the old mapping stays readable after its directory was removed
     np.testing.assert_array_equal(np.asarray(old.vectors[:3]), vec[:3])
     leftovers = [p for p in os.listdir(tmp_path) if p != "t"]
-    assert len(leftovers) == 1 and leftovers[0].startswith(".t@")  # only the live version
+    assert len(leftovers) == 1
+    assert leftovers[0].startswith(".t@")
     assert json.loads((path / "meta.json").read_text())["digest"] == new.meta["digest"]
 
 

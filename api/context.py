@@ -1,0 +1,498 @@
+"""The service context: cached read-only handles on one data directory.
+
+One :class:`ServiceContext` per process serves every query. It opens
+everything lazily and read-only, and caches:
+
+* the :class:`~store.cube.CubeReader` of the branch tip, reopened when the tip
+  moves (checked with one cheap ``lookup_branch`` at most every
+  ``tip_check_seconds``), plus a few readers opened ``as_of`` a time;
+* a **column cache** for per-cell queries: on first access to a
+  (snapshot, band, chunk column) it reads that block's whole time column
+  (every existing time chunk) once into a numpy array ``(t, side, side[, d])``
+  with its tslot vector, dropping all-fill slots; later per-cell reads are
+  numpy indexing (microseconds). Bounded LRU by bytes
+  (:data:`DEFAULT_CACHE_BYTES`, 512 MiB), keyed by snapshot so a new snapshot
+  never serves stale values;
+* the k-NN tables (memory-mapped, reopened when their symlink moves);
+* the scene inventory (reloaded when its directory changes) and an index of
+  source item ids per (band family, tslot) for fact ids;
+* the receipt :class:`~api.receipts.Signer` (loaded or created once);
+* the chart store (:class:`api.charts.ChartStore`).
+
+Thread-safe: caches are guarded by one lock; loads run outside it (two
+threads may load the same column once each; the second insert wins).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from api.charts import ChartStore
+from api.errors import ApiError, NotFound, Unavailable, from_store_error
+from api.receipts import Signer
+from store.address import Block, block_q_range
+from store.cube import CubeReader, band_spec
+from store.errors import StoreError
+from store.inventory import Inventory
+from store.snapshots import MAIN_BRANCH, lookup_snapshot
+from store.vectors import KnnTable
+
+__all__ = [
+    "BAND_FAMILY",
+    "CLEAR_BAND",
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_TIP_CHECK_SECONDS",
+    "Column",
+    "ServiceContext",
+    "derivation_of",
+]
+
+DEFAULT_CACHE_BYTES = 512 << 20
+"""Default bound of the column cache (bytes of cached arrays)."""
+
+DEFAULT_TIP_CHECK_SECONDS = 1.0
+"""At most one branch-tip lookup per this many seconds."""
+
+_AS_OF_READERS = 4  # readers opened as_of a time, kept (LRU)
+
+BAND_FAMILY: dict[str, str] = {
+    "indices.ndvi": "s2",
+    "indices.ndwi": "s2",
+    "indices.ndmi": "s2",
+    "indices.lswi": "s2",
+    "indices.evi": "s2",
+    "s2.clear": "s2",
+    "s1.vv": "s1",
+    "s1.vh": "s1",
+    "s1.valid": "s1",
+    "indices.vh_vv": "s1",
+    "geotessera": "geotessera",
+    "geotessera.scale": "geotessera",
+    "geotessera.bin128": "geotessera",
+    "geotessera.multi_year": "geotessera",
+}
+"""Band -> inventory band family (whose rows name the source items)."""
+
+CLEAR_BAND: dict[str, tuple[str, int]] = {"s2": ("s2.clear", 2), "s1": ("s1.valid", 1)}
+"""Family -> (flag band, value meaning clear/valid)."""
+
+
+def derivation_of(band: str) -> str:
+    """Derivation label bound into fact ids (``earthmem.<band>.v1``)."""
+    return f"earthmem.{band}.v1"
+
+
+@dataclass(frozen=True, eq=False)
+class Column:
+    """One block's whole time column of one band in one snapshot."""
+
+    tslots: npt.NDArray[np.int64]
+    """Slots holding a value somewhere in the block, ascending."""
+    values: npt.NDArray[Any]
+    """``(len(tslots), side, side[, d])`` values (fill where no value)."""
+    lat_q0: int
+    """Row of ``values[:, 0]``."""
+    lng_q0: int
+    """Column of ``values[:, :, 0]``."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return int(self.values.nbytes + self.tslots.nbytes)
+
+    def cell(self, lat_q: int, lng_q: int) -> npt.NDArray[Any]:
+        """The cell's values along ``tslots``."""
+        return self.values[:, lat_q - self.lat_q0, lng_q - self.lng_q0]
+
+
+@dataclass(frozen=True)
+class _SourceRow:
+    box: tuple[int, int, int, int] | None  # lattice range of the block; None = whole area
+    item_ids: tuple[str, ...]
+
+
+def _parse_rfc3339(text: str) -> dt.datetime:
+    from api.errors import InvalidArgument
+
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        raise InvalidArgument(
+            f"as_of_signed_at must be RFC 3339, got {text!r}", code="invalid_date"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when
+
+
+class ServiceContext:
+    """Cached read-only access to one data directory.
+
+    Args:
+        data_dir: The earthmem data directory (``cube.icechunk``, ``inventory/``, ``knn/``).
+        read_only: Must be true: the API never writes the store (the signing
+            key under ``keys/`` is the only file it may create).
+        cache_bytes: Bound of the column cache.
+        tip_check_seconds: Minimum interval between branch-tip checks.
+        signer: A signer to use instead of the data directory's key (tests).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        read_only: bool = True,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        tip_check_seconds: float = DEFAULT_TIP_CHECK_SECONDS,
+        signer: Signer | None = None,
+    ) -> None:
+        if not read_only:
+            raise ValueError("the query API opens the store read-only")
+        self.data_dir = Path(data_dir)
+        self.cache_bytes = int(cache_bytes)
+        self.tip_check_seconds = float(tip_check_seconds)
+        self.charts = ChartStore()
+        self._signer = signer
+        self._lock = threading.RLock()
+        self._reader: CubeReader | None = None
+        self._tip_checked = 0.0
+        self._as_of: OrderedDict[str, CubeReader] = OrderedDict()
+        self._columns: OrderedDict[tuple[str, str, int, int], Column] = OrderedDict()
+        self._column_bytes = 0
+        self._chunk_index: dict[tuple[str, str], dict[tuple[int, int], npt.NDArray[np.int64]]] = {}
+        self._tables: dict[str, tuple[str, KnnTable]] = {}
+        self._tables_checked: dict[str, float] = {}
+        self._inventory = Inventory(self.data_dir)
+        self._inv_stamp: int | None = None
+        self._inv_checked = 0.0
+        self._inv_table: Any = None
+        self._sources: dict[str, dict[int, list[_SourceRow]]] = {}
+
+    # ------------------------------------------------------------------ signer
+
+    @property
+    def signer(self) -> Signer:
+        """The receipt signer (key created in ``<data_dir>/keys`` on first use)."""
+        if self._signer is None:
+            with self._lock:
+                if self._signer is None:
+                    self._signer = Signer.load_or_create(self.data_dir)
+        return self._signer
+
+    # ------------------------------------------------------------------ cube readers
+
+    def reader(self, as_of_signed_at: str | None = None) -> CubeReader:
+        """The reader of the branch tip, or of the snapshot at ``as_of_signed_at``.
+
+        Raises:
+            Unavailable: no cube in the data directory.
+            NotFound: no snapshot committed at or before the time (``snapshot_not_found``).
+            InvalidArgument: malformed RFC 3339 time.
+        """
+        if as_of_signed_at is not None:
+            return self._reader_as_of(_parse_rfc3339(as_of_signed_at))
+        now = time.monotonic()
+        with self._lock:
+            reader = self._reader
+            if reader is not None and now - self._tip_checked < self.tip_check_seconds:
+                return reader
+        try:
+            if reader is not None:
+                tip = reader.repo.lookup_branch(MAIN_BRANCH)
+                if tip == reader.snapshot_id:
+                    with self._lock:
+                        self._tip_checked = now
+                    return reader
+            fresh = CubeReader(self.data_dir)
+        except StoreError as exc:
+            raise from_store_error(exc) from exc
+        with self._lock:
+            self._reader = fresh
+            self._tip_checked = now
+        return fresh
+
+    def _reader_as_of(self, when: dt.datetime) -> CubeReader:
+        try:
+            tip = self.reader()
+            from store.snapshots import snapshot_at
+
+            found = snapshot_at(tip.repo, when)
+            if found is None:
+                raise NotFound(
+                    f"no snapshot committed at or before {when.isoformat()}",
+                    code="snapshot_not_found",
+                )
+            with self._lock:
+                cached = self._as_of.get(found.id)
+                if cached is not None:
+                    self._as_of.move_to_end(found.id)
+                    return cached
+            reader = tip if found.id == tip.snapshot_id else CubeReader(self.data_dir, snapshot_id=found.id)
+        except StoreError as exc:
+            raise from_store_error(exc) from exc
+        with self._lock:
+            self._as_of[found.id] = reader
+            while len(self._as_of) > _AS_OF_READERS:
+                self._as_of.popitem(last=False)
+        return reader
+
+    def snapshot_time(self, snapshot_id: str) -> dt.datetime | None:
+        """Commit time of a snapshot, or None if unknown."""
+        try:
+            return lookup_snapshot(self.reader().repo, snapshot_id).written_at
+        except (StoreError, ApiError):
+            return None
+
+    # ------------------------------------------------------------------ column cache
+
+    def _index(self, reader: CubeReader, band: str) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
+        key = (reader.snapshot_id, band)
+        with self._lock:
+            index = self._chunk_index.get(key)
+        if index is not None:
+            return index
+        coords = reader.chunks(band)
+        index = {}
+        if coords.size:
+            order = np.lexsort((coords[:, 0], coords[:, 2], coords[:, 1]))
+            coords = coords[order]
+            keys = coords[:, 1] * (1 << 30) + coords[:, 2]
+            starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+            ends = [*starts[1:].tolist(), len(keys)]
+            for s, e in zip(starts.tolist(), ends, strict=True):
+                index[(int(coords[s, 1]), int(coords[s, 2]))] = np.unique(coords[s:e, 0])
+        with self._lock:
+            self._chunk_index[key] = index
+            if len(self._chunk_index) > 256:
+                self._chunk_index.pop(next(iter(self._chunk_index)))
+        return index
+
+    def column(self, reader: CubeReader, band: str, lat_q: int, lng_q: int) -> Column:
+        """The cached time column of the chunk holding ``(lat_q, lng_q)``.
+
+        Args:
+            reader: Reader whose snapshot to read.
+            band: Band name.
+            lat_q: Row of any cell of the block.
+            lng_q: Column of any cell of the block.
+
+        Returns:
+            The block's column (empty ``tslots`` when the band has no data there).
+        """
+        spec = band_spec(band)
+        side = 1 << reader.block_level
+        cy, cx = lat_q // side, lng_q // side
+        key = (reader.snapshot_id, band, cy, cx)
+        with self._lock:
+            col = self._columns.get(key)
+            if col is not None:
+                self._columns.move_to_end(key)
+                return col
+        tcs = self._index(reader, band).get((cy, cx))
+        extra = (spec.extra_dim[1],) if spec.extra_dim else ()
+        y0, x0 = cy * side, cx * side
+        if tcs is None or tcs.size == 0:
+            col = Column(np.zeros(0, np.int64), np.zeros((0, side, side, *extra), spec.dtype), y0, x0)
+        else:
+            step = spec.time_chunk
+            slots = (tcs[:, None] * step + np.arange(step)[None, :]).ravel().astype(np.int64)
+            slots = slots[slots < spec.time_size]
+            arr = reader.array(band)
+            ys, xs = slice(y0, y0 + side), slice(x0, x0 + side)
+            if int(slots[-1] - slots[0]) + 1 == slots.size:
+                values = np.asarray(arr[(slice(int(slots[0]), int(slots[-1]) + 1), ys, xs)])
+            else:
+                values = np.asarray(arr.oindex[(slots, ys, xs)])
+            flat = values.reshape(values.shape[0], -1)
+            fill = spec.fill_value
+            if isinstance(fill, float) and np.isnan(fill):
+                keep = ~np.isnan(flat).all(axis=1)
+            else:
+                keep = ~(flat == fill).all(axis=1)
+            col = Column(slots[keep], np.ascontiguousarray(values[keep]), y0, x0)
+        with self._lock:
+            if key not in self._columns:
+                self._columns[key] = col
+                self._column_bytes += col.nbytes
+            while self._column_bytes > self.cache_bytes and len(self._columns) > 1:
+                _, old = self._columns.popitem(last=False)
+                self._column_bytes -= old.nbytes
+        return col
+
+    def cell_series(
+        self, reader: CubeReader, band: str, lat_q: int, lng_q: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+        """A cell's full series from the column cache: ``(tslots, values)``, fill included.
+
+        Callers mask fill themselves (NaN for floats, 0 for flags).
+        """
+        col = self.column(reader, band, lat_q, lng_q)
+        return col.tslots, col.cell(lat_q, lng_q)
+
+    def cache_info(self) -> dict[str, int]:
+        """Entries and bytes of the column cache."""
+        with self._lock:
+            return {
+                "columns": len(self._columns),
+                "bytes": self._column_bytes,
+                "limit": self.cache_bytes,
+            }
+
+    # ------------------------------------------------------------------ inventory
+
+    def inventory_table(self) -> Any:
+        """The inventory as a pyarrow table (reloaded when the directory changes)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._inv_table is not None and now - self._inv_checked < self.tip_check_seconds:
+                return self._inv_table
+        root = self._inventory.root
+        try:
+            stamp = root.stat().st_mtime_ns if root.exists() else -1
+        except OSError:
+            stamp = -1
+        with self._lock:
+            self._inv_checked = now
+            if self._inv_table is not None and stamp == self._inv_stamp:
+                return self._inv_table
+        table = self._inventory.table()
+        sources: dict[str, dict[int, list[_SourceRow]]] = {}
+        for fam, tslot, block, items in zip(
+            table["band"].to_pylist(),
+            table["tslot"].to_pylist(),
+            table["block"].to_pylist(),
+            table["item_ids"].to_pylist(),
+            strict=True,
+        ):
+            try:
+                box: tuple[int, int, int, int] | None = block_q_range(Block.parse(block))
+            except StoreError:
+                box = None
+            sources.setdefault(fam, {}).setdefault(int(tslot), []).append(
+                _SourceRow(box, tuple(items or ()))
+            )
+        with self._lock:
+            self._inv_table = table
+            self._inv_stamp = stamp
+            self._sources = sources
+        return table
+
+    def sources(self, band: str, tslot: int, lat_q: int, lng_q: int) -> list[str]:
+        """Source item ids of the inventory rows covering a cell at a tslot (sorted)."""
+        self.inventory_table()
+        fam = BAND_FAMILY.get(band, band.split(".", 1)[0])
+        out: set[str] = set()
+        for row in self._sources.get(fam, {}).get(int(tslot), ()):
+            if row.box is None or (
+                row.box[0] <= lat_q < row.box[1] and row.box[2] <= lng_q < row.box[3]
+            ):
+                out.update(row.item_ids)
+        return sorted(out)
+
+    def overpasses(
+        self, family: str, box: tuple[int, int, int, int], t0: int | None = None, t1: int | None = None
+    ) -> list[tuple[int, list[str]]]:
+        """Overpasses of a band family touching a lattice box, ``t0 <= tslot <= t1``.
+
+        Args:
+            family: ``"s2"``, ``"s1"`` or ``"geotessera"``.
+            box: ``(lat_q0, lat_q1, lng_q0, lng_q1)`` half-open.
+            t0: First tslot (inclusive), or None.
+            t1: Last tslot (inclusive), or None.
+
+        Returns:
+            ``[(tslot, sorted source item ids)]`` ascending by tslot.
+        """
+        self.inventory_table()
+        out = []
+        for tslot, rows in sorted(self._sources.get(family, {}).items()):
+            if (t0 is not None and tslot < t0) or (t1 is not None and tslot > t1):
+                continue
+            items: set[str] = set()
+            hit = False
+            for row in rows:
+                b = row.box
+                if b is None or (b[0] < box[1] and box[0] < b[1] and b[2] < box[3] and box[2] < b[3]):
+                    hit = True
+                    items.update(row.item_ids)
+            if hit:
+                out.append((tslot, sorted(items)))
+        return out
+
+    def sources_any(self, band: str, tslot: int) -> list[str]:
+        """Source item ids of every inventory row of a band family at a tslot."""
+        self.inventory_table()
+        fam = BAND_FAMILY.get(band, band.split(".", 1)[0])
+        out: set[str] = set()
+        for row in self._sources.get(fam, {}).get(int(tslot), ()):
+            out.update(row.item_ids)
+        return sorted(out)
+
+    # ------------------------------------------------------------------ k-NN tables
+
+    def knn_root(self) -> Path:
+        """``<data_dir>/knn``."""
+        return self.data_dir / "knn"
+
+    def vintages(self) -> list[int]:
+        """Years with a ``knn/geotessera/<year>`` table, ascending."""
+        root = self.knn_root() / "geotessera"
+        if not root.is_dir():
+            return []
+        return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
+
+    def table(self, name: str) -> KnnTable:
+        """Open (memory-mapped, cached) ``knn/geotessera/<year>`` or ``knn/geotessera.multi_year``.
+
+        Args:
+            name: ``"geotessera/<year>"`` or ``"geotessera.multi_year"``.
+
+        Raises:
+            NotFound: no such table (``no_table``).
+            Unavailable: the table is malformed.
+        """
+        directory = self.knn_root() / name
+        now = time.monotonic()
+        with self._lock:
+            cached = self._tables.get(name)
+            if cached is not None and now - self._tables_checked.get(name, 0.0) < self.tip_check_seconds:
+                return cached[1]
+        if not directory.exists():
+            raise NotFound(f"no k-NN table {name!r} in the store", code="no_table")
+        resolved = os.path.realpath(directory)
+        if cached is not None and cached[0] == resolved:
+            with self._lock:
+                self._tables_checked[name] = now
+            return cached[1]
+        try:
+            table = KnnTable.open(directory)
+        except StoreError as exc:
+            raise Unavailable(str(exc), code="vector_table_error") from exc
+        with self._lock:
+            self._tables[name] = (str(table.path), table)
+            self._tables_checked[name] = now
+        return table
+
+
+def nearest_slots(slots: Sequence[int] | npt.NDArray[np.int64], t: int) -> tuple[int | None, int | None]:
+    """Nearest slot strictly before and strictly after ``t`` in a sorted slot list."""
+    arr = np.asarray(slots, dtype=np.int64)
+    i = int(np.searchsorted(arr, t, side="left"))
+    before = int(arr[i - 1]) if i > 0 else None
+    j = int(np.searchsorted(arr, t, side="right"))
+    after = int(arr[j]) if j < arr.size else None
+    return before, after
+
+
+__all__ += ["nearest_slots"]

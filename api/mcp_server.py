@@ -1,0 +1,311 @@
+"""The MCP adapter: every primitive as a read-only tool, plus the intent router.
+
+Built on the low-level ``mcp.server.Server`` of the mcp 2.x SDK, because the
+tools come from the registry at run time: each tool's input schema is its
+pydantic input model's JSON schema, its output schema the output model's
+serialisation schema, and the structured content of a result is exactly the
+signed answer (``model_dump(mode="json")``). Tools:
+
+* ``earthmem_<name>`` for every registered primitive (so ``earthmem_find_similar``
+  carries the full find_similar parameter set);
+* ``earthmem_intent``: the intent router (:func:`api.intent.run_intent`).
+
+All tools are annotated read-only, idempotent and closed-world. A failing
+call is a tool result with ``isError`` whose structured content (and text) is
+``{"error": {code, message, details?}}``, the same body and code REST sends.
+An answer carrying ``chart_png_base64`` also gets the chart as image content.
+
+Transports: stdio (:func:`run_stdio`, ``earthmem mcp``) and streamable HTTP
+(:class:`StreamableHttpEndpoint`, mounted at ``/mcp`` by :mod:`api.rest`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import Receive, Scope, Send
+
+from api.intent import (
+    INTENT_TYPES,
+    ContextProvider,
+    IntentAnswer,
+    IntentRequest,
+    call_primitive,
+    describe_error,
+    ensure_primitives,
+    intent_table,
+    run_intent,
+)
+from api.registry import PRIMITIVES
+
+__all__ = [
+    "INTENT_TOOL",
+    "SERVER_NAME",
+    "TOOL_PREFIX",
+    "StreamableHttpEndpoint",
+    "build_server",
+    "make_provider",
+    "run_stdio",
+    "tool_result",
+]
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "earthmem"
+"""The MCP server name."""
+TOOL_PREFIX = "earthmem_"
+"""Prefix of every tool name: ``earthmem_<primitive>``."""
+INTENT_TOOL = "earthmem_intent"
+"""The intent router's tool name."""
+CHART_FIELD = "chart_png_base64"
+"""Answer field holding a base64 PNG chart, returned also as image content."""
+
+READ_ONLY = types.ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+INSTRUCTIONS = (
+    "earthmem answers questions about the Earth's surface from materialised satellite data "
+    "(Sentinel-2 indices, Sentinel-1 backscatter, Tessera embeddings) on the cell64 lattice. "
+    "State a goal with earthmem_intent ({type, ...}), or call a primitive directly. "
+    "Every answer carries a signed receipt; a tool error carries {error: {code, message}}."
+)
+
+
+def _intent_description() -> str:
+    rows = []
+    for name, row in intent_table().items():
+        needs = list(row["needs"])
+        if row.get("one_of"):
+            needs.append(" OR ".join(row["one_of"]))
+        rows.append(
+            f"- {name}: needs {', '.join(needs) or '-'}"
+            + (f"; optional {', '.join(row['optional'])}" if row["optional"] else "")
+            + f" -> {row['answers']}"
+        )
+    return (
+        "State what you want in one object; the plan runs in the same call and the answer "
+        "comes back with the plan it ran. `type` selects the intent and the fields read; "
+        "fields of other intents are ignored and listed in `ignored_fields`. A missing or "
+        "unknown type returns a needs_intent_type envelope (not an error).\n"
+        + "\n".join(rows)
+        + '\nExample: {"type": "did_change", "cell": "<cell64>", "band": "indices.ndvi", '
+        '"window": [19700, 19900]} (window in day tslots: list them with earthmem_trajectory).'
+    )
+
+
+def _tools() -> list[types.Tool]:
+    tools = [
+        types.Tool(
+            name=TOOL_PREFIX + prim.name,
+            title=prim.summary,
+            description=(prim.summary + "\n\n" + prim.description).strip(),
+            input_schema=prim.input_model.model_json_schema(),
+            output_schema=prim.output_model.model_json_schema(mode="serialization"),
+            annotations=READ_ONLY,
+        )
+        for prim in PRIMITIVES.values()
+    ]
+    tools.append(
+        types.Tool(
+            name=INTENT_TOOL,
+            title="Intent-routed planner: " + ", ".join(INTENT_TYPES),
+            description=_intent_description(),
+            input_schema=IntentRequest.model_json_schema(),
+            output_schema=IntentAnswer.model_json_schema(mode="serialization"),
+            annotations=READ_ONLY,
+        )
+    )
+    return tools
+
+
+def _error_result(body: Mapping[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(body))],
+        structured_content=dict(body),
+        is_error=True,
+    )
+
+
+def tool_result(answer: Mapping[str, Any]) -> types.CallToolResult:
+    """A successful tool result: the answer as structured content and as JSON text.
+
+    An answer with a ``chart_png_base64`` string also carries it as PNG image content.
+    """
+    content: list[types.ContentBlock] = [types.TextContent(text=json.dumps(answer))]
+    chart = answer.get(CHART_FIELD)
+    if isinstance(chart, str) and chart:
+        content.append(types.ImageContent(data=chart, mime_type="image/png"))
+    return types.CallToolResult(content=content, structured_content=dict(answer))
+
+
+def _run_tool(provider: ContextProvider, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    ctx = provider.get()
+    if name == INTENT_TOOL:
+        return run_intent(ctx, arguments)
+    return call_primitive(ctx, name.removeprefix(TOOL_PREFIX), arguments)
+
+
+def build_server(source: Any) -> Server[Any]:
+    """The earthmem MCP server over the primitive registry.
+
+    Args:
+        source: The service context, a data directory, a zero-argument
+            factory, or a :class:`api.intent.ContextProvider`.
+
+    Returns:
+        A low-level ``mcp.server.Server``; its tool list follows the registry
+        at call time.
+    """
+    ensure_primitives()
+    provider = make_provider(source)
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=_tools())
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        name = params.name
+        known = name == INTENT_TOOL or (
+            name.startswith(TOOL_PREFIX) and name.removeprefix(TOOL_PREFIX) in PRIMITIVES
+        )
+        if not known:
+            return _error_result(
+                {
+                    "error": {
+                        "code": "unknown_tool",
+                        "message": f"no tool named {name!r}",
+                        "details": {"tools": [t.name for t in _tools()]},
+                    }
+                }
+            )
+        arguments = dict(params.arguments or {})
+        try:
+            answer = await anyio.to_thread.run_sync(
+                functools.partial(_run_tool, provider, name, arguments)
+            )
+        except Exception as exc:
+            described = describe_error(exc)
+            if described is None:
+                log.exception("tool %s failed", name)
+                return _error_result({"error": {"code": "internal", "message": "internal error"}})
+            return _error_result(described[1])
+        return tool_result(answer)
+
+    def input_schema(name: str) -> dict[str, Any] | None:
+        if name == INTENT_TOOL:
+            return IntentRequest.model_json_schema()
+        prim = PRIMITIVES.get(name.removeprefix(TOOL_PREFIX))
+        return prim.input_model.model_json_schema() if prim else None
+
+    return Server(
+        SERVER_NAME,
+        version=_version(),
+        title="earthmem",
+        instructions=INSTRUCTIONS,
+        get_tool_input_schema=input_schema,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("earthmem")
+    except PackageNotFoundError:
+        return "0.1.0"
+
+
+async def run_stdio(server: Server[Any]) -> None:
+    """Serve ``server`` over this process's stdin/stdout until stdin closes."""
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _local_security(host: str) -> TransportSecuritySettings | None:
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    return None
+
+
+class StreamableHttpEndpoint:
+    """ASGI endpoint serving MCP streamable HTTP, with a re-enterable lifespan.
+
+    The SDK's session manager runs once per instance, inside an app lifespan.
+    This endpoint makes a fresh manager each time :meth:`run` is entered (so an
+    app can start, stop and start again, as test clients do) and answers 503
+    while no manager runs. Mount it as a plain route (no ``Mount``, which would
+    redirect ``/mcp`` to ``/mcp/``) and enter :meth:`run` in the app lifespan.
+
+    Args:
+        server: The MCP server.
+        host: The host the HTTP server binds; loopback hosts enable the SDK's
+            DNS-rebinding protection (Host/Origin must be loopback).
+        max_body_bytes: Largest request body accepted (413 above).
+    """
+
+    def __init__(self, server: Server[Any], *, host: str = "127.0.0.1", max_body_bytes: int = 256 * 1024) -> None:
+        self.server = server
+        self.host = host
+        self.max_body_bytes = max_body_bytes
+        self._manager: StreamableHTTPSessionManager | None = None
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        """Run a session manager for the duration of the context (the app lifespan)."""
+        manager = StreamableHTTPSessionManager(
+            app=self.server,
+            security_settings=_local_security(self.host),
+            max_request_body_size=self.max_body_bytes,
+            max_sessions=1000,
+        )
+        async with manager.run():
+            self._manager = manager
+            try:
+                yield
+            finally:
+                self._manager = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        manager = self._manager
+        if manager is None:
+            body = json.dumps(
+                {"error": {"code": "mcp_not_running", "message": "the MCP session manager is not running"}}
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 503,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await manager.handle_request(scope, receive, send)
+
+
+def make_provider(source: Any) -> ContextProvider:
+    """A :class:`ContextProvider` for ``source`` (returned unchanged if it already is one)."""
+    return source if isinstance(source, ContextProvider) else ContextProvider(source)
+

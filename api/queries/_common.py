@@ -1,0 +1,205 @@
+"""Helpers shared by the query modules: argument checks, facts, signing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from api.context import CLEAR_BAND, BAND_FAMILY, ServiceContext, derivation_of
+from api.errors import ApiError, InvalidArgument, from_store_error
+from api.receipts import fact_id, sign_answer
+from store import address
+from store.errors import StoreError
+from store.tslot import MAX_DAY_SLOT, MAX_YEAR_SLOT
+
+__all__ = [
+    "INDEX_BANDS",
+    "SCALAR_BANDS",
+    "CellRef",
+    "canonical_scalar_band",
+    "check_window",
+    "clear_info",
+    "finish",
+    "make_fact",
+    "parse_cell_arg",
+    "slot_date",
+    "store_errors",
+]
+
+INDEX_BANDS: dict[str, str] = {
+    "ndvi": "indices.ndvi",
+    "ndwi": "indices.ndwi",
+    "ndmi": "indices.ndmi",
+    "lswi": "indices.lswi",
+    "evi": "indices.evi",
+    "vv": "s1.vv",
+    "vh": "s1.vh",
+    "vh_vv": "indices.vh_vv",
+}
+"""area_over_time index name -> cube band."""
+
+SCALAR_BANDS = (*INDEX_BANDS.values(),)
+"""Bands did_change / trajectory / claims read as one number per (cell, tslot)."""
+
+FLAG_BANDS = ("s2.clear", "s1.valid")
+"""Observation flags (claims may test them too)."""
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class CellRef:
+    """A parsed cell argument."""
+
+    __slots__ = ("cell", "lat", "lat_q", "lng", "lng_q", "raw")
+
+    def __init__(self, raw: int) -> None:
+        geo = address.decode(raw)
+        self.raw = raw
+        self.cell = geo.cell
+        self.lat_q = geo.lat_q
+        self.lng_q = geo.lng_q
+        self.lat = geo.lat
+        self.lng = geo.lng
+
+
+def parse_cell_arg(value: Any, name: str = "cell") -> CellRef:
+    """Parse a cell64 argument.
+
+    Raises:
+        InvalidArgument: ``invalid_cell`` (malformed, non-geo, wrong type).
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{name} must be a cell64 string, got {value!r}"[:200], code="invalid_cell")
+    try:
+        return CellRef(address.parse_cell(value.strip()))
+    except StoreError as exc:
+        raise InvalidArgument(f"{name}: {exc}", code="invalid_cell") from exc
+
+
+def canonical_scalar_band(band: Any, *, allow_flags: bool = False) -> str:
+    """Canonical scalar band name; short index names (``ndvi``, ``vh``) accepted.
+
+    Raises:
+        InvalidArgument: ``unknown_band``.
+    """
+    if isinstance(band, str):
+        name = band.strip()
+        if name in INDEX_BANDS:
+            return INDEX_BANDS[name]
+        if name in SCALAR_BANDS or (allow_flags and name in FLAG_BANDS):
+            return name
+    valid = list(SCALAR_BANDS) + (list(FLAG_BANDS) if allow_flags else [])
+    raise InvalidArgument(
+        f"unknown band {band!r}"[:200] + f"; valid: {', '.join(valid)}", code="unknown_band"
+    )
+
+
+def check_window(window: Any, *, tempo: str = "day") -> tuple[int, int]:
+    """Validate ``[t0, t1]``: two increasing non-negative integers inside the tempo's range.
+
+    Raises:
+        InvalidArgument: ``invalid_window``.
+    """
+    limit = MAX_DAY_SLOT if tempo == "day" else MAX_YEAR_SLOT
+    ok = (
+        isinstance(window, list | tuple)
+        and len(window) == 2
+        and all(isinstance(w, int) and not isinstance(w, bool) for w in window)
+    )
+    if not ok:
+        raise InvalidArgument(
+            f"window must be exactly two integer tslots [t0, t1], got {window!r}"[:200],
+            code="invalid_window",
+        )
+    t0, t1 = int(window[0]), int(window[1])
+    if not 0 <= t0 < t1 <= limit:
+        raise InvalidArgument(
+            f"window [{t0}, {t1}] must be increasing tslots within 0..{limit}", code="invalid_window"
+        )
+    return t0, t1
+
+
+def slot_date(tslot: int, tempo: str = "day") -> str:
+    """ISO date of a slot."""
+    if tempo == "day":
+        return (dt.date(1970, 1, 1) + dt.timedelta(days=int(tslot))).isoformat()
+    return dt.date(1970 + int(tslot), 1, 1).isoformat()
+
+
+def clear_info(band: str) -> tuple[str, int]:
+    """(flag band, clear value) of a band's family."""
+    return CLEAR_BAND[BAND_FAMILY[band]]
+
+
+def make_fact(
+    ctx: ServiceContext,
+    cell: str,
+    band: str,
+    tslot: int,
+    value: Any,
+    *,
+    lat_q: int | None = None,
+    lng_q: int | None = None,
+    sources: Iterable[str] | None = None,
+    derivation: str | None = None,
+    tempo: str = "day",
+) -> dict[str, Any]:
+    """A fact dict (with its id); sources from the inventory unless given."""
+    if sources is None:
+        if lat_q is None or lng_q is None:
+            srcs = ctx.sources_any(band, tslot)
+        else:
+            srcs = ctx.sources(band, tslot, lat_q, lng_q)
+    else:
+        srcs = sorted(set(sources))
+    deriv = derivation or derivation_of(band)
+    if isinstance(value, float) and not math.isfinite(value):
+        value = None
+    return {
+        "fact_id": fact_id(cell, band, int(tslot), value, srcs, deriv),
+        "cell": cell,
+        "band": band,
+        "tslot": int(tslot),
+        "date": slot_date(tslot, tempo),
+        "value": value,
+        "sources": srcs,
+        "derivation": deriv,
+    }
+
+
+def finish(
+    ctx: ServiceContext,
+    primitive: str,
+    args: BaseModel,
+    body_model: type[BaseModel],
+    answer_model: type[M],
+    answer: Mapping[str, Any],
+    cells: Iterable[str],
+    snapshot_id: str,
+) -> M:
+    """Validate the body, sign its JSON dump and return the answer model.
+
+    ``answer_model.model_dump(mode="json")`` of the result equals the signed dict.
+    Fact ids are taken from ``answer["facts"]``.
+    """
+    body = body_model.model_validate(dict(answer)).model_dump(mode="json")
+    fact_ids = [f["fact_id"] for f in body.get("facts", [])]
+    query = args.model_dump(mode="json", exclude_none=True)
+    signed = sign_answer(ctx.signer, primitive, query, body, cells, fact_ids, snapshot_id)
+    return answer_model.model_validate(signed)
+
+
+class store_errors:  # noqa: N801 - used as a context manager
+    """Context manager mapping ``StoreError`` into ``ApiError`` at the service boundary."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: Any, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, StoreError) and not isinstance(exc, ApiError):
+            raise from_store_error(exc) from exc
+        return False

@@ -1,0 +1,338 @@
+"""Per-cell queries: did_change, trajectory, confirm (fast path: the context's column cache)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from api.claims import evaluate, parse_claim
+from api.context import ServiceContext, nearest_slots
+from api.errors import NoObservation
+from api.models import (
+    ConfirmAnswer,
+    ConfirmBody,
+    ConfirmIn,
+    DidChangeAnswer,
+    DidChangeBody,
+    DidChangeIn,
+    TrajectoryAnswer,
+    TrajectoryBody,
+    TrajectoryIn,
+)
+from api.queries._common import (
+    CellRef,
+    canonical_scalar_band,
+    check_window,
+    clear_info,
+    finish,
+    make_fact,
+    parse_cell_arg,
+    slot_date,
+    store_errors,
+)
+from api.registry import primitive
+from store import address
+from store.cube import CubeReader
+
+__all__ = [
+    "SIGMA_FLOOR",
+    "Z_THRESHOLD",
+    "CellSeries",
+    "confirm",
+    "did_change",
+    "read_cell",
+    "trajectory",
+]
+
+Z_THRESHOLD = 3.0
+"""|z| at or above which did_change calls a change significant."""
+
+SIGMA_FLOOR: dict[str, float] = {
+    "indices.ndvi": 0.02,
+    "indices.ndwi": 0.02,
+    "indices.ndmi": 0.02,
+    "indices.lswi": 0.02,
+    "indices.evi": 0.03,
+    "indices.vh_vv": 0.02,
+    "s1.vv": 0.005,
+    "s1.vh": 0.002,
+}
+"""Smallest noise scale per band (sensor / processing noise the series cannot show)."""
+
+_MAD_TO_SIGMA = 1.4826
+
+RULE = (
+    "significant when both ends are clear and |delta| >= {thr} * sigma; sigma = max(floor, "
+    "1.4826 * MAD(consecutive differences of the cell's clear series) / sqrt(2)), a robust noise "
+    "scale of the cell's own observations that one abrupt step does not inflate"
+)
+
+
+class CellSeries:
+    """One cell's values and observation flags along the band's stored tslots."""
+
+    __slots__ = ("clear", "flag", "observed", "tslots", "values")
+
+    def __init__(
+        self,
+        tslots: npt.NDArray[np.int64],
+        values: npt.NDArray[np.float64],
+        flag: npt.NDArray[np.int64],
+        clear_value: int,
+    ) -> None:
+        self.tslots = tslots
+        """Union of slots with a value or an observation flag, ascending."""
+        self.values = values
+        """Value per slot (NaN = none)."""
+        self.flag = flag
+        """Observation flag per slot (0 = no observation)."""
+        self.clear = (flag == clear_value) & np.isfinite(values)
+        """Clear value per slot."""
+        self.observed = (flag > 0) | np.isfinite(values)
+        """Any observation (masked included)."""
+
+    def valid_slots(self) -> npt.NDArray[np.int64]:
+        """Slots holding a finite value."""
+        return self.tslots[np.isfinite(self.values)]
+
+    def at(self, t: int) -> int | None:
+        """Index of slot ``t`` or None."""
+        i = int(np.searchsorted(self.tslots, t))
+        return i if i < self.tslots.size and self.tslots[i] == t else None
+
+
+def _align(
+    a_t: npt.NDArray[np.int64], a_v: npt.NDArray[Any], b_t: npt.NDArray[np.int64], b_v: npt.NDArray[Any]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    t = np.union1d(a_t, b_t)
+    values = np.full(t.size, np.nan)
+    flag = np.zeros(t.size, np.int64)
+    if a_t.size:
+        values[np.searchsorted(t, a_t)] = a_v
+    if b_t.size:
+        flag[np.searchsorted(t, b_t)] = b_v
+    return t, values, flag
+
+
+def read_cell(ctx: ServiceContext, reader: CubeReader, band: str, lat_q: int, lng_q: int) -> CellSeries:
+    """A cell's series and flags from the column cache (microseconds when warm).
+
+    Flag bands (``s2.clear``, ``s1.valid``) read as their own value (0 -> NaN).
+    """
+    flag_band, clear_value = clear_info(band)
+    ft, fv = ctx.cell_series(reader, flag_band, lat_q, lng_q)
+    if band == flag_band:
+        fv64 = fv.astype(np.int64)
+        vals = np.where(fv64 > 0, fv64.astype(np.float64), np.nan)
+        keep = fv64 > 0
+        return CellSeries(ft[keep], vals[keep], fv64[keep], clear_value)
+    vt, vv = ctx.cell_series(reader, band, lat_q, lng_q)
+    t, values, flag = _align(vt, vv.astype(np.float64), ft, fv.astype(np.int64))
+    series = CellSeries(t, values, flag, clear_value)
+    keep = series.observed
+    return CellSeries(t[keep], values[keep], flag[keep], clear_value)
+
+
+def _no_observation(series: CellSeries, cell: CellRef, band: str, t: int) -> NoObservation:
+    valid = series.valid_slots()
+    before, after = nearest_slots(valid, t)
+    i = series.at(t)
+    if i is not None and series.flag[i] > 0:
+        reason = "observed but masked (cloud, shadow or invalid)"
+    else:
+        reason = "no overpass of the cell at this tslot"
+    details: dict[str, Any] = {
+        "cell": cell.cell,
+        "band": band,
+        "tslot": t,
+        "date": slot_date(t),
+        "reason": reason,
+        "nearest_before": before,
+        "nearest_before_date": slot_date(before) if before is not None else None,
+        "nearest_after": after,
+        "nearest_after_date": slot_date(after) if after is not None else None,
+    }
+    return NoObservation(
+        f"{band} has no value at cell {cell.cell} on tslot {t} ({slot_date(t)}): {reason}; "
+        f"nearest valid tslots: before {before}, after {after}",
+        details=details,
+    )
+
+
+def _sigma(values: npt.NDArray[np.float64], floor: float) -> tuple[float, int]:
+    v = values[np.isfinite(values)]
+    if v.size >= 4:
+        d = np.diff(v)
+        mad = float(np.median(np.abs(d - np.median(d))))
+        return max(floor, _MAD_TO_SIGMA * mad / math.sqrt(2.0)), int(v.size)
+    return floor, int(v.size)
+
+
+@primitive(
+    "did_change",
+    DidChangeIn,
+    DidChangeAnswer,
+    "Did one band change at a cell between two tslots, and is the change significant?",
+    "Values at both tslots, the delta, whether each end was clear, and a significance test "
+    "against the cell's own variability (robust z). A tslot without a value is an error "
+    "(no_observation) listing the nearest valid tslots; get valid tslots from trajectory.",
+)
+def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
+    """did_change {cell, band, window: [t0, t1]}."""
+    cell = parse_cell_arg(args.cell)
+    band = canonical_scalar_band(args.band)
+    t0, t1 = check_window(args.window)
+    with store_errors():
+        reader = ctx.reader()
+        series = read_cell(ctx, reader, band, cell.lat_q, cell.lng_q)
+        ends = []
+        for t in (t0, t1):
+            i = series.at(t)
+            if i is None or not math.isfinite(series.values[i]):
+                raise _no_observation(series, cell, band, t)
+            ends.append(i)
+        i0, i1 = ends
+        v0, v1 = float(series.values[i0]), float(series.values[i1])
+        delta = v1 - v0
+        floor = SIGMA_FLOOR.get(band, 0.02)
+        sigma, n_obs = _sigma(series.values[series.clear], floor)
+        z = delta / sigma
+        c0, c1 = bool(series.clear[i0]), bool(series.clear[i1])
+        significant = c0 and c1 and abs(z) >= Z_THRESHOLD
+        # context: the 8 surrounding cells' deltas over the same window
+        neighbour_deltas: list[float] = []
+        cells_read = [cell.cell]
+        for dy in (-1, 0, 1):
+            for dx in (-1, 0, 1):
+                if dy == 0 and dx == 0:
+                    continue
+                la, ln = cell.lat_q + dy, cell.lng_q + dx
+                if not (0 < la < address.LAT_MAX_Q and 0 <= ln < address.LNG_MAX_Q):
+                    continue
+                nt, nv = ctx.cell_series(reader, band, la, ln)
+                j0, j1 = np.searchsorted(nt, [t0, t1])
+                if j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1:
+                    a, b = float(nv[j0]), float(nv[j1])
+                    if math.isfinite(a) and math.isfinite(b):
+                        neighbour_deltas.append(b - a)
+                        cells_read.append(address.format_cell(address.q_to_raw(la, ln)))
+        flag_band, clear_value = clear_info(band)
+        facts = [
+            make_fact(ctx, cell.cell, band, t0, v0, lat_q=cell.lat_q, lng_q=cell.lng_q),
+            make_fact(ctx, cell.cell, band, t1, v1, lat_q=cell.lat_q, lng_q=cell.lng_q),
+            make_fact(ctx, cell.cell, flag_band, t0, int(series.flag[i0]), lat_q=cell.lat_q, lng_q=cell.lng_q),
+            make_fact(ctx, cell.cell, flag_band, t1, int(series.flag[i1]), lat_q=cell.lat_q, lng_q=cell.lng_q),
+        ]
+    answer = {
+        "cell": cell.cell,
+        "lat": cell.lat,
+        "lng": cell.lng,
+        "band": band,
+        "start": {"tslot": t0, "date": slot_date(t0), "value": v0, "clear": c0},
+        "end": {"tslot": t1, "date": slot_date(t1), "value": v1, "clear": c1},
+        "delta": delta,
+        "changed": significant,
+        "significant": significant,
+        "significance": {
+            "sigma": sigma,
+            "sigma_floor": floor,
+            "z": z,
+            "n_observations": n_obs,
+            "threshold": Z_THRESHOLD,
+            "neighbour_delta_median": float(np.median(neighbour_deltas)) if neighbour_deltas else None,
+            "neighbour_count": len(neighbour_deltas),
+            "rule": RULE.format(thr=Z_THRESHOLD),
+        },
+        "snapshot_id": reader.snapshot_id,
+        "facts": facts,
+    }
+    return finish(ctx, "did_change", args, DidChangeBody, DidChangeAnswer, answer, cells_read, reader.snapshot_id)
+
+
+@primitive(
+    "trajectory",
+    TrajectoryIn,
+    TrajectoryAnswer,
+    "A cell's time series of one band (tslot, date, value, clear).",
+    "Every observation of the cell (masked ones with value null), oldest first, so callers can "
+    "pick valid tslots for did_change. Optional window [t0, t1] (inclusive).",
+)
+def trajectory(ctx: ServiceContext, args: TrajectoryIn) -> TrajectoryAnswer:
+    """trajectory {cell, band, window?}."""
+    cell = parse_cell_arg(args.cell)
+    band = canonical_scalar_band(args.band)
+    window = check_window(args.window) if args.window is not None else None
+    with store_errors():
+        reader = ctx.reader()
+        s = read_cell(ctx, reader, band, cell.lat_q, cell.lng_q)
+        keep = np.ones(s.tslots.size, bool)
+        if window is not None:
+            keep = (s.tslots >= window[0]) & (s.tslots <= window[1])
+        points = []
+        facts = []
+        for t, v, c in zip(s.tslots[keep].tolist(), s.values[keep].tolist(), s.clear[keep].tolist(), strict=True):
+            finite = math.isfinite(v)
+            points.append({"tslot": t, "date": slot_date(t), "value": v if finite else None, "clear": bool(c)})
+            if finite:
+                facts.append(make_fact(ctx, cell.cell, band, t, v, lat_q=cell.lat_q, lng_q=cell.lng_q))
+    answer = {
+        "cell": cell.cell,
+        "lat": cell.lat,
+        "lng": cell.lng,
+        "band": band,
+        "window": list(window) if window else None,
+        "points": points,
+        "n_clear": sum(1 for p in points if p["clear"]),
+        "valid_tslots": [p["tslot"] for p in points if p["value"] is not None],
+        "snapshot_id": reader.snapshot_id,
+        "facts": facts,
+    }
+    return finish(ctx, "trajectory", args, TrajectoryBody, TrajectoryAnswer, answer, [cell.cell], reader.snapshot_id)
+
+
+@primitive(
+    "confirm",
+    ConfirmIn,
+    ConfirmAnswer,
+    "Is a claim about one band true at a cell? Verdict true/false/unknown with the facts behind it.",
+    "Claim {band, op, value, tslot? | window?, agg?}; ops eq ne lt le gt ge in ni exists absent; "
+    "agg any all mean min max. Without tslot/window the cell's latest fact is used. unknown when "
+    "the cell has no fact the claim can rest on.",
+)
+def confirm(ctx: ServiceContext, args: ConfirmIn) -> ConfirmAnswer:
+    """confirm {claim, cell}."""
+    cell = parse_cell_arg(args.cell)
+    raw = args.claim.model_dump()
+    band = canonical_scalar_band(raw.get("band"), allow_flags=True)
+    claim = parse_claim(raw, band)
+    with store_errors():
+        reader = ctx.reader()
+        s = read_cell(ctx, reader, band, cell.lat_q, cell.lng_q)
+        result = evaluate(claim, s.tslots, s.values)
+        used = np.flatnonzero(result.used[:, 0])
+        facts = []
+        for i in used.tolist():
+            v = float(s.values[i])
+            value: Any = int(v) if band in ("s2.clear", "s1.valid") else v
+            facts.append(make_fact(ctx, cell.cell, band, int(s.tslots[i]), value, lat_q=cell.lat_q, lng_q=cell.lng_q))
+    verdict_code = int(result.verdict[0])
+    verdict = {1: "true", 0: "false", -1: "unknown"}[verdict_code]
+    agg = float(result.aggregate[0])
+    if verdict == "unknown":
+        reason = f"no {band} fact at cell {cell.cell} for the claim's time selection"
+    else:
+        n = len(facts)
+        reason = f"{claim.op} evaluated over {n} fact{'s' if n != 1 else ''} (agg {claim.agg})"
+    answer = {
+        "cell": cell.cell,
+        "claim": claim.as_dict(),
+        "verdict": verdict,
+        "reason": reason,
+        "aggregate": agg if math.isfinite(agg) else None,
+        "snapshot_id": reader.snapshot_id,
+        "facts": facts,
+    }
+    return finish(ctx, "confirm", args, ConfirmBody, ConfirmAnswer, answer, [cell.cell], reader.snapshot_id)

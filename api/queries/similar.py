@@ -1,0 +1,383 @@
+"""Embedding queries: find_similar (intent alias find_like) and is_like, over the k-NN tables.
+
+Vintage and snapshot semantics
+------------------------------
+* ``band=geotessera`` (and ``geotessera.bin128``, its binary sibling) scans one
+  vintage table ``knn/geotessera/<year>``: the latest vintage holding vectors,
+  or the latest at or before ``as_of_tslot`` (a year slot, ``year - 1970``;
+  values above 255 are taken as day slots and converted).
+* ``as_of_signed_at`` picks the cube snapshot committed at or before that time;
+  vintages whose Tessera chunks do not exist in that snapshot are not scanned.
+  The tables themselves are not versioned with the cube: each names in its
+  ``meta.json`` the snapshot it was built from, and the answer reports that
+  snapshot. A vintage's vectors are written once, so a table built later holds
+  the same vectors; the answer says so in ``assumptions``.
+* ``scope`` is accepted and echoed; the store is single-tenant, so every vector
+  is visible to every scope (stated in ``assumptions``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from api.claims import evaluate, parse_claim
+from api.context import ServiceContext
+from api.errors import InvalidArgument, NotFound
+from api.models import (
+    FindSimilarAnswer,
+    FindSimilarBody,
+    FindSimilarIn,
+    IsLikeAnswer,
+    IsLikeBody,
+    IsLikeIn,
+)
+from api.queries._common import (
+    canonical_scalar_band,
+    finish,
+    make_fact,
+    parse_cell_arg,
+    store_errors,
+)
+from api.registry import primitive
+from store import address
+from store.cube import CubeReader
+from store.vectors import DEFAULT_RERANK_MULTIPLE, K_MAX, MODES, KnnTable
+
+__all__ = [
+    "MAX_FILTER_COLUMNS",
+    "MAX_INLINE_CHARS",
+    "VECTOR_BANDS",
+    "find_similar",
+    "is_like",
+]
+
+VECTOR_BANDS = ("geotessera", "geotessera.multi_year", "geotessera.bin128")
+"""Bands find_similar scans."""
+MAX_INLINE_CHARS = 200_000
+"""Longest ``inline:[...]`` key accepted."""
+MAX_FILTER_COLUMNS = 64
+"""Most chunk columns (128 x 128 cells each) a filter may read (~1 M cells of table)."""
+
+SINGLE_TENANT = "scope accepted and recorded; this store is single-tenant, so every vector is visible to every scope"
+
+
+def _vector_value(table: KnnTable, row: int) -> dict[str, Any]:
+    return {"int8": np.asarray(table.vectors[row]).tolist(), "scale": float(table.scales[row])}
+
+
+def _parse_inline(text: str, d: int) -> npt.NDArray[np.float64]:
+    body = text[len("inline:") :].strip()
+    if len(text) > MAX_INLINE_CHARS:
+        raise InvalidArgument(f"inline vector longer than {MAX_INLINE_CHARS} characters", code="invalid_vector")
+    try:
+        values = json.loads(body)
+    except ValueError:
+        raise InvalidArgument("inline vector must be 'inline:[x, y, ...]' (a JSON list of numbers)", code="invalid_vector") from None
+    if not isinstance(values, list) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in values
+    ):
+        raise InvalidArgument("inline vector must be a JSON list of numbers", code="invalid_vector")
+    if len(values) != d:
+        raise InvalidArgument(
+            f"inline vector has dimension {len(values)}; this band needs {d}",
+            code="dimension_mismatch",
+            details={"expected": d, "got": len(values)},
+        )
+    vec = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(vec)) or not np.any(vec):
+        raise InvalidArgument("inline vector must be finite and not all zeros", code="invalid_vector")
+    return vec
+
+
+def _resolve_key(args: FindSimilarIn) -> str:
+    given = [v for v in (args.key, args.cell, args.cell64) if v is not None]
+    if not given:
+        raise InvalidArgument("find_similar needs `key` (or its alias `cell` / `cell64`)", code="missing_key")
+    if len({g.strip() for g in given}) > 1:
+        raise InvalidArgument("key, cell and cell64 disagree; send one", code="invalid_argument")
+    return given[0].strip()
+
+
+def _year_bound(as_of_tslot: int | None, notes: list[str]) -> int | None:
+    if as_of_tslot is None:
+        return None
+    if isinstance(as_of_tslot, bool) or as_of_tslot < 0 or as_of_tslot > 65535:
+        raise InvalidArgument(f"as_of_tslot {as_of_tslot} out of range", code="invalid_tslot")
+    if as_of_tslot > 255:
+        import datetime as dt
+
+        year = (dt.date(1970, 1, 1) + dt.timedelta(days=int(as_of_tslot))).year
+        notes.append(f"as_of_tslot {as_of_tslot} > 255 read as a day slot (year {year})")
+        return year
+    return 1970 + int(as_of_tslot)
+
+
+def _existing_years(reader: CubeReader) -> set[int]:
+    coords = reader.chunks("geotessera.scale")
+    return {1970 + int(t) for t in np.unique(coords[:, 0]).tolist()} if coords.size else set()
+
+
+def _filter_mask(
+    ctx: ServiceContext, reader: CubeReader, table: KnnTable, raw_claim: dict[str, Any]
+) -> tuple[npt.NDArray[np.bool_], dict[str, int]]:
+    band = canonical_scalar_band(raw_claim.get("band"), allow_flags=True)
+    claim = parse_claim(raw_claim, band)
+    lat_q, lng_q = address.raw_to_q_array(np.asarray(table.cells))
+    lat_q = np.asarray(lat_q, np.int64)
+    lng_q = np.asarray(lng_q, np.int64)
+    side = 1 << reader.block_level
+    key = (lat_q // side) * (1 << 32) + (lng_q // side)
+    groups, inverse = np.unique(key, return_inverse=True)
+    if groups.size > MAX_FILTER_COLUMNS:
+        raise InvalidArgument(
+            f"the filter would read {groups.size} chunk columns (cap {MAX_FILTER_COLUMNS})",
+            code="filter_too_broad",
+        )
+    verdict = np.full(table.n, -1, np.int8)
+    for g in range(groups.size):
+        rows = np.flatnonzero(inverse == g)
+        col = ctx.column(reader, band, int(lat_q[rows[0]]), int(lng_q[rows[0]]))
+        mat = col.values[:, lat_q[rows] - col.lat_q0, lng_q[rows] - col.lng_q0].astype(np.float64)
+        if band in ("s2.clear", "s1.valid"):
+            mat[mat == 0] = np.nan  # flag 0 = no observation: no fact
+        verdict[rows] = evaluate(claim, col.tslots, mat).verdict
+    stats = {
+        "eligible": int((verdict == 1).sum()),
+        "dropped_false": int((verdict == 0).sum()),
+        "dropped_no_fact": int((verdict == -1).sum()),
+    }
+    return verdict == 1, stats
+
+
+def _pick_vintage(
+    ctx: ServiceContext, years_ok: set[int] | None, bound: int | None, notes: list[str]
+) -> tuple[int, KnnTable] | None:
+    skipped = []
+    for year in reversed(ctx.vintages()):
+        if bound is not None and year > bound:
+            continue
+        if years_ok is not None and year not in years_ok:
+            skipped.append(f"{year} (not in the as-of snapshot)")
+            continue
+        table = ctx.table(f"geotessera/{year}")
+        if table.n == 0:
+            skipped.append(f"{year} (no vectors)")
+            continue
+        if skipped:
+            notes.append("skipped vintages: " + ", ".join(skipped))
+        return year, table
+    if skipped:
+        notes.append("skipped vintages: " + ", ".join(skipped))
+    return None
+
+
+@primitive(
+    "find_similar",
+    FindSimilarIn,
+    FindSimilarAnswer,
+    "k-NN over cell embeddings: places whose Tessera vector is closest to a cell's or an inline vector.",
+    "key is a cell64 or 'inline:[x, ...]'; k 1..1000; band geotessera (latest vintage), "
+    "geotessera.multi_year or geotessera.bin128; mode cosine (exact), hamming, hamming_then_rerank; "
+    "filter is a claim (cells without a fact for its band are dropped). Neighbours nearest first, the "
+    "query cell excluded. An empty result means nobody has a vector nearby, not that nowhere resembles "
+    "the key. Intent alias: find_like.",
+)
+def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
+    """find_similar {key, k, band, mode, filter, as_of_tslot, as_of_signed_at, scope}."""
+    key = _resolve_key(args)
+    k = args.k
+    if isinstance(k, bool) or not 1 <= k <= K_MAX:
+        raise InvalidArgument(f"k must be in 1..{K_MAX}, got {k}", code="k_out_of_range")
+    band = args.band
+    if band not in VECTOR_BANDS:
+        raise InvalidArgument(f"unknown band {band!r}; valid: {', '.join(VECTOR_BANDS)}", code="unknown_band")
+    mode = args.mode or ("hamming" if band == "geotessera.bin128" else "cosine")
+    if mode not in MODES:
+        raise InvalidArgument(f"unknown mode {mode!r}; valid: {', '.join(MODES)}", code="invalid_mode")
+    if band == "geotessera.multi_year" and mode != "cosine":
+        raise InvalidArgument("geotessera.multi_year has no binary codes: use mode cosine", code="invalid_mode")
+    is_inline = key.startswith("inline:")
+    cell = None if is_inline else parse_cell_arg(key, "key")
+    notes: list[str] = []
+    if args.scope is not None:
+        notes.append(SINGLE_TENANT)
+    if band == "geotessera.bin128" and mode == "cosine":
+        notes.append("band geotessera.bin128 with mode cosine: scored the vintage's full vectors exactly")
+
+    with store_errors():
+        reader = ctx.reader(args.as_of_signed_at)
+        years_ok = _existing_years(reader) if args.as_of_signed_at is not None else None
+        bound = _year_bound(args.as_of_tslot, notes)
+        vintage: int | None
+        if band == "geotessera.multi_year":
+            table = ctx.table("geotessera.multi_year")
+            vintage = None
+            meta_years = [int(y) for y in table.meta.get("vintages", [])]
+            if bound is not None and meta_years and max(meta_years) > bound:
+                raise NotFound(
+                    f"geotessera.multi_year spans vintages {meta_years}, later than as_of_tslot",
+                    code="no_table",
+                )
+            if years_ok is not None and not set(meta_years) <= years_ok:
+                notes.append("multi_year table spans vintages missing from the as-of snapshot")
+        else:
+            picked = _pick_vintage(ctx, years_ok, bound, notes)
+            if picked is None:
+                raise NotFound(
+                    "no Tessera vintage with vectors" + (" at or before the as-of bound" if bound or years_ok else ""),
+                    code="no_vector",
+                    details={"vintages": ctx.vintages()},
+                )
+            vintage, table = picked
+            notes.append(f"vintage {vintage}: the latest holding vectors" + (" within the as-of bound" if bound else ""))
+        tslot = int(table.meta.get("tslot", 0))
+        table_snapshot = str(table.meta.get("snapshot_id") or reader.snapshot_id)
+        if args.as_of_signed_at is not None:
+            notes.append(
+                f"as_of_signed_at -> cube snapshot {reader.snapshot_id}; the k-NN table was built from "
+                f"snapshot {table_snapshot} (vectors of a vintage are written once, so the table holds "
+                "the same vectors)"
+            )
+
+        exclude_row: int | None = None
+        query: npt.NDArray[Any]
+        facts = []
+        cells_read: list[str] = []
+        if cell is not None:
+            row = table.row_of(cell.raw)
+            if row is None:
+                held = [y for y in ctx.vintages() if ctx.table(f"geotessera/{y}").row_of(cell.raw) is not None]
+                raise NotFound(
+                    f"cell {cell.cell} has no {band} vector"
+                    + (f" in vintage {vintage}" if vintage else ""),
+                    code="no_vector",
+                    details={"cell": cell.cell, "vintages_with_vector": held},
+                )
+            exclude_row = row
+            query = np.array(table.vectors[row])
+            cells_read.append(cell.cell)
+            facts.append(
+                make_fact(ctx, cell.cell, band if band != "geotessera.bin128" else "geotessera", tslot,
+                          _vector_value(table, row), lat_q=cell.lat_q, lng_q=cell.lng_q, tempo="year")
+            )
+        else:
+            query = _parse_inline(key, table.d)
+
+        mask = None
+        filter_stats = None
+        if args.filter is not None:
+            mask, filter_stats = _filter_mask(ctx, ctx.reader(), table, args.filter.model_dump())
+
+        if table.n == 0:
+            rows = np.zeros(0, np.int64)
+            scores = np.zeros(0)
+            scanned = reranked = 0
+        else:
+            res = table.search(query, k=k, mode=mode, mask=mask, exclude_row=exclude_row,
+                               rerank_multiple=DEFAULT_RERANK_MULTIPLE)
+            rows, scores, scanned, reranked = res.rows, res.scores, res.scanned, res.reranked
+        raws = np.asarray(table.cells)[rows] if rows.size else np.zeros(0, np.uint64)
+        lats, lngs = address.decode_array(raws) if raws.size else (np.zeros(0), np.zeros(0))
+        texts = address.format_cells(raws).tolist() if raws.size else []
+        fact_band = "geotessera" if band == "geotessera.bin128" else band
+        neighbours = []
+        for i, r in enumerate(rows.tolist()):
+            neighbours.append({
+                "cell64": texts[i], "score": float(scores[i]), "lat": float(lats[i]), "lng": float(lngs[i]),
+                "band": band, "tslot": tslot,
+            })
+            la, ln = address.raw_to_q(int(raws[i]))
+            facts.append(make_fact(ctx, texts[i], fact_band, tslot, _vector_value(table, r),
+                                   lat_q=la, lng_q=ln, tempo="year"))
+        cells_read.extend(texts)
+
+    note = None
+    if not neighbours:
+        note = (
+            "nobody has a vector nearby: the table holds no eligible vector"
+            + (" (filter left none)" if filter_stats is not None else "")
+            + "; this does not mean nowhere resembles the key"
+        )
+    elif len(neighbours) < k:
+        note = f"only {len(neighbours)} eligible vectors besides the key"
+    answer = {
+        "key": cell.cell if cell is not None else "inline",
+        "band": band,
+        "vintage": vintage,
+        "tslot": tslot,
+        "mode": mode,
+        "requested_k": k,
+        "returned_k": len(neighbours),
+        "cells_scanned": int(scanned),
+        "reranked": int(reranked),
+        "rerank_multiple": DEFAULT_RERANK_MULTIPLE if mode == "hamming_then_rerank" else None,
+        "neighbours": neighbours,
+        "filter": filter_stats,
+        "scope": args.scope,
+        "as_of_signed_at": args.as_of_signed_at,
+        "assumptions": notes,
+        "note": note,
+        "snapshot_id": table_snapshot,
+        "facts": facts,
+    }
+    return finish(ctx, "find_similar", args, FindSimilarBody, FindSimilarAnswer, answer, cells_read, table_snapshot)
+
+
+@primitive(
+    "is_like",
+    IsLikeIn,
+    IsLikeAnswer,
+    "How alike are two cells? Cosine of their Tessera embeddings, per vintage and overall.",
+    "Per vintage: cosine in [-1, 1] (null when a cell has no vector that year). Overall: the mean "
+    "of the per-vintage cosines over the vintages where both cells have vectors.",
+)
+def is_like(ctx: ServiceContext, args: IsLikeIn) -> IsLikeAnswer:
+    """is_like {a, b}."""
+    a = parse_cell_arg(args.a, "a")
+    b = parse_cell_arg(args.b, "b")
+    with store_errors():
+        reader = ctx.reader()
+        per = []
+        facts = []
+        cosines = []
+        for year in ctx.vintages():
+            table = ctx.table(f"geotessera/{year}")
+            tslot = int(table.meta.get("tslot", year - 1970))
+            ra, rb = table.row_of(a.raw), table.row_of(b.raw)
+            cos = None
+            if ra is not None and rb is not None:
+                va = np.asarray(table.vectors[ra], np.int64)
+                vb = np.asarray(table.vectors[rb], np.int64)
+                den = float(table.norms[ra]) * float(table.norms[rb])
+                if den > 0:
+                    cos = float(np.dot(va, vb)) / den
+                    cosines.append((year, cos))
+            for ref, r in ((a, ra), (b, rb)):
+                if r is not None:
+                    facts.append(make_fact(ctx, ref.cell, "geotessera", tslot, _vector_value(table, r),
+                                           lat_q=ref.lat_q, lng_q=ref.lng_q, tempo="year"))
+            per.append({"vintage": year, "tslot": tslot, "cosine": cos,
+                        "a_has_vector": ra is not None, "b_has_vector": rb is not None})
+    overall = float(np.mean([c for _, c in cosines])) if cosines else None
+    note = None
+    if overall is None:
+        note = "no vintage holds vectors for both cells" if per else "the store holds no Tessera vintage"
+    if overall is not None and not math.isfinite(overall):
+        overall = None
+    answer = {
+        "a": a.cell,
+        "b": b.cell,
+        "band": "geotessera",
+        "per_vintage": per,
+        "vintages_compared": [y for y, _ in cosines],
+        "cosine": overall,
+        "note": note,
+        "snapshot_id": reader.snapshot_id,
+        "facts": facts,
+    }
+    return finish(ctx, "is_like", args, IsLikeBody, IsLikeAnswer, answer, [a.cell, b.cell], reader.snapshot_id)

@@ -1,0 +1,237 @@
+"""The MCP adapter: tools from the registry, structured answers, tool errors, transports."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import uvicorn
+from mcp import Client, StdioServerParameters
+
+from api.mcp_server import INTENT_TOOL, build_server
+from api.receipts import verify_answer
+from api.registry import PRIMITIVES
+from api.rest import create_app
+from store import address
+from tests.api.adapter_helpers import (
+    CELL_TOOL,
+    CHART_TOOL,
+    PNG,
+    FakeContext,
+    registered_test_primitives,
+)
+
+CELL = address.encode(23.36, 85.33)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def ctx() -> Iterator[FakeContext]:
+    with registered_test_primitives():
+        yield FakeContext()
+
+
+def _with_client(ctx: FakeContext, body: Callable[[Client], Awaitable[None]], mode: str = "legacy") -> None:
+    """Run ``body`` against the server through an in-memory client session."""
+
+    async def main() -> None:
+        with anyio.fail_after(20):
+            async with Client(build_server(ctx), mode=mode) as client:
+                await body(client)
+
+    anyio.run(main)
+
+
+def test_tools_listed_with_schemas_and_read_only_annotations(ctx: FakeContext) -> None:
+    async def body(client: Client) -> None:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        expected = {f"earthmem_{name}" for name in PRIMITIVES} | {INTENT_TOOL}
+        assert set(tools) == expected
+        for tool in tools.values():
+            ann = tool.annotations
+            assert ann is not None
+            assert (ann.read_only_hint, ann.idempotent_hint, ann.open_world_hint) == (True, True, False)
+            assert tool.input_schema["type"] == "object"
+            assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+            assert tool.description
+        decode = tools[f"earthmem_{CELL_TOOL}"]
+        assert decode.input_schema["required"] == ["cell"]
+        assert decode.input_schema["properties"]["cell"]["description"] == "cell64 to decode."
+        assert {"cell", "lat", "lng", "receipt"} <= set(decode.output_schema["properties"])
+        intent = tools[INTENT_TOOL]
+        assert "needs_intent_type" in intent.description
+        assert {"type", "key", "window", "areas"} <= set(intent.input_schema["properties"])
+
+    _with_client(ctx, body)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_call_answers_with_structured_signed_content(ctx: FakeContext, mode: str) -> None:
+    async def body(client: Client) -> None:
+        result = await client.call_tool(f"earthmem_{CELL_TOOL}", {"cell": CELL})
+        assert not result.is_error
+        doc = result.structured_content
+        assert doc["cell"] == CELL
+        assert verify_answer(json.loads(json.dumps(doc))).ok
+        assert json.loads(result.content[0].text) == doc
+
+    _with_client(ctx, body, mode)
+
+
+def test_bad_input_is_a_tool_error_with_the_rest_code(ctx: FakeContext) -> None:
+    async def body(client: Client) -> None:
+        bad = await client.call_tool(f"earthmem_{CELL_TOOL}", {"cell": "zz.top"})
+        assert bad.is_error
+        assert bad.structured_content["error"]["code"] == "invalid_cell"
+        assert json.loads(bad.content[0].text)["error"]["code"] == "invalid_cell"
+        missing = await client.call_tool(f"earthmem_{CELL_TOOL}", {})
+        assert missing.is_error and missing.structured_content["error"]["code"] == "invalid_argument"
+        gone = await client.call_tool(f"earthmem_{CELL_TOOL}", {"cell": CELL, "missing": True})
+        assert gone.structured_content["error"] == {
+            "code": "no_observation",
+            "message": "nothing stored there",
+            "details": {"nearest_before": 5},
+        }
+        unknown = await client.call_tool("earthmem_teleport", {})
+        assert unknown.is_error and unknown.structured_content["error"]["code"] == "unknown_tool"
+
+    _with_client(ctx, body)
+
+
+def test_chart_comes_back_as_image_content(ctx: FakeContext) -> None:
+    async def body(client: Client) -> None:
+        result = await client.call_tool(f"earthmem_{CHART_TOOL}", {})
+        assert not result.is_error
+        images = [c for c in result.content if c.type == "image"]
+        assert len(images) == 1
+        assert images[0].mime_type == "image/png"
+        assert base64.b64decode(images[0].data) == PNG
+
+    _with_client(ctx, body)
+
+
+def test_intent_tool_envelope_and_plan(ctx: FakeContext) -> None:
+    async def body(client: Client) -> None:
+        env = await client.call_tool(INTENT_TOOL, {"window": [1, 2]})
+        assert not env.is_error
+        assert env.structured_content["status"] == "needs_intent_type"
+        assert env.structured_content["ignored_fields"] == ["window"]
+        assert env.structured_content["intents"]["find_like"]["needs"] == ["key"]
+        missing = await client.call_tool(INTENT_TOOL, {"type": "confirm", "cell": CELL})
+        assert missing.is_error
+        assert missing.structured_content["error"]["code"] == "missing_fields"
+        assert missing.structured_content["error"]["details"]["missing"] == ["claim"]
+
+    _with_client(ctx, body)
+
+
+# --------------------------------------------------------------------------- transports
+
+
+def test_stdio_transport_lists_tools(tmp_path: Path) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "api.cli", "mcp", "--data", str(tmp_path)],
+        cwd=str(ROOT),
+        env={"PYTHONPATH": str(ROOT)},
+    )
+
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with Client(params, mode="legacy") as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+                assert INTENT_TOOL in names
+                env = await client.call_tool(INTENT_TOOL, {})
+                assert env.structured_content["status"] == "needs_intent_type"
+
+    anyio.run(main)
+
+
+class _Server:
+    """uvicorn on 127.0.0.1 (ephemeral port) in a thread, stopped on exit."""
+
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            assert self.thread.is_alive(), "uvicorn exited"
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+def _sse_json(resp: httpx.Response) -> dict[str, Any]:
+    if resp.headers["content-type"].startswith("application/json"):
+        return resp.json()
+    data = [ln[5:].strip() for ln in resp.text.splitlines() if ln.startswith("data:")]
+    return json.loads(data[-1])
+
+
+def test_streamable_http_on_the_rest_app_over_uvicorn(ctx: FakeContext) -> None:
+    app = create_app(ctx)
+    with _Server(app) as base, httpx.Client(base_url=base, timeout=10) as http:
+        headers = {"accept": "application/json, text/event-stream"}
+        init = http.post(
+            "/mcp",
+            headers=headers,
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "0"},
+                },
+            },
+        )
+        assert init.status_code == 200, init.text
+        assert _sse_json(init)["result"]["serverInfo"]["name"] == "earthmem"
+        session = {
+            **headers,
+            "mcp-session-id": init.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-06-18",
+        }
+        note = http.post(
+            "/mcp", headers=session, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+        )
+        assert note.status_code == 202
+        listed = http.post("/mcp", headers=session, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        assert listed.status_code == 200
+        names = {t["name"] for t in _sse_json(listed)["result"]["tools"]}
+        assert {f"earthmem_{CELL_TOOL}", INTENT_TOOL} <= names
+        # REST answers on the same server.
+        assert http.get("/healthz").json()["status"] == "ok"
+        # A foreign Host header is refused (DNS-rebinding protection on loopback).
+        evil = http.post("/mcp", headers={**headers, "host": "evil.example"}, json={})
+        assert evil.status_code in (400, 403, 421)
+
+        async def call() -> None:
+            with anyio.fail_after(20):
+                async with Client(f"{base}/mcp", mode="legacy") as client:
+                    result = await client.call_tool(f"earthmem_{CELL_TOOL}", {"cell": CELL})
+                    assert verify_answer(result.structured_content).ok
+
+        anyio.run(call)

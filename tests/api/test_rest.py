@@ -1,0 +1,239 @@
+"""The REST adapter: routes per primitive, error bodies, limits, receipts, MCP mount."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.receipts import verify_answer
+from api.registry import PRIMITIVES
+from api.rest import create_app
+from store import address
+from tests.api.adapter_helpers import (
+    CELL_TOOL,
+    CHART_TOOL,
+    PNG,
+    FakeContext,
+    real_primitives,
+    registered_test_primitives,
+)
+
+CELL = address.encode(23.36, 85.33)
+
+
+@pytest.fixture
+def ctx() -> FakeContext:
+    return FakeContext()
+
+
+@pytest.fixture
+def client(ctx: FakeContext) -> Iterator[TestClient]:
+    with registered_test_primitives():
+        yield TestClient(create_app(ctx), raise_server_exceptions=False)
+
+
+def _error(resp: Any, status: int, code: str) -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    body = resp.json()
+    assert set(body) == {"error"}
+    assert body["error"]["code"] == code, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    return body["error"]
+
+
+# --------------------------------------------------------------------------- OpenAPI and routes
+
+
+def test_openapi_has_stable_operation_ids_one_route_per_primitive(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    ops = {
+        (path, method): op["operationId"]
+        for path, item in spec["paths"].items()
+        for method, op in item.items()
+    }
+    for name in PRIMITIVES:
+        assert ops[(f"/v1/{name}", "post")] == name
+    assert ops[("/v1/intent", "post")] == "intent"
+    assert ops[("/.well-known/earthmem.json", "get")] == "well_known"
+    assert ops[("/healthz", "get")] == "healthz"
+    assert ops[("/v1/charts/{chart_id}.png", "get")] == "get_chart"
+    route = spec["paths"][f"/v1/{CELL_TOOL}"]["post"]
+    assert route["summary"] == "Decode a cell (test)"
+    assert route["tags"] == ["primitives"]
+    body_ref = route["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert body_ref.endswith("/DecodeIn")
+    ok_ref = route["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert ok_ref.endswith("/DecodeOut")
+    assert route["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/ErrorBody"
+    )
+    intent_body = spec["paths"]["/v1/intent"]["post"]["requestBody"]["content"]["application/json"]
+    assert {"type", "cell", "band", "window", "key", "geometry"} <= set(intent_body["schema"]["properties"])
+
+
+def test_primitive_answer_is_the_signed_dict_and_verifies(client: TestClient) -> None:
+    resp = client.post(f"/v1/{CELL_TOOL}", json={"cell": CELL})
+    assert resp.status_code == 200
+    doc = json.loads(resp.text)
+    assert doc["cell"] == CELL
+    assert abs(doc["lat"] - 23.36) < 1e-4
+    assert verify_answer(doc).ok
+    # Saved to disk and reloaded, still verifies; one changed value fails.
+    reloaded = json.loads(json.dumps(doc, indent=1))
+    assert verify_answer(reloaded).ok
+    reloaded["lat"] += 1e-9
+    assert not verify_answer(reloaded).ok
+
+
+def test_healthz_and_well_known(client: TestClient, ctx: FakeContext) -> None:
+    health = client.get("/healthz").json()
+    assert health["status"] == "ok"
+    assert CELL_TOOL in health["primitives"]
+    doc = client.get("/.well-known/earthmem.json").json()
+    assert doc["keys"][0]["public_key"] == ctx.signer.public_key.hex()
+    assert doc["keys"][0]["key_id"] == ctx.signer.key_id
+    assert doc["version"]
+    names = {p["name"]: p for p in doc["primitives"]}
+    assert names[CELL_TOOL]["rest"] == f"/v1/{CELL_TOOL}"
+    assert names[CELL_TOOL]["mcp_tool"] == f"earthmem_{CELL_TOOL}"
+    assert "did_change" in doc["intent_types"]
+    assert doc["mcp"] == "/mcp"
+
+
+def test_chart_route_serves_png_from_an_answer(client: TestClient) -> None:
+    answer = client.post(f"/v1/{CHART_TOOL}", json={}).json()
+    resp = client.get(f"/v1/charts/{answer['chart_id']}.png")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"] == "image/png"
+    assert resp.content == PNG
+    _error(client.get("/v1/charts/0123456789abcdef.png"), 404, "chart_not_found")
+
+
+# --------------------------------------------------------------------------- errors and limits
+
+
+def test_bad_cell_is_invalid_cell_with_field_errors(client: TestClient) -> None:
+    err = _error(client.post(f"/v1/{CELL_TOOL}", json={"cell": "not-a-cell"}), 422, "invalid_cell")
+    assert err["details"]["errors"][0]["loc"] == ["body", "cell"]
+
+
+def test_argument_errors_are_invalid_argument(client: TestClient) -> None:
+    err = _error(client.post(f"/v1/{CELL_TOOL}", json={}), 422, "invalid_argument")
+    assert err["details"]["errors"][0]["loc"] == ["body", "cell"]
+    _error(client.post(f"/v1/{CELL_TOOL}", json={"cell": CELL, "bogus": 1}), 422, "invalid_argument")
+    _error(client.post(f"/v1/{CELL_TOOL}", json=[CELL]), 422, "invalid_argument")
+
+
+def test_malformed_json_is_422(client: TestClient) -> None:
+    headers = {"content-type": "application/json"}
+    err = _error(
+        client.post(f"/v1/{CELL_TOOL}", content=b'{"cell": ', headers=headers),
+        422,
+        "invalid_argument",
+    )
+    assert "JSON" in err["message"]
+    err = _error(client.post("/v1/intent", content=b"{nope", headers=headers), 422, "invalid_argument")
+    assert "JSON" in err["message"]
+
+
+def test_domain_error_keeps_code_status_and_details(client: TestClient) -> None:
+    err = _error(
+        client.post(f"/v1/{CELL_TOOL}", json={"cell": CELL, "missing": True}), 404, "no_observation"
+    )
+    assert err["details"] == {"nearest_before": 5}
+
+
+def test_oversized_body_is_413_declared_or_streamed(client: TestClient) -> None:
+    big = json.dumps({"cell": CELL, "pad": "x" * 300_000}).encode()
+    _error(
+        client.post(f"/v1/{CELL_TOOL}", content=big, headers={"content-type": "application/json"}),
+        413,
+        "payload_too_large",
+    )
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer
+        for _ in range(40):
+            yield b" " * 10_000
+
+    _error(
+        client.post(f"/v1/{CELL_TOOL}", content=chunks(), headers={"content-type": "application/json"}),
+        413,
+        "payload_too_large",
+    )
+    _error(client.post("/v1/intent", content=big, headers={"content-type": "application/json"}), 413, "payload_too_large")
+
+
+def test_unknown_route_and_method_are_json(client: TestClient) -> None:
+    err = _error(client.get("/v1/nothing_here"), 404, "not_found")
+    assert "/v1/nothing_here" in err["message"]
+    _error(client.post("/v2/did_change", json={}), 404, "not_found")
+    _error(client.get(f"/v1/{CELL_TOOL}"), 405, "method_not_allowed")
+
+
+# --------------------------------------------------------------------------- intent over REST
+
+
+def test_intent_envelope_for_missing_and_unknown_type(client: TestClient) -> None:
+    resp = client.post("/v1/intent", json={"cell": CELL})
+    assert resp.status_code == 200
+    env = resp.json()
+    assert env["status"] == "needs_intent_type"
+    assert env["valid_types"] == [
+        "where_is", "what_is_here", "is_like", "did_change", "find_like", "confirm", "ask", "area_over_time",
+    ]
+    assert env["intents"]["did_change"]["needs"] == ["cell", "band", "window"]
+    assert env["intents"]["area_over_time"]["one_of"] == ["geometry", "bbox", "areas"]
+    assert env["ignored_fields"] == ["cell"]
+    env = client.post("/v1/intent", json={"type": "teleport"}).json()
+    assert env["status"] == "needs_intent_type"
+    assert env["received_type"] == "teleport"
+
+
+def test_intent_missing_fields_error(client: TestClient) -> None:
+    err = _error(client.post("/v1/intent", json={"type": "did_change", "cell": CELL}), 422, "missing_fields")
+    assert err["details"]["missing"] == ["band", "window"]
+
+
+# --------------------------------------------------------------------------- MCP mount
+
+
+def test_mcp_route_needs_the_lifespan_and_answers_with_it(ctx: FakeContext) -> None:
+    with registered_test_primitives():
+        app = create_app(ctx, host="0.0.0.0")  # not loopback: no Host allow-list for "testserver"
+        plain = TestClient(app)
+        _error(plain.post("/mcp", json={}), 503, "mcp_not_running")
+        headers = {"accept": "application/json, text/event-stream"}
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
+        }
+        for _ in range(2):  # the lifespan can start twice (a fresh session manager each time)
+            with TestClient(app) as live:
+                resp = live.post("/mcp", json=init, headers=headers)
+                assert resp.status_code == 200, resp.text
+                assert resp.headers.get("mcp-session-id")
+                data = [ln for ln in resp.text.splitlines() if ln.startswith("data:")]
+                result = json.loads(data[0][5:])["result"]
+                assert result["serverInfo"]["name"] == "earthmem"
+
+
+# --------------------------------------------------------------------------- real primitives (tiny sample)
+
+
+@pytest.fixture(scope="module")
+def real_client(request: pytest.FixtureRequest) -> TestClient:
+    if not real_primitives():
+        pytest.skip("api.service has not registered the real primitives yet")
+    store = request.getfixturevalue("tiny_store")
+    return TestClient(create_app(store.data), raise_server_exceptions=False)

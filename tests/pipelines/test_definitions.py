@@ -1,0 +1,36 @@
+"""The Dagster definitions load, with every asset, partition, check, schedule and sensor."""
+
+from __future__ import annotations
+
+from pipelines.definitions import defs
+from pipelines.partitions import SCENE_PARTITIONS, TESSERA_YEARS, WEEKS, week_key_of, week_t0
+from store.cube import TIME_CHUNK_DAYS
+
+
+def test_assets_checks_and_automation_are_defined() -> None:
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == {
+        "s2_items",
+        "s2_indices",
+        "s1_items",
+        "s1_backscatter",
+        "tessera_items",
+        "geotessera_embeddings",
+        "geotessera_year_table",
+        "geotessera_multi_year",
+    }
+    checks = {c.name for c in graph.asset_check_keys}
+    assert {"index_range", "clear_cells_finite", "reflectance_sanity", "chunk_coverage", "valid_vectors"} <= checks
+    assert defs.resolve_job_def("scene_ingest").partitions_def == SCENE_PARTITIONS
+    assert defs.resolve_schedule_def("daily_ingest").cron_schedule == "0 6 * * *"
+    assert defs.resolve_sensor_def("stac_new_items_sensor") is not None
+    assert "2024" in TESSERA_YEARS.get_partition_keys()
+
+
+def test_weeks_align_with_cube_time_chunks() -> None:
+    for key in WEEKS.get_partition_keys()[:60]:
+        assert week_t0(key) % TIME_CHUNK_DAYS == 0
+    import datetime as dt
+
+    assert week_key_of(dt.date(2024, 3, 15)) == "2024-03-14"
