@@ -61,7 +61,8 @@ def register(sub: Any) -> None:
     mcp.set_defaults(handler=_mcp)
 
     intent = sub.add_parser(
-        "intent", help="run one intent and print the JSON answer, e.g. '{\"type\": \"did_change\", ...}'"
+        "intent",
+        help='run one intent and print the JSON answer, e.g. \'{"type": "did_change", ...}\'',
     )
     intent.add_argument("payload", help="the intent as a JSON object ('-' reads it from stdin)")
     _add_data(intent)

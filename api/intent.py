@@ -368,15 +368,13 @@ class IntentRequest(BaseModel):
     )
     claim: dict[str, Any] | None = Field(
         None,
-        description='confirm: {band, op, value, tslot? | window?, agg?}, e.g. '
+        description="confirm: {band, op, value, tslot? | window?, agg?}, e.g. "
         '{"band": "indices.ndvi", "op": "gt", "value": 0.4}.',
     )
     geometry: dict[str, Any] | None = Field(
         None, description="area_over_time: a GeoJSON Polygon or MultiPolygon."
     )
-    bbox: Any = Field(
-        None, description="area_over_time: {min_lat, min_lng, max_lat, max_lng}."
-    )
+    bbox: Any = Field(None, description="area_over_time: {min_lat, min_lng, max_lat, max_lng}.")
     areas: list[dict[str, Any]] | None = Field(
         None, description="area_over_time: up to 6 {id, geometry | bbox}, one chart line each."
     )
@@ -492,7 +490,8 @@ def run_intent(ctx: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
         )
     if spec.name == "ask" and ("lat" in args) != ("lng" in args):
         raise InvalidArgument(
-            "intent 'ask' takes lat and lng together", code="missing_fields",
+            "intent 'ask' takes lat and lng together",
+            code="missing_fields",
             details={"type": "ask", "missing": ["lng" if "lat" in args else "lat"]},
         )
     if spec.primitive not in PRIMITIVES:

@@ -265,7 +265,9 @@ class StreamableHttpEndpoint:
         max_body_bytes: Largest request body accepted (413 above).
     """
 
-    def __init__(self, server: Server[Any], *, host: str = "127.0.0.1", max_body_bytes: int = 256 * 1024) -> None:
+    def __init__(
+        self, server: Server[Any], *, host: str = "127.0.0.1", max_body_bytes: int = 256 * 1024
+    ) -> None:
         self.server = server
         self.host = host
         self.max_body_bytes = max_body_bytes
@@ -291,13 +293,21 @@ class StreamableHttpEndpoint:
         manager = self._manager
         if manager is None:
             body = json.dumps(
-                {"error": {"code": "mcp_not_running", "message": "the MCP session manager is not running"}}
+                {
+                    "error": {
+                        "code": "mcp_not_running",
+                        "message": "the MCP session manager is not running",
+                    }
+                }
             ).encode()
             await send(
                 {
                     "type": "http.response.start",
                     "status": 503,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
                 }
             )
             await send({"type": "http.response.body", "body": body})
@@ -308,4 +318,3 @@ class StreamableHttpEndpoint:
 def make_provider(source: Any) -> ContextProvider:
     """A :class:`ContextProvider` for ``source`` (returned unchanged if it already is one)."""
     return source if isinstance(source, ContextProvider) else ContextProvider(source)
-

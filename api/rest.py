@@ -141,7 +141,9 @@ class BodySizeLimit:
                 break
         body = b"".join(chunks)
         await self.app(
-            scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send
+            scope,
+            _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
+            send,
         )
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -165,7 +167,9 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
 # --------------------------------------------------------------------------- routes
 
 
-def _primitive_endpoint(prim: Primitive, provider: ContextProvider) -> Callable[..., Awaitable[Response]]:
+def _primitive_endpoint(
+    prim: Primitive, provider: ContextProvider
+) -> Callable[..., Awaitable[Response]]:
     async def endpoint(args: BaseModel) -> Response:
         answer = await run_in_threadpool(_call, provider, prim.name, args)
         return JSONResponse(answer)
@@ -281,7 +285,10 @@ def create_app(
             "intents are ignored and listed in ignored_fields."
         ),
         response_model=IntentAnswer,
-        responses={**_ERROR_RESPONSES, 501: {"model": ErrorBody, "description": "Not served here."}},
+        responses={
+            **_ERROR_RESPONSES,
+            501: {"model": ErrorBody, "description": "Not served here."},
+        },
         openapi_extra=_intent_openapi(),
     )
     async def intent(request: Request) -> Response:
@@ -289,7 +296,9 @@ def create_app(
         try:
             payload = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return _simple_error(422, "invalid_argument", f"the request body is not valid JSON: {exc}")
+            return _simple_error(
+                422, "invalid_argument", f"the request body is not valid JSON: {exc}"
+            )
         answer = await run_in_threadpool(_intent, provider, payload)
         return JSONResponse(answer)
 
@@ -303,7 +312,9 @@ def create_app(
     )
     async def get_chart(chart_id: str) -> Response:
         png = await run_in_threadpool(_chart_png, provider, chart_id)
-        return Response(png, media_type="image/png", headers={"cache-control": "public, max-age=86400"})
+        return Response(
+            png, media_type="image/png", headers={"cache-control": "public, max-age=86400"}
+        )
 
     @app.get(
         "/.well-known/earthmem.json",

@@ -9,6 +9,7 @@ grid whose pixels are the lattice cells, then flips rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -133,32 +134,71 @@ def read_onto_lattice(
     100 km scene costs what the block covers, not the whole file.
     """
     import rioxarray
+    from rasterio.windows import from_bounds
 
-    with rioxarray.open_rasterio(href, masked=False, cache=False) as da:
+    # parse_coordinates=False and an integer window: rioxarray's clip_box builds
+    # coordinate arrays and costs ~50 ms per call, the window read ~5 ms
+    with rioxarray.open_rasterio(href, masked=False, cache=False, parse_coordinates=False) as da:
         crs = da.rio.crs
+        transform = da.rio.transform(recalc=False)
+        nodata = da.rio.nodata
         min_lng, min_lat, max_lng, max_lat = window.bounds()
         left, bottom, right, top = rasterio.warp.transform_bounds(
             WGS84, crs, min_lng, min_lat, max_lng, max_lat, densify_pts=21
         )
-        res_x, res_y = (abs(r) for r in da.rio.resolution())
-        try:
-            sub = da.rio.clip_box(
-                left - margin_px * res_x,
-                bottom - margin_px * res_y,
-                right + margin_px * res_x,
-                top + margin_px * res_y,
-            )
-        except Exception:  # rioxarray raises NoDataInBounds when the scene misses the window
+        h, w = da.shape[-2:]
+        if resampling == Resampling.nearest:
+            gmap = _nearest_map(crs.to_wkt(), tuple(transform)[:6], (h, w), window)
+            if gmap is None:
+                return np.full(window.shape, dst_nodata, dtype=dst_dtype)
+            rows, cols, inside, (r0, r1, c0, c1) = gmap
+            band = np.asarray(da.isel(band=0, y=slice(r0, r1), x=slice(c0, c1)).values)
+            out = np.full(window.shape, dst_nodata, dtype=dst_dtype)
+            vals = band[rows - r0, cols - c0].astype(dst_dtype)
+            if nodata is not None:
+                vals[band[rows - r0, cols - c0] == nodata] = dst_nodata
+            out[inside] = vals
+            return out
+        win = from_bounds(left, bottom, right, top, transform=transform)
+        r0 = max(0, int(np.floor(win.row_off)) - margin_px)
+        c0 = max(0, int(np.floor(win.col_off)) - margin_px)
+        r1 = min(h, int(np.ceil(win.row_off + win.height)) + margin_px)
+        c1 = min(w, int(np.ceil(win.col_off + win.width)) + margin_px)
+        if r1 <= r0 or c1 <= c0:  # the scene misses the window
             return np.full(window.shape, dst_nodata, dtype=dst_dtype)
-        nodata = da.rio.nodata
-        band = np.asarray(sub.isel(band=0).values)
-        return reproject_onto_lattice(
-            band,
-            crs,
-            sub.rio.transform(),
-            window,
-            resampling=resampling,
-            src_nodata=nodata,
-            dst_dtype=dst_dtype,
-            dst_nodata=dst_nodata,
-        )
+        band = np.asarray(da.isel(band=0, y=slice(r0, r1), x=slice(c0, c1)).values)
+    sub_transform = transform * Affine.translation(c0, r0)
+    return reproject_onto_lattice(
+        band,
+        crs,
+        sub_transform,
+        window,
+        resampling=resampling,
+        src_nodata=nodata,
+        dst_dtype=dst_dtype,
+        dst_nodata=dst_nodata,
+    )
+
+
+@lru_cache(maxsize=64)
+def _nearest_map(
+    crs_wkt: str, transform: tuple[float, ...], shape: tuple[int, int], window: LatticeWindow
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_], tuple[int, int, int, int]] | None:
+    """Source pixel under each lattice cell centre (nearest neighbour), cached per grid.
+
+    Every band and every date of one tile share a grid, so the coordinate
+    transform runs once per (grid, window) instead of once per band read.
+    """
+    from pyproj import Transformer
+
+    lat, lng = window.centres()
+    lng2, lat2 = np.meshgrid(lng, lat)
+    x, y = Transformer.from_crs("EPSG:4326", crs_wkt, always_xy=True).transform(lng2, lat2)
+    col_f, row_f = ~Affine(*transform) @ (x, y)
+    rows = np.floor(row_f).astype(np.int64)
+    cols = np.floor(col_f).astype(np.int64)
+    inside = (rows >= 0) & (rows < shape[0]) & (cols >= 0) & (cols < shape[1])
+    if not inside.any():
+        return None
+    r, c = rows[inside], cols[inside]
+    return r, c, inside, (int(r.min()), int(r.max()) + 1, int(c.min()), int(c.max()) + 1)

@@ -155,7 +155,8 @@ def _cosine_chunk(vec, norms, qi, qf, use_float, mask, use_mask, exclude, lo, hi
         if size == k and best < keys[0]:
             continue
         for r in range(b0, b1):
-            if r == exclude or (use_mask and not mask[r]):
+            # cheap reject first: most rows of a walked block are below the root
+            if (size == k and buf[r - b0] < keys[0]) or r == exclude or (use_mask and not mask[r]):
                 continue
             size = _heap_offer(keys, rows, size, k, buf[r - b0], r)
     return size
@@ -202,10 +203,13 @@ def _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, keys, rows):  # ty
                 best = min(best, dist)
         if size == k and -np.float64(best) < keys[0]:
             continue
+        limit = -keys[0] if size == k else np.inf  # worst kept distance
         for r in range(b0, b1):
-            if r == exclude or (use_mask and not mask[r]):
+            if buf[r - b0] > limit or r == exclude or (use_mask and not mask[r]):
                 continue
             size = _heap_offer(keys, rows, size, k, -np.float64(buf[r - b0]), r)
+            if size == k:
+                limit = -keys[0]
     return size
 
 

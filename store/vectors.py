@@ -82,11 +82,15 @@ BIN_BYTES = 16
 """Bytes per binary code (128 sign bits)."""
 
 DEFAULT_RERANK_MULTIPLE = 32
-"""Hamming candidates per requested neighbour in ``hamming_then_rerank``.
+"""Hamming candidates per requested neighbour when a table stores no calibrated multiple.
 
-Measured on bench/data.py clustered data (50k and 10^6 rows, k=10): recall@10 of
-the rerank against exact cosine was 0.79 / 0.90 / 0.96 / 0.99 for multiples
-4 / 8 / 16 / 32; 16 is the smallest multiple that keeps recall@10 >= 0.95.
+Recall@10 of the rerank against exact cosine on bench/data.py clustered data
+(50 queries) for multiples 4 / 8 / 16 / 32 / 64 / 128: at 10^5 rows
+0.64 / 0.76 / 0.91 / 0.97 / 0.99 / 0.99; at 10^6 rows 0.44 / 0.62 / 0.76 / 0.87 /
+0.93 / 0.98. The multiple needed grows with the number of near-duplicates of the
+query (128 sign bits resolve angles only so finely), so :func:`write_table`
+calibrates it per table and stores ``meta["rerank_multiple"]``; 32 is the smallest
+multiple that reaches 0.95 at demo-sample sizes (<= 10^5 rows).
 """
 
 K_MAX = 1000
@@ -221,6 +225,7 @@ def write_table(
     meta: dict[str, Any],
     *,
     replace: bool = False,
+    calibrate: bool = True,
 ) -> None:
     """Write one k-NN table atomically.
 
@@ -237,6 +242,10 @@ def write_table(
         scales: ``(N,)`` positive per-cell dequantisation scales.
         meta: Caller metadata; must hold ``band`` and ``tslot`` (also e.g. ``vintage``).
         replace: Allow replacing a different existing table.
+        calibrate: For tables with bin128 codes, measure the ``hamming_then_rerank``
+            candidate multiple that keeps recall@10 >= 0.95 on this table
+            (:func:`calibrate_rerank_multiple`, 50 queries) and store it in meta as
+            ``rerank_multiple`` (with the recall per multiple), unless meta has one.
 
     Raises:
         VectorTableError: bad shapes/dtypes, duplicate cells, non-positive scales,
@@ -270,11 +279,21 @@ def write_table(
         "scales": np.ascontiguousarray(s, dtype=np.float32),
         "norms": int8_norms(v),
     }
+    extra: dict[str, Any] = {}
     if d == BIN_BYTES * 8:
         arrays["bin128"] = binarize(v, ROTATION_SEED)
+        if calibrate and "rerank_multiple" not in meta and n > 1:
+            chosen, recall = calibrate_rerank_multiple(
+                arrays["vectors"], arrays["norms"], arrays["bin128"]
+            )
+            extra = {
+                "rerank_multiple": chosen,
+                "rerank_recall_at_10": {str(m): r for m, r in recall.items()},
+            }
     digest = _digest(arrays)
     full_meta = {
         **meta,
+        **extra,
         "format": FORMAT,
         "n": int(n),
         "d": int(d),

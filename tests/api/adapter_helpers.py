@@ -87,8 +87,14 @@ def _decode(ctx: FakeContext, args: DecodeIn) -> DecodeOut:
 
 def _chart(ctx: FakeContext, args: ChartIn) -> ChartOut:
     cid = ctx.charts.put(PNG)
-    body = {"label": args.label, "chart_id": cid, "chart_png_base64": base64.b64encode(PNG).decode()}
-    signed = sign_answer(ctx.signer, CHART_TOOL, args.model_dump(mode="json"), body, [], [], "snap-test")
+    body = {
+        "label": args.label,
+        "chart_id": cid,
+        "chart_png_base64": base64.b64encode(PNG).decode(),
+    }
+    signed = sign_answer(
+        ctx.signer, CHART_TOOL, args.model_dump(mode="json"), body, [], [], "snap-test"
+    )
     return ChartOut.model_validate(signed)
 
 
@@ -96,7 +102,9 @@ def _chart(ctx: FakeContext, args: ChartIn) -> ChartOut:
 def registered_test_primitives() -> Iterator[None]:
     """Register the test primitives for the duration of the block."""
     added = {
-        CELL_TOOL: Primitive(CELL_TOOL, DecodeIn, DecodeOut, _decode, "Decode a cell (test)", "Test."),
+        CELL_TOOL: Primitive(
+            CELL_TOOL, DecodeIn, DecodeOut, _decode, "Decode a cell (test)", "Test."
+        ),
         CHART_TOOL: Primitive(CHART_TOOL, ChartIn, ChartOut, _chart, "A chart (test)", "Test."),
     }
     PRIMITIVES.update(added)
@@ -113,3 +121,19 @@ def real_primitives() -> bool:
 
     ensure_primitives()
     return "did_change" in PRIMITIVES
+
+
+def clearing_cell(manifest: dict[str, Any]) -> str:
+    """cell64 of the centre of the sample's cleared forest patch."""
+    event = next(e for e in manifest["events"] if e["kind"] == "forest_clearing")
+    return address.encode(event["centre"]["lat"], event["centre"]["lng"])
+
+
+def bracket(valid_tslots: list[int], day: str) -> list[int]:
+    """The last valid tslot before ``day`` and the first at or after it."""
+    from store import tslot
+
+    t = tslot.to_slot(day, "day")
+    before = [s for s in valid_tslots if s < t]
+    after = [s for s in valid_tslots if s >= t]
+    return [before[-1], after[0]]

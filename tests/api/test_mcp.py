@@ -17,6 +17,7 @@ import httpx
 import pytest
 import uvicorn
 from mcp import Client, StdioServerParameters
+from mcp_types import TextContent
 
 from api.mcp_server import INTENT_TOOL, build_server
 from api.receipts import verify_answer
@@ -28,6 +29,9 @@ from tests.api.adapter_helpers import (
     CHART_TOOL,
     PNG,
     FakeContext,
+    bracket,
+    clearing_cell,
+    real_primitives,
     registered_test_primitives,
 )
 
@@ -41,7 +45,15 @@ def ctx() -> Iterator[FakeContext]:
         yield FakeContext()
 
 
-def _with_client(ctx: FakeContext, body: Callable[[Client], Awaitable[None]], mode: str = "legacy") -> None:
+def _text(result: Any) -> str:
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+def _with_client(
+    ctx: FakeContext, body: Callable[[Client], Awaitable[None]], mode: str = "legacy"
+) -> None:
     """Run ``body`` against the server through an in-memory client session."""
 
     async def main() -> None:
@@ -60,16 +72,21 @@ def test_tools_listed_with_schemas_and_read_only_annotations(ctx: FakeContext) -
         for tool in tools.values():
             ann = tool.annotations
             assert ann is not None
-            assert (ann.read_only_hint, ann.idempotent_hint, ann.open_world_hint) == (True, True, False)
+            assert (ann.read_only_hint, ann.idempotent_hint, ann.open_world_hint) == (
+                True,
+                True,
+                False,
+            )
             assert tool.input_schema["type"] == "object"
-            assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+            assert tool.output_schema is not None
+            assert tool.output_schema["type"] == "object"
             assert tool.description
         decode = tools[f"earthmem_{CELL_TOOL}"]
         assert decode.input_schema["required"] == ["cell"]
         assert decode.input_schema["properties"]["cell"]["description"] == "cell64 to decode."
-        assert {"cell", "lat", "lng", "receipt"} <= set(decode.output_schema["properties"])
+        assert {"cell", "lat", "lng", "receipt"} <= set((decode.output_schema or {})["properties"])
         intent = tools[INTENT_TOOL]
-        assert "needs_intent_type" in intent.description
+        assert "needs_intent_type" in (intent.description or "")
         assert {"type", "key", "window", "areas"} <= set(intent.input_schema["properties"])
 
     _with_client(ctx, body)
@@ -83,7 +100,7 @@ def test_call_answers_with_structured_signed_content(ctx: FakeContext, mode: str
         doc = result.structured_content
         assert doc["cell"] == CELL
         assert verify_answer(json.loads(json.dumps(doc))).ok
-        assert json.loads(result.content[0].text) == doc
+        assert json.loads(_text(result)) == doc
 
     _with_client(ctx, body, mode)
 
@@ -93,9 +110,10 @@ def test_bad_input_is_a_tool_error_with_the_rest_code(ctx: FakeContext) -> None:
         bad = await client.call_tool(f"earthmem_{CELL_TOOL}", {"cell": "zz.top"})
         assert bad.is_error
         assert bad.structured_content["error"]["code"] == "invalid_cell"
-        assert json.loads(bad.content[0].text)["error"]["code"] == "invalid_cell"
+        assert json.loads(_text(bad))["error"]["code"] == "invalid_cell"
         missing = await client.call_tool(f"earthmem_{CELL_TOOL}", {})
-        assert missing.is_error and missing.structured_content["error"]["code"] == "invalid_argument"
+        assert missing.is_error
+        assert missing.structured_content["error"]["code"] == "invalid_argument"
         gone = await client.call_tool(f"earthmem_{CELL_TOOL}", {"cell": CELL, "missing": True})
         assert gone.structured_content["error"] == {
             "code": "no_observation",
@@ -103,7 +121,8 @@ def test_bad_input_is_a_tool_error_with_the_rest_code(ctx: FakeContext) -> None:
             "details": {"nearest_before": 5},
         }
         unknown = await client.call_tool("earthmem_teleport", {})
-        assert unknown.is_error and unknown.structured_content["error"]["code"] == "unknown_tool"
+        assert unknown.is_error
+        assert unknown.structured_content["error"]["code"] == "unknown_tool"
 
     _with_client(ctx, body)
 
@@ -165,7 +184,9 @@ class _Server:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
 
     def __enter__(self) -> str:
         self.thread.start()
@@ -218,7 +239,9 @@ def test_streamable_http_on_the_rest_app_over_uvicorn(ctx: FakeContext) -> None:
             "/mcp", headers=session, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
         )
         assert note.status_code == 202
-        listed = http.post("/mcp", headers=session, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        listed = http.post(
+            "/mcp", headers=session, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        )
         assert listed.status_code == 200
         names = {t["name"] for t in _sse_json(listed)["result"]["tools"]}
         assert {f"earthmem_{CELL_TOOL}", INTENT_TOOL} <= names
@@ -235,3 +258,79 @@ def test_streamable_http_on_the_rest_app_over_uvicorn(ctx: FakeContext) -> None:
                     assert verify_answer(result.structured_content).ok
 
         anyio.run(call)
+
+
+# --------------------------------------------------------------------------- real primitives (tiny sample)
+
+
+@pytest.fixture(scope="module")
+def store(request: pytest.FixtureRequest) -> Any:
+    if not real_primitives():
+        pytest.skip("api.service has not registered the real primitives yet")
+    return request.getfixturevalue("tiny_store")
+
+
+def test_real_tools_answer_over_an_in_memory_session(store: Any) -> None:
+    from api.context import ServiceContext
+
+    cell = clearing_cell(store.manifest)
+    event = store.event("forest_clearing")
+
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with Client(build_server(ServiceContext(store.data)), mode="legacy") as client:
+                # The client validates each structured answer against the tool's output schema.
+                traj = await client.call_tool(
+                    "earthmem_trajectory", {"cell": cell, "band": "indices.ndvi"}
+                )
+                assert not traj.is_error
+                window = bracket(traj.structured_content["valid_tslots"], event["start"])
+                routed = await client.call_tool(
+                    INTENT_TOOL,
+                    {
+                        "type": "did_change",
+                        "cell": cell,
+                        "band": "indices.ndvi",
+                        "window": window,
+                        "k": 3,
+                    },
+                )
+                assert not routed.is_error
+                answer = routed.structured_content
+                assert answer["ignored_fields"] == ["k"]
+                assert answer["result"]["significant"]
+                assert answer["result"]["delta"] < -0.3
+                assert verify_answer(json.loads(json.dumps(answer["result"]))).ok
+                area = await client.call_tool(
+                    "earthmem_area_over_time",
+                    {
+                        "geometry": event["geometry"],
+                        "start_date": "2024-01-01",
+                        "end_date": "2024-06-30",
+                        "max_scenes": 4,
+                    },
+                )
+                assert not area.is_error
+                images = [c for c in area.content if c.type == "image"]
+                assert len(images) == 1
+                assert base64.b64decode(images[0].data).startswith(b"\x89PNG")
+                assert verify_answer(area.structured_content).ok
+                bad = await client.call_tool(
+                    "earthmem_did_change",
+                    {"cell": "nope", "band": "indices.ndvi", "window": [1, 2]},
+                )
+                assert bad.is_error
+                assert bad.structured_content["error"]["code"] == "invalid_cell"
+                gap = await client.call_tool(
+                    "earthmem_did_change",
+                    {"cell": cell, "band": "indices.ndvi", "window": [window[0] + 1, window[1]]},
+                )
+                assert gap.is_error
+                assert gap.structured_content["error"]["code"] == "no_observation"
+                near = await client.call_tool(
+                    "earthmem_find_similar", {"cell64": cell, "k": 3, "mode": "hamming_then_rerank"}
+                )
+                assert not near.is_error
+                assert near.structured_content["returned_k"] == 3
+
+    anyio.run(main)

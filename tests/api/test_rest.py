@@ -18,6 +18,8 @@ from tests.api.adapter_helpers import (
     CHART_TOOL,
     PNG,
     FakeContext,
+    bracket,
+    clearing_cell,
     real_primitives,
     registered_test_primitives,
 )
@@ -42,7 +44,8 @@ def _error(resp: Any, status: int, code: str) -> dict[str, Any]:
     body = resp.json()
     assert set(body) == {"error"}
     assert body["error"]["code"] == code, body
-    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert isinstance(body["error"]["message"], str)
+    assert body["error"]["message"]
     return body["error"]
 
 
@@ -73,7 +76,9 @@ def test_openapi_has_stable_operation_ids_one_route_per_primitive(client: TestCl
         "/ErrorBody"
     )
     intent_body = spec["paths"]["/v1/intent"]["post"]["requestBody"]["content"]["application/json"]
-    assert {"type", "cell", "band", "window", "key", "geometry"} <= set(intent_body["schema"]["properties"])
+    assert {"type", "cell", "band", "window", "key", "geometry"} <= set(
+        intent_body["schema"]["properties"]
+    )
 
 
 def test_primitive_answer_is_the_signed_dict_and_verifies(client: TestClient) -> None:
@@ -125,7 +130,9 @@ def test_bad_cell_is_invalid_cell_with_field_errors(client: TestClient) -> None:
 def test_argument_errors_are_invalid_argument(client: TestClient) -> None:
     err = _error(client.post(f"/v1/{CELL_TOOL}", json={}), 422, "invalid_argument")
     assert err["details"]["errors"][0]["loc"] == ["body", "cell"]
-    _error(client.post(f"/v1/{CELL_TOOL}", json={"cell": CELL, "bogus": 1}), 422, "invalid_argument")
+    _error(
+        client.post(f"/v1/{CELL_TOOL}", json={"cell": CELL, "bogus": 1}), 422, "invalid_argument"
+    )
     _error(client.post(f"/v1/{CELL_TOOL}", json=[CELL]), 422, "invalid_argument")
 
 
@@ -137,7 +144,9 @@ def test_malformed_json_is_422(client: TestClient) -> None:
         "invalid_argument",
     )
     assert "JSON" in err["message"]
-    err = _error(client.post("/v1/intent", content=b"{nope", headers=headers), 422, "invalid_argument")
+    err = _error(
+        client.post("/v1/intent", content=b"{nope", headers=headers), 422, "invalid_argument"
+    )
     assert "JSON" in err["message"]
 
 
@@ -161,11 +170,17 @@ def test_oversized_body_is_413_declared_or_streamed(client: TestClient) -> None:
             yield b" " * 10_000
 
     _error(
-        client.post(f"/v1/{CELL_TOOL}", content=chunks(), headers={"content-type": "application/json"}),
+        client.post(
+            f"/v1/{CELL_TOOL}", content=chunks(), headers={"content-type": "application/json"}
+        ),
         413,
         "payload_too_large",
     )
-    _error(client.post("/v1/intent", content=big, headers={"content-type": "application/json"}), 413, "payload_too_large")
+    _error(
+        client.post("/v1/intent", content=big, headers={"content-type": "application/json"}),
+        413,
+        "payload_too_large",
+    )
 
 
 def test_unknown_route_and_method_are_json(client: TestClient) -> None:
@@ -184,7 +199,14 @@ def test_intent_envelope_for_missing_and_unknown_type(client: TestClient) -> Non
     env = resp.json()
     assert env["status"] == "needs_intent_type"
     assert env["valid_types"] == [
-        "where_is", "what_is_here", "is_like", "did_change", "find_like", "confirm", "ask", "area_over_time",
+        "where_is",
+        "what_is_here",
+        "is_like",
+        "did_change",
+        "find_like",
+        "confirm",
+        "ask",
+        "area_over_time",
     ]
     assert env["intents"]["did_change"]["needs"] == ["cell", "band", "window"]
     assert env["intents"]["area_over_time"]["one_of"] == ["geometry", "bbox", "areas"]
@@ -195,7 +217,9 @@ def test_intent_envelope_for_missing_and_unknown_type(client: TestClient) -> Non
 
 
 def test_intent_missing_fields_error(client: TestClient) -> None:
-    err = _error(client.post("/v1/intent", json={"type": "did_change", "cell": CELL}), 422, "missing_fields")
+    err = _error(
+        client.post("/v1/intent", json={"type": "did_change", "cell": CELL}), 422, "missing_fields"
+    )
     assert err["details"]["missing"] == ["band", "window"]
 
 
@@ -237,3 +261,84 @@ def real_client(request: pytest.FixtureRequest) -> TestClient:
         pytest.skip("api.service has not registered the real primitives yet")
     store = request.getfixturevalue("tiny_store")
     return TestClient(create_app(store.data), raise_server_exceptions=False)
+
+
+def _signed(resp: Any) -> dict[str, Any]:
+    assert resp.status_code == 200, resp.text
+    doc = json.loads(resp.text)
+    assert verify_answer(doc).ok
+    return doc
+
+
+def test_every_real_primitive_answers_with_a_verifying_receipt(
+    real_client: TestClient, request: pytest.FixtureRequest
+) -> None:
+    store = request.getfixturevalue("tiny_store")
+    cell = clearing_cell(store.manifest)
+    event = store.event("forest_clearing")
+    traj = _signed(real_client.post("/v1/trajectory", json={"cell": cell, "band": "indices.ndvi"}))
+    window = bracket(traj["valid_tslots"], event["start"])
+    change = _signed(
+        real_client.post(
+            "/v1/did_change", json={"cell": cell, "band": "indices.ndvi", "window": window}
+        )
+    )
+    assert change["significant"]
+    assert change["delta"] < -0.3
+    near = _signed(real_client.post("/v1/find_similar", json={"key": cell, "k": 5}))
+    assert near["returned_k"] == 5
+    assert cell not in {n["cell64"] for n in near["neighbours"]}
+    other = near["neighbours"][0]["cell64"]
+    _signed(real_client.post("/v1/is_like", json={"a": cell, "b": other}))
+    verdict = _signed(
+        real_client.post(
+            "/v1/confirm",
+            json={
+                "cell": cell,
+                "claim": {"band": "indices.ndvi", "op": "lt", "value": 0.4, "tslot": window[1]},
+            },
+        )
+    )
+    assert verdict["verdict"] == "true"
+    area = _signed(
+        real_client.post(
+            "/v1/area_over_time",
+            json={
+                "geometry": event["geometry"],
+                "start_date": "2024-01-01",
+                "end_date": "2024-06-30",
+                "max_scenes": 4,
+            },
+        )
+    )
+    png = real_client.get(f"/v1/charts/{area['chart_id']}.png")
+    assert png.status_code == 200
+    assert png.content.startswith(b"\x89PNG")
+    assert {
+        "did_change",
+        "trajectory",
+        "find_similar",
+        "is_like",
+        "confirm",
+        "area_over_time",
+    } <= set(PRIMITIVES)
+
+
+def test_real_errors_have_codes(real_client: TestClient, request: pytest.FixtureRequest) -> None:
+    cell = clearing_cell(request.getfixturevalue("tiny_store").manifest)
+    _error(
+        real_client.post(
+            "/v1/did_change", json={"cell": "bad", "band": "indices.ndvi", "window": [1, 2]}
+        ),
+        422,
+        "invalid_cell",
+    )
+    traj = _signed(real_client.post("/v1/trajectory", json={"cell": cell, "band": "indices.ndvi"}))
+    t0, t1 = traj["valid_tslots"][-2:]
+    gap = [t0 + 1, t1]  # no overpass on t0 + 1: an error naming the nearest valid tslots
+    err = real_client.post(
+        "/v1/did_change", json={"cell": cell, "band": "indices.ndvi", "window": gap}
+    ).json()
+    assert err["error"]["code"] == "no_observation"
+    assert err["error"]["details"]["nearest_before"] == t0
+    assert real_client.post("/v1/find_similar", json={"key": cell, "k": 5000}).status_code == 422

@@ -201,6 +201,9 @@ def test_table_roundtrip_mmap_and_search(tmp_path, small):
     assert t.meta["d"] == 128
     assert t.meta["band"] == "geotessera"
     assert t.meta["rotation_seed"] == V.ROTATION_SEED
+    assert t.meta["rerank_multiple"] in V.CALIBRATION_MULTIPLES  # calibrated at write time
+    assert t.rerank_multiple == t.meta["rerank_multiple"]
+    assert t.meta["rerank_recall_at_10"][str(t.rerank_multiple)] >= 0.95
     assert t.row_of(int(cells[123])) == 123
     assert t.row_of(int(cells[123]) + 1) is None
     np.testing.assert_array_equal(t.rows_of([cells[5], 1, cells[-1]]), [5, -1, cells.size - 1])
