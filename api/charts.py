@@ -82,8 +82,14 @@ def render_area_chart(series: Sequence[ChartSeries], *, title: str, ylabel: str)
         ax.fill_between(x, s.p25, s.p75, color=line.get_color(), alpha=0.2, linewidth=0)
         drawn += 1
     if drawn == 0:
-        ax.text(0.5, 0.5, "no overpass above the clear-fraction threshold", ha="center",
-                va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no overpass above the clear-fraction threshold",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     else:
         ax.legend(loc="best", fontsize=8)
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
@@ -99,7 +105,9 @@ def render_area_chart(series: Sequence[ChartSeries], *, title: str, ylabel: str)
 class ChartStore:
     """Recent charts in memory, bounded by count and bytes (oldest evicted first)."""
 
-    def __init__(self, max_count: int = CHART_STORE_COUNT, max_bytes: int = CHART_STORE_BYTES) -> None:
+    def __init__(
+        self, max_count: int = CHART_STORE_COUNT, max_bytes: int = CHART_STORE_BYTES
+    ) -> None:
         self.max_count = max_count
         self.max_bytes = max_bytes
         self._items: OrderedDict[str, bytes] = OrderedDict()
@@ -115,7 +123,9 @@ class ChartStore:
                 return cid
             self._items[cid] = png
             self._bytes += len(png)
-            while self._items and (len(self._items) > self.max_count or self._bytes > self.max_bytes):
+            while self._items and (
+                len(self._items) > self.max_count or self._bytes > self.max_bytes
+            ):
                 _, old = self._items.popitem(last=False)
                 self._bytes -= len(old)
         return cid

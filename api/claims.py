@@ -123,16 +123,22 @@ def parse_claim(raw: Mapping[str, Any], band: str) -> ParsedClaim:
     """
     op = raw.get("op")
     if op not in OPS:
-        raise InvalidArgument(f"unknown claim op {op!r}; valid: {', '.join(OPS)}", code="invalid_claim")
+        raise InvalidArgument(
+            f"unknown claim op {op!r}; valid: {', '.join(OPS)}", code="invalid_claim"
+        )
     agg = raw.get("agg") or "any"
     if agg not in AGGS:
-        raise InvalidArgument(f"unknown agg {agg!r}; valid: {', '.join(AGGS)}", code="invalid_claim")
+        raise InvalidArgument(
+            f"unknown agg {agg!r}; valid: {', '.join(AGGS)}", code="invalid_claim"
+        )
     tslot = raw.get("tslot")
     window = raw.get("window")
     if tslot is not None and window is not None:
         raise InvalidArgument("give tslot or window, not both", code="invalid_claim")
     if tslot is not None and (not _is_int(tslot) or tslot < 0):
-        raise InvalidArgument(f"claim tslot must be a non-negative integer, got {tslot!r}", code="invalid_claim")
+        raise InvalidArgument(
+            f"claim tslot must be a non-negative integer, got {tslot!r}", code="invalid_claim"
+        )
     win: tuple[int, int] | None = None
     if window is not None:
         if (
@@ -151,9 +157,14 @@ def parse_claim(raw: Mapping[str, Any], band: str) -> ParsedClaim:
     if op in ("exists", "absent"):
         value = None
     elif op in ("in", "ni"):
-        if not isinstance(raw_value, list | tuple) or not raw_value or len(raw_value) > MAX_IN_VALUES:
+        if (
+            not isinstance(raw_value, list | tuple)
+            or not raw_value
+            or len(raw_value) > MAX_IN_VALUES
+        ):
             raise InvalidArgument(
-                f"op {op} needs a non-empty list of at most {MAX_IN_VALUES} numbers", code="invalid_claim"
+                f"op {op} needs a non-empty list of at most {MAX_IN_VALUES} numbers",
+                code="invalid_claim",
             )
         value = tuple(_number(v, "claim value") for v in raw_value)
     else:
@@ -161,12 +172,14 @@ def parse_claim(raw: Mapping[str, Any], band: str) -> ParsedClaim:
     return ParsedClaim(band, str(op), value, None if tslot is None else int(tslot), win, str(agg))
 
 
-def _compare(op: str, x: npt.NDArray[np.float64], value: float | tuple[float, ...] | None) -> npt.NDArray[np.bool_]:
+def _compare(
+    op: str, x: npt.NDArray[np.float64], value: float | tuple[float, ...] | None
+) -> npt.NDArray[np.bool_]:
     with np.errstate(invalid="ignore"):
         if op in ("in", "ni"):
             vals = np.asarray(value, dtype=np.float64)
-            hit = (np.abs(x[..., None] - vals) <= EQ_TOLERANCE).any(axis=-1)
-            return hit if op == "in" else ~hit
+            hit = np.asarray((np.abs(x[..., None] - vals) <= EQ_TOLERANCE).any(axis=-1))
+            return hit if op == "in" else np.logical_not(hit)
         v = float(value)  # type: ignore[arg-type]
         if op == "eq":
             return np.abs(x - v) <= EQ_TOLERANCE
@@ -181,9 +194,7 @@ def _compare(op: str, x: npt.NDArray[np.float64], value: float | tuple[float, ..
         return x >= v  # ge
 
 
-def evaluate(
-    claim: ParsedClaim, tslots: npt.ArrayLike, values: npt.ArrayLike
-) -> ClaimResult:
+def evaluate(claim: ParsedClaim, tslots: npt.ArrayLike, values: npt.ArrayLike) -> ClaimResult:
     """Evaluate a claim for many cells at once.
 
     Args:
@@ -222,10 +233,7 @@ def evaluate(
     known = n_used > 0
     if claim.agg in ("any", "all"):
         pred = _compare(claim.op, v, claim.value) & used
-        if claim.agg == "any":
-            ok = pred.any(axis=0)
-        else:
-            ok = (pred | ~used).all(axis=0)
+        ok = pred.any(axis=0) if claim.agg == "any" else (pred | ~used).all(axis=0)
     else:
         masked = np.where(used, v, np.nan)
         with np.errstate(invalid="ignore"), warnings.catch_warnings():

@@ -111,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_extensions(sub: Any) -> None:
     """Subcommands of the other layers (sample, run, serve, ...), registered lazily."""
     from api import cli_commands
+    from pipelines import cli as pipeline_cli
 
     cli_commands.register(sub)
+    pipeline_cli.register(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

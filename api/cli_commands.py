@@ -1,4 +1,4 @@
-"""Subcommands beyond the address algebra: sample, serve, mcp, intent, verify (and the lead's ingest/run).
+"""Subcommands of the API layer: sample, serve, mcp, intent, verify (ingest: pipelines/cli.py).
 
 Each handler imports its layer lazily, so ``earthmem cell ...`` stays fast.
 Bad input raises a typed error (``ApiError`` / ``StoreError``) which
@@ -47,8 +47,8 @@ def register(sub: Any) -> None:
     build.add_argument("--seed", type=int, default=0)
     build.set_defaults(handler=_sample_build)
 
-    # Hook for the pipeline layer: `earthmem ingest` / `earthmem run` are the lead's
-    # (pipelines.run); register them here with sub.add_parser(...).set_defaults(handler=...).
+    # The pipeline layer's commands (`earthmem ingest`, ...) live in pipelines/cli.py and are
+    # registered next to these by api.cli._add_extensions; the API layer never imports pipelines.
 
     serve = sub.add_parser("serve", help="serve the query API: REST at /v1, MCP at /mcp")
     _add_data(serve)

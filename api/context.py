@@ -238,7 +238,11 @@ class ServiceContext:
                 if cached is not None:
                     self._as_of.move_to_end(found.id)
                     return cached
-            reader = tip if found.id == tip.snapshot_id else CubeReader(self.data_dir, snapshot_id=found.id)
+            reader = (
+                tip
+                if found.id == tip.snapshot_id
+                else CubeReader(self.data_dir, snapshot_id=found.id)
+            )
         except StoreError as exc:
             raise from_store_error(exc) from exc
         with self._lock:
@@ -303,7 +307,9 @@ class ServiceContext:
         extra = (spec.extra_dim[1],) if spec.extra_dim else ()
         y0, x0 = cy * side, cx * side
         if tcs is None or tcs.size == 0:
-            col = Column(np.zeros(0, np.int64), np.zeros((0, side, side, *extra), spec.dtype), y0, x0)
+            col = Column(
+                np.zeros(0, np.int64), np.zeros((0, side, side, *extra), spec.dtype), y0, x0
+            )
         else:
             step = spec.time_chunk
             slots = (tcs[:, None] * step + np.arange(step)[None, :]).ravel().astype(np.int64)
@@ -401,7 +407,11 @@ class ServiceContext:
         return sorted(out)
 
     def overpasses(
-        self, family: str, box: tuple[int, int, int, int], t0: int | None = None, t1: int | None = None
+        self,
+        family: str,
+        box: tuple[int, int, int, int],
+        t0: int | None = None,
+        t1: int | None = None,
     ) -> list[tuple[int, list[str]]]:
         """Overpasses of a band family touching a lattice box, ``t0 <= tslot <= t1``.
 
@@ -423,7 +433,9 @@ class ServiceContext:
             hit = False
             for row in rows:
                 b = row.box
-                if b is None or (b[0] < box[1] and box[0] < b[1] and b[2] < box[3] and box[2] < b[3]):
+                if b is None or (
+                    b[0] < box[1] and box[0] < b[1] and b[2] < box[3] and box[2] < b[3]
+                ):
                     hit = True
                     items.update(row.item_ids)
             if hit:
@@ -466,7 +478,10 @@ class ServiceContext:
         now = time.monotonic()
         with self._lock:
             cached = self._tables.get(name)
-            if cached is not None and now - self._tables_checked.get(name, 0.0) < self.tip_check_seconds:
+            if (
+                cached is not None
+                and now - self._tables_checked.get(name, 0.0) < self.tip_check_seconds
+            ):
                 return cached[1]
         if not directory.exists():
             raise NotFound(f"no k-NN table {name!r} in the store", code="no_table")
@@ -485,7 +500,9 @@ class ServiceContext:
         return table
 
 
-def nearest_slots(slots: Sequence[int] | npt.NDArray[np.int64], t: int) -> tuple[int | None, int | None]:
+def nearest_slots(
+    slots: Sequence[int] | npt.NDArray[np.int64], t: int
+) -> tuple[int | None, int | None]:
     """Nearest slot strictly before and strictly after ``t`` in a sorted slot list."""
     arr = np.asarray(slots, dtype=np.int64)
     i = int(np.searchsorted(arr, t, side="left"))

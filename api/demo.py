@@ -1,59 +1,80 @@
-"""The main job behind ``make run``: build the demo sample area, ingest it, answer queries.
+"""The main job behind ``make run``: build the demo sample area, ingest it through Dagster, answer queries.
 
-Stages run in order and each prints what it did. Stages whose layer is not
-built yet say so instead of pretending.
+    python -m api.demo [--data data] [--size demo|tiny] [--serve]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 from store import address, tslot
 
 __all__ = ["main"]
 
 
+def _progress(stage: str, done: int, total: int) -> None:
+    end = "\n" if done >= total else ""
+    print(f"\r  {stage}: {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+
 def _address_demo() -> None:
-    place = (23.36, 85.33)
-    cell = address.encode(*place)
+    cell = address.encode(23.36, 85.33)
     geo = address.decode(cell)
-    print(f"cell64 of {place}: {cell}")
-    print(
-        f"  centre ({geo.lat:.6f}, {geo.lng:.6f}); neighbours: {', '.join(address.neighbours(cell)[:3])}, ..."
-    )
     blk = address.block_of(geo.lat_q, geo.lng_q, 7)
-    print(
-        f"  level-7 block {blk.id}, bounds {tuple(round(v, 5) for v in address.block_bounds(blk))}"
-    )
-    print(
-        f"  tslot of 2024-03-15: day {tslot.day_slot('2024-03-15')}, year {tslot.year_slot('2024-03-15')}"
-    )
+    print(f"  cell64 of (23.36, 85.33): {cell}; centre ({geo.lat:.6f}, {geo.lng:.6f}); block {blk.id}")
+    print(f"  tslot of 2024-03-15: day {tslot.day_slot('2024-03-15')}, year {tslot.year_slot('2024-03-15')}")
+
+
+def _queries(data: Path, manifest: dict[str, Any]) -> None:
+    try:
+        from api.examples import run_examples
+    except ImportError:
+        print("  (the query API is not part of this build yet)")
+        return
+    run_examples(data, manifest)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", default="data", help="data directory (default: ./data)")
     ap.add_argument("--size", choices=("tiny", "demo"), default="demo")
+    ap.add_argument("--serve", action="store_true", help="start the query API afterwards")
     args = ap.parse_args(argv)
     data = Path(args.data)
-    print("== earthmem: address algebra")
+    sample = data / "sample"
+
+    print("== 1/4 address algebra")
     _address_demo()
-    try:
-        from pipelines.sample import build_sample
-    except ImportError:
-        print("== sample area: generator not available in this build")
-        return 0
-    print(f"== building the {args.size} sample area under {data / 'sample'}")
-    info = build_sample(data / "sample", size=args.size, progress=_progress)
-    print(json.dumps({"sample": str(info.root)}, indent=2))
+
+    print(f"== 2/4 {args.size} sample area -> {sample}")
+    from pipelines.sample import build_sample
+
+    if (sample / "manifest.json").exists():
+        print("  already built (remove it to rebuild)")
+    else:
+        build_sample(sample, size=args.size, progress=_progress)
+
+    print(f"== 3/4 ingest through Dagster -> {data} (DAGSTER_HOME={data / 'dagster_home'})")
+    from pipelines.cli import ingest
+
+    report = ingest(data)
+    if report.failed:
+        print(f"  failed partitions: {report.failed}", file=sys.stderr)
+        return 1
+
+    print("== 4/4 queries")
+    manifest = json.loads((sample / "manifest.json").read_text())
+    _queries(data, manifest)
+    if args.serve:
+        from api.cli import main as cli_main
+
+        return cli_main(["serve", "--data", str(data)])
+    print(f"\nserve the API: .venv/bin/earthmem serve --data {data}   (REST /v1/..., MCP at /mcp)")
     return 0
-
-
-def _progress(stage: str, done: int, total: int) -> None:
-    end = "\n" if done >= total else ""
-    print(f"\r  {stage}: {done}/{total}", end=end, flush=True)
 
 
 if __name__ == "__main__":

@@ -191,7 +191,10 @@ def validation_error_body(errors: Sequence[Mapping[str, Any]]) -> tuple[int, dic
         return 422, _error("invalid_argument", "the request body is not valid JSON", details)
     first = fields[0] if fields else {"loc": [], "msg": "invalid arguments"}
     where = ".".join(str(p) for p in first["loc"] if p != "body") or "arguments"
-    return 422, _error("invalid_argument", f"{where}: {first['msg']}", details)
+    message = f"{where}: {first['msg']}"
+    if first["loc"] == ["body"]:
+        message += " (send a JSON object with Content-Type: application/json)"
+    return 422, _error("invalid_argument", message, details)
 
 
 def describe_error(exc: BaseException) -> tuple[int, dict[str, Any]] | None:

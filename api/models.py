@@ -85,7 +85,9 @@ class Fact(BaseModel):
 
     model_config = _OUT
 
-    fact_id: str = Field(description="blake3 content id of {cell, band, tslot, value, sources, derivation}.")
+    fact_id: str = Field(
+        description="blake3 content id of {cell, band, tslot, value, sources, derivation}."
+    )
     cell: str = Field(description="cell64 (or 'geom:<digest>' for an area statistic).")
     band: str = Field(description="Band the value belongs to.")
     tslot: int = Field(description="Time slot (day slot, or year slot for Tessera).")
@@ -100,9 +102,13 @@ class Claim(BaseModel):
 
     model_config = _IN
 
-    band: str = Field(description="Band, e.g. 'indices.ndvi' (short index names like 'ndvi' accepted).")
+    band: str = Field(
+        description="Band, e.g. 'indices.ndvi' (short index names like 'ndvi' accepted)."
+    )
     op: str = Field(description="eq ne lt le gt ge in ni exists absent.")
-    value: Any = Field(None, description="Comparison value (a list for in/ni; unused by exists/absent).")
+    value: Any = Field(
+        None, description="Comparison value (a list for in/ni; unused by exists/absent)."
+    )
     tslot: int | None = Field(None, description="Evaluate at this tslot only.")
     window: list[int] | None = Field(
         None, description="Evaluate over the facts with t0 <= tslot <= t1 (two increasing ints)."
@@ -139,7 +145,9 @@ class ChangeEnd(BaseModel):
     tslot: int = Field(description="The tslot.")
     date: str = Field(description="ISO date of the tslot.")
     value: float = Field(description="The band's value at the cell.")
-    clear: bool = Field(description="Whether the observation was clear (s2.clear == 2 / s1.valid == 1).")
+    clear: bool = Field(
+        description="Whether the observation was clear (s2.clear == 2 / s1.valid == 1)."
+    )
 
 
 class Significance(BaseModel):
@@ -175,7 +183,9 @@ class DidChangeBody(BaseModel):
     significant: bool = Field(description="Whether the change passes the stated rule.")
     significance: Significance = Field(description="Numbers behind `significant`.")
     snapshot_id: str = Field(description="Store snapshot read.")
-    facts: list[Fact] = Field(description="The two values (and the clear flags) the answer rests on.")
+    facts: list[Fact] = Field(
+        description="The two values (and the clear flags) the answer rests on."
+    )
 
 
 class DidChangeAnswer(DidChangeBody):
@@ -219,7 +229,9 @@ class TrajectoryBody(BaseModel):
     lng: float = Field(description="Cell centre longitude.")
     band: str = Field(description="Band (canonical name).")
     window: list[int] | None = Field(description="Window applied, if any.")
-    points: list[TrajectoryPoint] = Field(description="Observations, oldest first (masked ones included).")
+    points: list[TrajectoryPoint] = Field(
+        description="Observations, oldest first (masked ones included)."
+    )
     n_clear: int = Field(description="Points with a clear value.")
     valid_tslots: list[int] = Field(description="tslots usable in did_change's window.")
     snapshot_id: str = Field(description="Store snapshot read.")
@@ -255,7 +267,9 @@ class ConfirmBody(BaseModel):
         description="true / false, or unknown when the cell has no fact the claim can rest on."
     )
     reason: str = Field(description="Why, in words.")
-    aggregate: float | None = Field(description="The aggregated value compared (mean/min/max), if any.")
+    aggregate: float | None = Field(
+        description="The aggregated value compared (mean/min/max), if any."
+    )
     snapshot_id: str = Field(description="Store snapshot read.")
     facts: list[Fact] = Field(description="The facts the verdict rests on.")
 
@@ -275,9 +289,12 @@ class AreaIn(BaseModel):
     model_config = _IN
 
     id: str = Field(description="Caller's label for the area (shown on the chart).")
-    geometry: dict[str, Any] | None = Field(None, description="GeoJSON Polygon or MultiPolygon (lng, lat).")
+    geometry: dict[str, Any] | None = Field(
+        None, description="GeoJSON Polygon or MultiPolygon (lng, lat)."
+    )
     bbox: Any = Field(
-        None, description="{min_lat, min_lng, max_lat, max_lng} or [min_lat, min_lng, max_lat, max_lng]."
+        None,
+        description="{min_lat, min_lng, max_lat, max_lng} or [min_lat, min_lng, max_lat, max_lng].",
     )
 
 
@@ -293,13 +310,16 @@ class AreaOverTimeIn(BaseModel):
     end_date: str = Field(description="YYYY-MM-DD (inclusive).")
     index: str = Field("ndvi", description="ndvi ndwi ndmi lswi evi vv vh vh_vv.")
     max_scenes: int = Field(
-        16, description="3..24 overpasses kept, chosen evenly in time keeping both ends.",
+        16,
+        description="3..24 overpasses kept, chosen evenly in time keeping both ends.",
         json_schema_extra={"minimum": 3, "maximum": 24},
     )
     clear_fraction: float = Field(
         0.4, description="Overpasses whose clear fraction over the area is below this are excluded."
     )
-    chart: bool = Field(True, description="Render the PNG chart (base64 in the answer, and by chart_id).")
+    chart: bool = Field(
+        True, description="Render the PNG chart (base64 in the answer, and by chart_id)."
+    )
 
 
 class SceneStats(BaseModel):
@@ -319,7 +339,9 @@ class SceneStats(BaseModel):
     n_clear: int = Field(description="Cells with a clear value.")
     n_total: int = Field(description="Cells in the area.")
     clear_fraction: float = Field(description="n_clear / n_total.")
-    quality: Literal["good", "fair"] = Field(description="good: clear_fraction >= 0.8; fair: above the threshold.")
+    quality: Literal["good", "fair"] = Field(
+        description="good: clear_fraction >= 0.8; fair: above the threshold."
+    )
 
 
 class ExcludedScene(BaseModel):
@@ -341,7 +363,9 @@ class AnomalyOut(BaseModel):
     latest_tslot: int | None = Field(description="tslot of the latest kept overpass.")
     latest_median: float | None = Field(description="Its median.")
     baseline_median: float | None = Field(description="Median of the baseline overpasses' medians.")
-    baseline_tslots: list[int] = Field(description="Baseline overpasses (earlier years, +-30 days of year).")
+    baseline_tslots: list[int] = Field(
+        description="Baseline overpasses (earlier years, +-30 days of year)."
+    )
     difference: float | None = Field(description="latest_median - baseline_median.")
     z: float | None = Field(description="difference / baseline spread (see z_basis).")
     z_basis: str | None = Field(description="Which spread the z-score divides by.")
@@ -355,7 +379,9 @@ class TrendOut(BaseModel):
 
     slope_per_year: float | None = Field(description="Theil-Sen slope of the medians, per year.")
     intercept: float | None = Field(description="Theil-Sen intercept (at tslot 0 years).")
-    mann_kendall_p: float | None = Field(description="Two-sided Mann-Kendall p-value (tie-corrected).")
+    mann_kendall_p: float | None = Field(
+        description="Two-sided Mann-Kendall p-value (tie-corrected)."
+    )
     mann_kendall_s: int | None = Field(description="Mann-Kendall S statistic.")
     n: int = Field(description="Overpasses used.")
     reason: str | None = Field(description="Why the trend is null (fewer than 6 overpasses).")
@@ -367,12 +393,18 @@ class AreaSeriesOut(BaseModel):
     model_config = _OUT
 
     id: str = Field(description="Area id.")
-    geometry_digest: str = Field(description="blake3 of the area's canonical geometry (fact cell 'geom:<digest>').")
+    geometry_digest: str = Field(
+        description="blake3 of the area's canonical geometry (fact cell 'geom:<digest>')."
+    )
     area_km2: float = Field(description="Area (km^2, spherical approximation).")
     n_cells: int = Field(description="Cells whose centre lies inside the area.")
     scenes: list[SceneStats] = Field(description="Kept overpasses, oldest first.")
-    excluded: list[ExcludedScene] = Field(description="Overpasses under the clear-fraction threshold.")
-    thinned: list[int] = Field(description="Overpasses above the threshold dropped to honour max_scenes.")
+    excluded: list[ExcludedScene] = Field(
+        description="Overpasses under the clear-fraction threshold."
+    )
+    thinned: list[int] = Field(
+        description="Overpasses above the threshold dropped to honour max_scenes."
+    )
     anomaly: AnomalyOut = Field(description="Latest vs same-season baseline.")
     trend: TrendOut = Field(description="Theil-Sen slope and Mann-Kendall p-value.")
 
@@ -390,7 +422,9 @@ class AreaOverTimeBody(BaseModel):
     clear_fraction_threshold: float = Field(description="Threshold applied.")
     weighting: str = Field(description="How cells are weighted.")
     areas: list[AreaSeriesOut] = Field(description="One series per area.")
-    chart_id: str | None = Field(description="Id of the PNG chart (REST: /v1/charts/{chart_id}.png).")
+    chart_id: str | None = Field(
+        description="Id of the PNG chart (REST: /v1/charts/{chart_id}.png)."
+    )
     chart_png_base64: str | None = Field(description="The PNG chart, base64.")
     snapshot_id: str = Field(description="Store snapshot read.")
     facts: list[Fact] = Field(description="One statistics fact per area and kept overpass.")
@@ -411,13 +445,19 @@ class FindSimilarIn(BaseModel):
     model_config = _IN
 
     key: str | None = Field(
-        None, description="cell64, or 'inline:[x, y, ...]' (dimension of the band). Aliases: cell, cell64."
+        None,
+        description="cell64, or 'inline:[x, y, ...]' (dimension of the band). Aliases: cell, cell64.",
     )
     cell: str | None = Field(None, description="Alias for key.")
     cell64: str | None = Field(None, description="Alias for key.")
-    k: int = Field(10, description="Neighbours to return, 1..1000.", json_schema_extra={"minimum": 1, "maximum": 1000})
+    k: int = Field(
+        10,
+        description="Neighbours to return, 1..1000.",
+        json_schema_extra={"minimum": 1, "maximum": 1000},
+    )
     band: str = Field(
-        "geotessera", description="geotessera (default, latest vintage), geotessera.multi_year, geotessera.bin128."
+        "geotessera",
+        description="geotessera (default, latest vintage), geotessera.multi_year, geotessera.bin128.",
     )
     mode: str | None = Field(
         None,
@@ -425,16 +465,19 @@ class FindSimilarIn(BaseModel):
         "(Hamming candidates re-scored by exact cosine). Default hamming for band geotessera.bin128.",
     )
     filter: Claim | None = Field(
-        None, description="Claim every returned cell must satisfy; cells with no fact for its band are dropped."
+        None,
+        description="Claim every returned cell must satisfy; cells with no fact for its band are dropped.",
     )
     as_of_tslot: int | None = Field(
-        None, description="Use the latest vintage at or before this year slot (year - 1970; day slots accepted)."
+        None,
+        description="Use the latest vintage at or before this year slot (year - 1970; day slots accepted).",
     )
     as_of_signed_at: str | None = Field(
         None, description="RFC 3339: read the store snapshot committed at or before this time."
     )
     scope: dict[str, Any] | None = Field(
-        None, description="Tenant scope {user_id, agent_id, run_id, org_id}; recorded (data is single-tenant)."
+        None,
+        description="Tenant scope {user_id, agent_id, run_id, org_id}; recorded (data is single-tenant).",
     )
 
 
@@ -458,7 +501,9 @@ class FilterStats(BaseModel):
 
     eligible: int = Field(description="Table rows satisfying the claim.")
     dropped_false: int = Field(description="Rows where the claim is false.")
-    dropped_no_fact: int = Field(description="Rows without a fact for the claim's band (dropped, not false).")
+    dropped_no_fact: int = Field(
+        description="Rows without a fact for the claim's band (dropped, not false)."
+    )
 
 
 class FindSimilarBody(BaseModel):
@@ -480,7 +525,9 @@ class FindSimilarBody(BaseModel):
     filter: FilterStats | None = Field(description="Filter statistics when a filter was given.")
     scope: dict[str, Any] | None = Field(description="Scope as received.")
     as_of_signed_at: str | None = Field(description="Transaction-time bound as received.")
-    assumptions: list[str] = Field(description="What was assumed (vintage choice, scope, as-of semantics).")
+    assumptions: list[str] = Field(
+        description="What was assumed (vintage choice, scope, as-of semantics)."
+    )
     note: str | None = Field(description="Explains an empty or short result.")
     snapshot_id: str = Field(description="Store snapshot read (the table's source snapshot).")
     facts: list[Fact] = Field(description="The query vector and the neighbours' vectors.")
@@ -508,7 +555,9 @@ class VintageSimilarity(BaseModel):
 
     vintage: int = Field(description="Year.")
     tslot: int = Field(description="Year slot.")
-    cosine: float | None = Field(description="Cosine of the two embeddings, null when one is missing.")
+    cosine: float | None = Field(
+        description="Cosine of the two embeddings, null when one is missing."
+    )
     a_has_vector: bool = Field(description="a has a vector in this vintage.")
     b_has_vector: bool = Field(description="b has a vector in this vintage.")
 

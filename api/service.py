@@ -54,13 +54,20 @@ def parse_args(name: str, args: Mapping[str, Any]) -> BaseModel:
     """
     prim = PRIMITIVES.get(ALIASES.get(name, name))
     if prim is None:
-        raise NotFound(f"unknown primitive {name!r}", code="unknown_primitive",
-                       details={"valid": sorted([*PRIMITIVES, *ALIASES])})
+        raise NotFound(
+            f"unknown primitive {name!r}",
+            code="unknown_primitive",
+            details={"valid": sorted([*PRIMITIVES, *ALIASES])},
+        )
     try:
         return prim.input_model.model_validate(dict(args))
     except ValidationError as exc:
         errors = [
-            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+            {
+                "loc": [str(p) for p in e.get("loc", ())],
+                "msg": str(e.get("msg", "")),
+                "type": str(e.get("type", "")),
+            }
             for e in exc.errors()
         ]
         first = errors[0] if errors else {"loc": [], "msg": "invalid"}

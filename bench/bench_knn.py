@@ -230,6 +230,11 @@ def run_size(n: int, repeats: int, n_recall: int, bw: dict[str, float]) -> list[
             "n": t.n,
             "case": "summary",
             "ratios": {k: round(v, 3) for k, v in ratios.items()},
+            "ratios_of_min_times": {
+                "cosine / FAISS IndexFlatIP": round(cos["min_ms"] / f_cos["min_ms"], 3),
+                "hamming / FAISS IndexBinaryFlat": round(ham["min_ms"] / f_ham["min_ms"], 3),
+                "rerank / cosine": round(rr["min_ms"] / cos["min_ms"], 3),
+            },
             "recall_at_10": recall,
             "recall_queries": n_recall,
             "chosen_rerank_multiple": multiple,

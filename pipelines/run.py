@@ -8,7 +8,9 @@ found from the source first.
 
 from __future__ import annotations
 
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
@@ -29,6 +31,12 @@ from pipelines.tessera.assets import (
 )
 
 __all__ = ["IngestReport", "ingest_area", "resources_for"]
+
+SCENE_ASSETS = [s2_items, s2_indices, s1_items, s1_backscatter]
+"""The assets of one scene partition, materialised together in one run."""
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+"""Run config: keep Dagster's per-event DEBUG lines off the terminal (they stay in the instance)."""
 
 Progress = Callable[[str, int, int], None]
 
@@ -60,17 +68,21 @@ def resources_for(data_dir: str | Path, catalog: str | Path, area: str | Path) -
     }
 
 
-def _weeks_with_scenes(resources: dict[str, Any], start: date, end: date) -> tuple[list[str], int]:
+def _plan(resources: dict[str, Any], start: date, end: date) -> tuple[list[str], int, list[int]]:
+    """Weeks with S2/S1 scenes, their scene count, and the years with Tessera tiles."""
     area: AreaResource = resources["area"]
     source = resources["scenes"].open()
     min_lat, min_lng, max_lat, max_lng = area.bbox
+    bbox = (min_lng, min_lat, max_lng, max_lat)
     weeks: set[str] = set()
     n = 0
     for collection in ("sentinel-2-l2a", "sentinel-1-rtc"):
-        for item in source.search(collection, (min_lng, min_lat, max_lng, max_lat), start, end).items:
+        for item in source.search(collection, bbox, start, end).items:
             weeks.add(week_key_of(item.datetime.date()))
             n += 1
-    return sorted(weeks), n
+    tiles = source.search("tessera-embeddings", bbox, start, end).items
+    years = sorted({t.tessera_year or t.datetime.year for t in tiles})
+    return sorted(weeks), n, years
 
 
 def ingest_area(
@@ -83,31 +95,46 @@ def ingest_area(
     years: list[int] | None = None,
     instance: DagsterInstance | None = None,
     progress: Progress | None = None,
+    workers: int = 1,
 ) -> IngestReport:
-    """Materialise every scene partition with data, then the Tessera vintages and k-NN tables."""
+    """Materialise every scene partition with data, then the Tessera vintages and k-NN tables.
+
+    Args:
+        workers: processes materialising scene partitions at once. Only used with a
+            persistent instance (``DAGSTER_HOME``), which every worker opens itself;
+            cube commits are serialised by the store's commit lock, so partitions
+            commit safely in parallel.
+    """
     t_start = time.perf_counter()
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     resources = resources_for(data_dir, catalog, area)
     inst = instance or DagsterInstance.get()
     _, bbox = load_area(area)
     blocks = register_area_blocks(inst, bbox)
-    weeks, n_scenes = _weeks_with_scenes(resources, start, end or date.today())
+    weeks, n_scenes, found_years = _plan(resources, start, end or date.today())
     report = IngestReport(scenes=n_scenes)
-    todo = [(w, b) for w in weeks for b in blocks]
-    for i, (w, b) in enumerate(todo):
-        key = scene_key(w, b)
-        result = materialize(
-            [s2_items, s2_indices, s1_items, s1_backscatter],
-            partition_key=str(key),
-            resources=resources,
-            instance=inst,
-            raise_on_error=False,
-        )
-        _collect(result, str(key), report)
-        report.partitions += 1
-        if progress:
-            progress("scene partitions (week x block)", i + 1, len(todo))
-    tessera_years = years if years is not None else sorted({int(w[:4]) for w in weeks} | {int(w[:4]) + 1 for w in weeks[-1:]})
+    todo = [str(scene_key(w, b)) for w in weeks for b in blocks]
+    parallel = workers > 1 and not inst.is_ephemeral and len(todo) > 1
+    if parallel:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(str(data_dir), str(catalog), str(area))
+        ) as pool:
+            futures = [pool.submit(_worker_materialize, key) for key in todo]
+            for i, fut in enumerate(as_completed(futures)):
+                key, ok, failed_checks = fut.result()
+                _record(report, key, ok, failed_checks)
+                if progress:
+                    progress("scene partitions (week x block)", i + 1, len(todo))
+    else:
+        for i, key in enumerate(todo):
+            result = materialize(
+                SCENE_ASSETS, partition_key=key, resources=resources, instance=inst, raise_on_error=False, run_config=QUIET
+            )
+            _collect(result, key, report)
+            if progress:
+                progress("scene partitions (week x block)", i + 1, len(todo))
+    tessera_years = years if years is not None else found_years
     for j, year in enumerate(tessera_years):
         result = materialize(
             [tessera_items, geotessera_embeddings, geotessera_year_table],
@@ -115,20 +142,48 @@ def ingest_area(
             resources=resources,
             instance=inst,
             raise_on_error=False,
+            run_config=QUIET,
         )
         _collect(result, str(year), report)
         report.years.append(year)
         if progress:
             progress("tessera vintages", j + 1, len(tessera_years))
-    result = materialize([geotessera_multi_year], resources=resources, instance=inst, raise_on_error=False)
+    result = materialize([geotessera_multi_year], resources=resources, instance=inst, raise_on_error=False, run_config=QUIET)
     _collect(result, "multi_year", report)
     report.seconds = time.perf_counter() - t_start
     return report
 
 
-def _collect(result: Any, key: str, report: IngestReport) -> None:
-    if not result.success:
+def _failed_checks(result: Any) -> list[str]:
+    return [ev.check_name for ev in result.get_asset_check_evaluations() if not ev.passed]
+
+
+def _record(report: IngestReport, key: str, ok: bool, failed_checks: list[str]) -> None:
+    report.partitions += 1 if "|" in key else 0
+    if not ok:
         report.failed.append(key)
-    for ev in result.get_asset_check_evaluations():
-        if not ev.passed:
-            report.failed_checks.append(f"{key}: {ev.check_name}")
+    report.failed_checks.extend(f"{key}: {c}" for c in failed_checks)
+
+
+def _collect(result: Any, key: str, report: IngestReport) -> None:
+    _record(report, key, bool(result.success), _failed_checks(result))
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(data_dir: str, catalog: str, area: str) -> None:
+    _WORKER["resources"] = resources_for(data_dir, catalog, area)
+    _WORKER["instance"] = DagsterInstance.get()
+
+
+def _worker_materialize(key: str) -> tuple[str, bool, list[str]]:
+    result = materialize(
+        SCENE_ASSETS,
+        partition_key=key,
+        resources=_WORKER["resources"],
+        instance=_WORKER["instance"],
+        raise_on_error=False,
+        run_config=QUIET,
+    )
+    return key, bool(result.success), _failed_checks(result)

@@ -11,6 +11,10 @@ Ordering is total and deterministic: higher key first, then lower row. A new
 row enters a full heap only if it beats the root under that order, so the
 result does not depend on the number of chunks or threads.
 
+Hamming full scans keep a histogram-bounded buffer instead of a heap (integer
+distances make that O(1) per kept row, which matters when hamming_then_rerank
+keeps thousands of candidates); their chunks come back unsorted, the merge sorts.
+
 Keys: cosine kernels use ``dot / norm[row]`` (float64; the query norm is a
 positive constant and is divided out by the caller); Hamming kernels use the
 negated distance.
@@ -177,10 +181,23 @@ def _cosine_rows_chunk(vec, norms, qi, qf, use_float, cand, exclude, lo, hi, key
 
 
 @njit(inline="always", fastmath=_FASTMATH)
-def _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, keys, rows):  # type: ignore[no-untyped-def]
-    """Hamming scan of rows lo..hi (key = -distance); returns the heap size."""
-    k = keys.shape[0]
+def _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, n_keep, keys, rows):  # type: ignore[no-untyped-def]
+    """Hamming scan of rows lo..hi keeping the best ``n_keep``; returns the buffer length.
+
+    Distances are small integers, so instead of a heap this keeps an append-only
+    buffer and a histogram of the kept distances. ``limit`` is the smallest
+    distance t with at least ``n_keep`` kept rows at distance <= t: rows arrive in
+    increasing row order, so a later row at distance >= limit ranks below n_keep
+    kept rows and is rejected with one compare; accepted rows cost an append.
+    The buffer is compacted (rows with distance > limit dropped) when full; it
+    then holds at most 2 * n_keep rows. Output keys are -distance, unsorted.
+    """
+    cap = keys.shape[0]
     w = codes.shape[1]
+    bits = 64 * w
+    hist = np.zeros(bits + 2, np.int64)
+    limit = bits + 1  # accept everything until n_keep rows are kept
+    kept_le_limit = 0  # kept rows with distance <= limit
     hblock = 8 * BLOCK
     buf = np.empty(hblock, np.int64)
     size = 0
@@ -201,16 +218,35 @@ def _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, keys, rows):  # ty
                     dist += np.int64(_popcnt(codes[r, j] ^ q[j]))
                 buf[r - b0] = dist
                 best = min(best, dist)
-        if size == k and -np.float64(best) < keys[0]:
+        if best >= limit:
             continue
-        limit = -keys[0] if size == k else np.inf  # worst kept distance
         for r in range(b0, b1):
-            if buf[r - b0] > limit or r == exclude or (use_mask and not mask[r]):
+            dist = buf[r - b0]
+            if dist >= limit or r == exclude or (use_mask and not mask[r]):
                 continue
-            size = _heap_offer(keys, rows, size, k, -np.float64(buf[r - b0]), r)
-            if size == k:
-                limit = -keys[0]
-    return size
+            if size == cap:  # compact: drop rows now beyond the limit
+                m = 0
+                for i in range(size):
+                    if -keys[i] <= limit:
+                        keys[m] = keys[i]
+                        rows[m] = rows[i]
+                        m += 1
+                size = m
+            keys[size] = -np.float64(dist)
+            rows[size] = r
+            size += 1
+            hist[dist] += 1
+            kept_le_limit += 1
+            while limit > 0 and kept_le_limit - hist[limit] >= n_keep:
+                kept_le_limit -= hist[limit]
+                limit -= 1
+    m = 0
+    for i in range(size):
+        if -keys[i] <= limit:
+            keys[m] = keys[i]
+            rows[m] = rows[i]
+            m += 1
+    return m
 
 
 @njit(inline="always")
@@ -234,7 +270,8 @@ def _hamming_rows_chunk(codes, q, cand, exclude, lo, hi, keys, rows):  # type: i
 # prange over chunks) and a serial form (one chunk on the calling thread). The
 # serial form is used for small scans: a parallel region ends in a barrier, and on
 # a loaded machine waiting for the other thread to be scheduled costs milliseconds.
-# Both return (keys (nchunk, k) float64, rows (nchunk, k) int64, sizes (nchunk,) int64).
+# Both return (keys (nchunk, cap) float64, rows (nchunk, cap) int64, sizes (nchunk,) int64),
+# cap = k for heaps and 4 k + 64 for the Hamming buffers; only the first sizes[c] are valid.
 
 
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
@@ -300,24 +337,26 @@ def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk):  # type: ignore[
         mask, use_mask, exclude, k, nchunk: as in :func:`cosine_scan`.
     """
     n = codes.shape[0]
-    out_k = np.empty((nchunk, k), np.float64)
-    out_r = np.empty((nchunk, k), np.int64)
+    cap = 4 * k + 64
+    out_k = np.empty((nchunk, cap), np.float64)
+    out_r = np.empty((nchunk, cap), np.int64)
     sizes = np.zeros(nchunk, np.int64)
     for c in prange(nchunk):
         lo = n * c // nchunk
         hi = n * (c + 1) // nchunk
-        sizes[c] = _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, out_k[c], out_r[c])
+        sizes[c] = _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, k, out_k[c], out_r[c])
     return out_k, out_r, sizes
 
 
 @njit(cache=True, fastmath=_FASTMATH)
 def hamming_scan_serial(codes, q, mask, use_mask, exclude, k):  # type: ignore[no-untyped-def]
     """:func:`hamming_scan` on the calling thread (one chunk)."""
-    out_k = np.empty((1, k), np.float64)
-    out_r = np.empty((1, k), np.int64)
+    cap = 4 * k + 64
+    out_k = np.empty((1, cap), np.float64)
+    out_r = np.empty((1, cap), np.int64)
     sizes = np.zeros(1, np.int64)
     sizes[0] = _hamming_chunk(
-        codes, q, mask, use_mask, exclude, 0, codes.shape[0], out_k[0], out_r[0]
+        codes, q, mask, use_mask, exclude, 0, codes.shape[0], k, out_k[0], out_r[0]
     )
     return out_k, out_r, sizes
 

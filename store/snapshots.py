@@ -23,6 +23,12 @@ from typing import Any
 
 import icechunk as ic
 
+if "ICECHUNK_LOG" not in os.environ:
+    # icechunk warns on every open that local-filesystem storage is unsafe for
+    # concurrent commits; commits here are serialised by :func:`commit_lock`,
+    # so keep only errors unless the user asks for more with ICECHUNK_LOG.
+    ic.set_logs_filter("error")
+
 from store.errors import CubeNotFound, SnapshotNotFound, UnsupportedStorage
 
 __all__ = [

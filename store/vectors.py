@@ -362,6 +362,10 @@ def _merge(
     keys, rows, sizes = out
     valid = np.arange(keys.shape[1])[None, :] < sizes[:, None]
     kv, rv = keys[valid], rows[valid]
+    if kv.size > 2 * k:  # cut to the k-th best key (ties kept) before the exact sort
+        kth = np.partition(kv, kv.size - k)[kv.size - k]
+        sel = kv >= kth
+        kv, rv = kv[sel], rv[sel]
     order = np.lexsort((rv, -kv))[:k]
     return kv[order], rv[order]
 

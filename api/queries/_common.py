@@ -5,11 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from api.context import CLEAR_BAND, BAND_FAMILY, ServiceContext, derivation_of
+from api.context import BAND_FAMILY, CLEAR_BAND, ServiceContext, derivation_of
 from api.errors import ApiError, InvalidArgument, from_store_error
 from api.receipts import fact_id, sign_answer
 from store import address
@@ -73,7 +73,9 @@ def parse_cell_arg(value: Any, name: str = "cell") -> CellRef:
         InvalidArgument: ``invalid_cell`` (malformed, non-geo, wrong type).
     """
     if not isinstance(value, str) or not value.strip():
-        raise InvalidArgument(f"{name} must be a cell64 string, got {value!r}"[:200], code="invalid_cell")
+        raise InvalidArgument(
+            f"{name} must be a cell64 string, got {value!r}"[:200], code="invalid_cell"
+        )
     try:
         return CellRef(address.parse_cell(value.strip()))
     except StoreError as exc:
@@ -118,7 +120,8 @@ def check_window(window: Any, *, tempo: str = "day") -> tuple[int, int]:
     t0, t1 = int(window[0]), int(window[1])
     if not 0 <= t0 < t1 <= limit:
         raise InvalidArgument(
-            f"window [{t0}, {t1}] must be increasing tslots within 0..{limit}", code="invalid_window"
+            f"window [{t0}, {t1}] must be increasing tslots within 0..{limit}",
+            code="invalid_window",
         )
     return t0, t1
 
@@ -193,13 +196,13 @@ def finish(
     return answer_model.model_validate(signed)
 
 
-class store_errors:  # noqa: N801 - used as a context manager
+class store_errors:
     """Context manager mapping ``StoreError`` into ``ApiError`` at the service boundary."""
 
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, et: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, et: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if isinstance(exc, StoreError) and not isinstance(exc, ApiError):
             raise from_store_error(exc) from exc
         return False

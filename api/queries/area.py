@@ -81,7 +81,9 @@ MIN_TREND_SCENES = 6
 """Overpasses needed for the trend."""
 GOOD_CLEAR_FRACTION = 0.8
 """Clear fraction from which an overpass is of quality 'good' (else 'fair')."""
-_DIRECT_READ_COLUMNS = 16  # above this many chunk columns, read slots directly instead of caching columns
+_DIRECT_READ_COLUMNS = (
+    16  # above this many chunk columns, read slots directly instead of caching columns
+)
 _GEOD_KM2 = 1e-6
 
 
@@ -113,8 +115,15 @@ def weighted_stats(x: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> di
     std = float(math.sqrt(max(0.0, float(np.dot(ws, (xs - mean) ** 2)) / total)))
     cw = (np.cumsum(ws) - ws / 2.0) / total
     q = np.interp([0.10, 0.25, 0.50, 0.75, 0.90], cw, xs)
-    return {"mean": mean, "std": std, "p10": float(q[0]), "p25": float(q[1]), "median": float(q[2]),
-            "p75": float(q[3]), "p90": float(q[4])}
+    return {
+        "mean": mean,
+        "std": std,
+        "p10": float(q[0]),
+        "p25": float(q[1]),
+        "median": float(q[2]),
+        "p75": float(q[3]),
+        "p90": float(q[4]),
+    }
 
 
 def mann_kendall(y: npt.ArrayLike) -> tuple[int, float]:
@@ -131,7 +140,9 @@ def mann_kendall(y: npt.ArrayLike) -> tuple[int, float]:
     diff = np.sign(v[None, :] - v[:, None])
     s = int(np.triu(diff, k=1).sum())
     _, counts = np.unique(v, return_counts=True)
-    var = (n * (n - 1) * (2 * n + 5) - float(np.sum(counts * (counts - 1) * (2 * counts + 5)))) / 18.0
+    var = (
+        n * (n - 1) * (2 * n + 5) - float(np.sum(counts * (counts - 1) * (2 * counts + 5)))
+    ) / 18.0
     if var <= 0:
         return s, 1.0
     z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
@@ -159,7 +170,9 @@ def pick_even(tslots: list[int], m: int) -> list[int]:
 
 def _num(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(float(v)):
-        raise InvalidArgument(f"coordinate {v!r} is not a finite number"[:200], code="invalid_geometry")
+        raise InvalidArgument(
+            f"coordinate {v!r} is not a finite number"[:200], code="invalid_geometry"
+        )
     return float(v)
 
 
@@ -175,7 +188,9 @@ def _rings(geometry: Any) -> list[list[list[Any]]]:
     if isinstance(geometry, dict) and geometry.get("type") == "Feature":
         geometry = geometry.get("geometry")
     if not isinstance(geometry, dict) or geometry.get("type") not in ("Polygon", "MultiPolygon"):
-        raise InvalidArgument("geometry must be a GeoJSON Polygon or MultiPolygon", code="invalid_geometry")
+        raise InvalidArgument(
+            "geometry must be a GeoJSON Polygon or MultiPolygon", code="invalid_geometry"
+        )
     coords = geometry.get("coordinates")
     polys = [coords] if geometry["type"] == "Polygon" else coords
     if not isinstance(polys, list) or not polys:
@@ -183,14 +198,19 @@ def _rings(geometry: Any) -> list[list[list[Any]]]:
     count = 0
     for poly in polys:
         if not isinstance(poly, list) or not poly:
-            raise InvalidArgument("a polygon must be a non-empty list of rings", code="invalid_geometry")
+            raise InvalidArgument(
+                "a polygon must be a non-empty list of rings", code="invalid_geometry"
+            )
         for ring in poly:
             if not isinstance(ring, list) or len(ring) < 4:
-                raise InvalidArgument("a ring must list at least 4 positions", code="invalid_geometry")
+                raise InvalidArgument(
+                    "a ring must list at least 4 positions", code="invalid_geometry"
+                )
             count += len(ring)
             if count > MAX_VERTICES:
                 raise InvalidArgument(
-                    f"geometry has more than {MAX_VERTICES} vertices", code="too_many_vertices",
+                    f"geometry has more than {MAX_VERTICES} vertices",
+                    code="too_many_vertices",
                     details={"max_vertices": MAX_VERTICES},
                 )
             for pos in ring:
@@ -198,7 +218,9 @@ def _rings(geometry: Any) -> list[list[list[Any]]]:
                     raise InvalidArgument("a position must be [lng, lat]", code="invalid_geometry")
                 _check_lat_lng(_num(pos[1]), _num(pos[0]))
             if list(ring[0][:2]) != list(ring[-1][:2]):
-                raise InvalidArgument("a ring must be closed (first position = last)", code="invalid_geometry")
+                raise InvalidArgument(
+                    "a ring must be closed (first position = last)", code="invalid_geometry"
+                )
     return polys
 
 
@@ -207,12 +229,19 @@ def _bbox(value: Any) -> tuple[float, float, float, float]:
         try:
             parts = [value["min_lat"], value["min_lng"], value["max_lat"], value["max_lng"]]
         except KeyError:
-            raise InvalidArgument("bbox needs min_lat, min_lng, max_lat, max_lng", code="invalid_bbox") from None
+            raise InvalidArgument(
+                "bbox needs min_lat, min_lng, max_lat, max_lng", code="invalid_bbox"
+            ) from None
     elif isinstance(value, list | tuple) and len(value) == 4:
         parts = list(value)
     else:
-        raise InvalidArgument("bbox must be {min_lat, min_lng, max_lat, max_lng} or a 4-list", code="invalid_bbox")
-    if any(isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(float(p)) for p in parts):
+        raise InvalidArgument(
+            "bbox must be {min_lat, min_lng, max_lat, max_lng} or a 4-list", code="invalid_bbox"
+        )
+    if any(
+        isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(float(p))
+        for p in parts
+    ):
         raise InvalidArgument("bbox values must be finite numbers", code="invalid_bbox")
     min_lat, min_lng, max_lat, max_lng = (float(p) for p in parts)
     _check_lat_lng(min_lat, min_lng)
@@ -228,7 +257,9 @@ def _area(area_id: str, geometry: Any, bbox: Any) -> _Area:
     from shapely.geometry import MultiPolygon, Polygon, box, mapping
 
     if (geometry is None) == (bbox is None):
-        raise InvalidArgument(f"area {area_id!r}: give exactly one of geometry or bbox", code="invalid_geometry")
+        raise InvalidArgument(
+            f"area {area_id!r}: give exactly one of geometry or bbox", code="invalid_geometry"
+        )
     if geometry is not None:
         polys = _rings(geometry)
         try:
@@ -237,7 +268,7 @@ def _area(area_id: str, geometry: Any, bbox: Any) -> _Area:
         except (ValueError, TypeError, shapely.errors.ShapelyError) as exc:
             raise InvalidArgument(f"malformed geometry: {exc}", code="invalid_geometry") from exc
         if geom.is_empty or not geom.is_valid:
-            reason = shapely.validation.explain_validity(geom) if not geom.is_empty else "empty"
+            reason = shapely.is_valid_reason(geom) if not geom.is_empty else "empty"
             raise InvalidArgument(f"invalid polygon: {reason}", code="invalid_geometry")
     else:
         min_lat, min_lng, max_lat, max_lng = _bbox(bbox)
@@ -246,14 +277,16 @@ def _area(area_id: str, geometry: Any, bbox: Any) -> _Area:
     if km2 > MAX_AREA_KM2:
         raise InvalidArgument(
             f"area {area_id!r} is {km2:.1f} km^2; the cap is {MAX_AREA_KM2} km^2 per area",
-            code="area_too_large", details={"area_km2": km2, "max_km2": MAX_AREA_KM2},
+            code="area_too_large",
+            details={"area_km2": km2, "max_km2": MAX_AREA_KM2},
         )
     min_lng, min_lat, max_lng, max_lat = geom.bounds
     y0, y1, x0, x1 = address.bbox_q_range(min_lat, min_lng, max_lat, max_lng)
     if (y1 - y0) * (x1 - x0) > MAX_BOX_CELLS:
         raise InvalidArgument(
             f"area {area_id!r} spans {(y1 - y0) * (x1 - x0)} lattice cells in its bounding box "
-            f"(cap {MAX_BOX_CELLS})", code="area_too_large",
+            f"(cap {MAX_BOX_CELLS})",
+            code="area_too_large",
         )
     lat_q = np.arange(y0, y1, dtype=np.int64)
     lng_q = np.arange(x0, x1, dtype=np.int64)
@@ -281,7 +314,9 @@ def _date(text: Any, name: str) -> dt.date:
     try:
         d = dt.date.fromisoformat(text.strip())
     except ValueError:
-        raise InvalidArgument(f"{name} {text[:40]!r} is not a valid YYYY-MM-DD date", code="invalid_date") from None
+        raise InvalidArgument(
+            f"{name} {text[:40]!r} is not a valid YYYY-MM-DD date", code="invalid_date"
+        ) from None
     if d < dt.date(1970, 1, 1) or d > dt.date(2149, 6, 1):
         raise InvalidArgument(f"{name} {d} outside 1970..2149", code="invalid_date")
     return d
@@ -291,7 +326,11 @@ def _date(text: Any, name: str) -> dt.date:
 
 
 def _read(
-    ctx: ServiceContext, reader: CubeReader, band: str, box: tuple[int, int, int, int], slots: list[int]
+    ctx: ServiceContext,
+    reader: CubeReader,
+    band: str,
+    box: tuple[int, int, int, int],
+    slots: list[int],
 ) -> npt.NDArray[Any]:
     """Values ``(len(slots), h, w)`` of a band over a lattice box (fill where absent)."""
     from store.cube import band_spec
@@ -320,7 +359,9 @@ def _read(
                 continue
             ya, yb = max(y0, cy * side), min(y1, (cy + 1) * side)
             xa, xb = max(x0, cx * side), min(x1, (cx + 1) * side)
-            block = col.values[idx_c[hit]][:, ya - col.lat_q0 : yb - col.lat_q0, xa - col.lng_q0 : xb - col.lng_q0]
+            block = col.values[idx_c[hit]][
+                :, ya - col.lat_q0 : yb - col.lat_q0, xa - col.lng_q0 : xb - col.lng_q0
+            ]
             out[np.flatnonzero(hit), ya - y0 : yb - y0, xa - x0 : xb - x0] = block
     return out
 
@@ -345,7 +386,9 @@ def _scene_stats(
     stats = weighted_stats(v[valid], area.weights[valid])
     n_total = int(area.inside.sum())
     n_clear = int(valid.sum())
-    stats.update({"n_clear": n_clear, "n_total": n_total, "clear_fraction": n_clear / max(1, n_total)})
+    stats.update(
+        {"n_clear": n_clear, "n_total": n_total, "clear_fraction": n_clear / max(1, n_total)}
+    )
     return stats
 
 
@@ -357,8 +400,14 @@ def _doy_distance(a: int, b: int) -> int:
 
 
 def _series(
-    ctx: ServiceContext, reader: CubeReader, band: str, area: _Area, t0: int, t1: int,
-    max_scenes: int, threshold: float,
+    ctx: ServiceContext,
+    reader: CubeReader,
+    band: str,
+    area: _Area,
+    t0: int,
+    t1: int,
+    max_scenes: int,
+    threshold: float,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], ChartSeries]:
     family = BAND_FAMILY[band]
     cand = ctx.overpasses(family, area.box, t0, t1)
@@ -372,8 +421,14 @@ def _series(
         fractions, _ = _clear_fractions(ctx, reader, band, area, slots)
         for t, f in zip(slots, fractions.tolist(), strict=True):
             if f < threshold:
-                excluded.append({"date": slot_date(t), "tslot": t, "clear_fraction": f,
-                                 "reason": f"clear fraction {f:.2f} below the threshold {threshold:.2f}"})
+                excluded.append(
+                    {
+                        "date": slot_date(t),
+                        "tslot": t,
+                        "clear_fraction": f,
+                        "reason": f"clear fraction {f:.2f} below the threshold {threshold:.2f}",
+                    }
+                )
             else:
                 above.append(t)
     kept = pick_even(above, max_scenes)
@@ -386,13 +441,28 @@ def _series(
         for i, t in enumerate(kept):
             st = _scene_stats(values[i], oks[i], area)
             if st is None:
-                excluded.append({"date": slot_date(t), "tslot": t, "clear_fraction": 0.0,
-                                 "reason": "no clear value inside the area"})
+                excluded.append(
+                    {
+                        "date": slot_date(t),
+                        "tslot": t,
+                        "clear_fraction": 0.0,
+                        "reason": "no clear value inside the area",
+                    }
+                )
                 continue
             quality = "good" if st["clear_fraction"] >= GOOD_CLEAR_FRACTION else "fair"
             scenes.append({"date": slot_date(t), "tslot": t, **st, "quality": quality})
-            facts.append(make_fact(ctx, f"geom:{area.digest}", band, t, dict(st), sources=sources.get(t, []),
-                                   derivation="earthmem.area_stats.coslat.v1"))
+            facts.append(
+                make_fact(
+                    ctx,
+                    f"geom:{area.digest}",
+                    band,
+                    t,
+                    dict(st),
+                    sources=sources.get(t, []),
+                    derivation="earthmem.area_stats.coslat.v1",
+                )
+            )
     excluded.sort(key=lambda e: e["tslot"])
     anomaly = _anomaly(ctx, reader, band, area, scenes, threshold)
     trend = _trend(scenes)
@@ -407,30 +477,59 @@ def _series(
         "anomaly": anomaly,
         "trend": trend,
     }
-    chart = ChartSeries(area.id, [s["date"] for s in scenes], [s["median"] for s in scenes],
-                        [s["p25"] for s in scenes], [s["p75"] for s in scenes])
+    chart = ChartSeries(
+        area.id,
+        [s["date"] for s in scenes],
+        [s["median"] for s in scenes],
+        [s["p25"] for s in scenes],
+        [s["p75"] for s in scenes],
+    )
     return out, facts, chart
 
 
 def _anomaly(
-    ctx: ServiceContext, reader: CubeReader, band: str, area: _Area, scenes: list[dict[str, Any]], threshold: float
+    ctx: ServiceContext,
+    reader: CubeReader,
+    band: str,
+    area: _Area,
+    scenes: list[dict[str, Any]],
+    threshold: float,
 ) -> dict[str, Any]:
-    empty: dict[str, Any] = {"latest_tslot": None, "latest_median": None, "baseline_median": None,
-                             "baseline_tslots": [], "difference": None, "z": None, "z_basis": None}
+    empty: dict[str, Any] = {
+        "latest_tslot": None,
+        "latest_median": None,
+        "baseline_median": None,
+        "baseline_tslots": [],
+        "difference": None,
+        "z": None,
+        "z_basis": None,
+    }
     if not scenes:
         return {**empty, "reason": "no overpass kept"}
     latest = scenes[-1]
     t_latest = int(latest["tslot"])
-    year_start = (dt.date((dt.date(1970, 1, 1) + dt.timedelta(days=t_latest)).year, 1, 1) - dt.date(1970, 1, 1)).days
+    year_start = (
+        dt.date((dt.date(1970, 1, 1) + dt.timedelta(days=t_latest)).year, 1, 1)
+        - dt.date(1970, 1, 1)
+    ).days
     base = {**empty, "latest_tslot": t_latest, "latest_median": latest["median"]}
-    cand = [t for t, _ in ctx.overpasses(BAND_FAMILY[band], area.box, None, year_start - 1)
-            if _doy_distance(t, t_latest) <= BASELINE_DAYS][-MAX_BASELINE:]
+    cand = [
+        t
+        for t, _ in ctx.overpasses(BAND_FAMILY[band], area.box, None, year_start - 1)
+        if _doy_distance(t, t_latest) <= BASELINE_DAYS
+    ][-MAX_BASELINE:]
     if not cand:
-        return {**base, "reason": f"no overpass in earlier years within +-{BASELINE_DAYS} days of year"}
+        return {
+            **base,
+            "reason": f"no overpass in earlier years within +-{BASELINE_DAYS} days of year",
+        }
     fractions, oks = _clear_fractions(ctx, reader, band, area, cand)
     use = [i for i, f in enumerate(fractions.tolist()) if f >= threshold]
     if not use:
-        return {**base, "reason": "earlier years' same-season overpasses are all under the clear-fraction threshold"}
+        return {
+            **base,
+            "reason": "earlier years' same-season overpasses are all under the clear-fraction threshold",
+        }
     values = _read(ctx, reader, band, area.box, [cand[i] for i in use])
     stats = []
     tslots = []
@@ -454,26 +553,48 @@ def _anomaly(
     else:
         spread = (stats[0]["p75"] - stats[0]["p25"]) / 1.349
         if spread > 0:
-            z, basis = diff / spread, "robust spatial spread (IQR/1.349) of the single baseline overpass"
+            z, basis = (
+                diff / spread,
+                "robust spatial spread (IQR/1.349) of the single baseline overpass",
+            )
     if z is None:
         reason = "baseline spread is zero: z undefined"
-    return {**base, "baseline_median": baseline, "baseline_tslots": tslots, "difference": diff,
-            "z": z, "z_basis": basis, "reason": reason}
+    return {
+        **base,
+        "baseline_median": baseline,
+        "baseline_tslots": tslots,
+        "difference": diff,
+        "z": z,
+        "z_basis": basis,
+        "reason": reason,
+    }
 
 
 def _trend(scenes: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(scenes)
     if n < MIN_TREND_SCENES:
-        return {"slope_per_year": None, "intercept": None, "mann_kendall_p": None, "mann_kendall_s": None,
-                "n": n, "reason": f"{n} overpasses kept; the trend needs at least {MIN_TREND_SCENES}"}
+        return {
+            "slope_per_year": None,
+            "intercept": None,
+            "mann_kendall_p": None,
+            "mann_kendall_s": None,
+            "n": n,
+            "reason": f"{n} overpasses kept; the trend needs at least {MIN_TREND_SCENES}",
+        }
     from scipy.stats import theilslopes
 
     x = np.array([s["tslot"] for s in scenes], dtype=np.float64) / 365.25
     y = np.array([s["median"] for s in scenes], dtype=np.float64)
     res = theilslopes(y, x)
     s, p = mann_kendall(y)
-    return {"slope_per_year": float(res[0]), "intercept": float(res[1]), "mann_kendall_p": p,
-            "mann_kendall_s": s, "n": n, "reason": None}
+    return {
+        "slope_per_year": float(res[0]),
+        "intercept": float(res[1]),
+        "mann_kendall_p": p,
+        "mann_kendall_s": s,
+        "n": n,
+        "reason": None,
+    }
 
 
 @primitive(
@@ -491,13 +612,18 @@ def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAns
     """area_over_time {geometry | bbox | areas, start_date, end_date, index, max_scenes}."""
     given = [x is not None for x in (args.geometry, args.bbox, args.areas)]
     if sum(given) != 1:
-        raise InvalidArgument("give exactly one of geometry, bbox or areas", code="invalid_geometry")
+        raise InvalidArgument(
+            "give exactly one of geometry, bbox or areas", code="invalid_geometry"
+        )
     if args.areas is not None:
         if not args.areas:
             raise InvalidArgument("areas is empty", code="invalid_geometry")
         if len(args.areas) > MAX_AREAS:
-            raise InvalidArgument(f"{len(args.areas)} areas; at most {MAX_AREAS}", code="too_many_areas",
-                                  details={"max_areas": MAX_AREAS})
+            raise InvalidArgument(
+                f"{len(args.areas)} areas; at most {MAX_AREAS}",
+                code="too_many_areas",
+                details={"max_areas": MAX_AREAS},
+            )
         ids = [a.id for a in args.areas]
         if len(set(ids)) != len(ids):
             raise InvalidArgument("area ids must be unique", code="invalid_geometry")
@@ -506,11 +632,14 @@ def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAns
         specs = [("area", args.geometry, args.bbox)]
     index = args.index.strip().lower() if isinstance(args.index, str) else args.index
     if index not in INDEX_BANDS:
-        raise InvalidArgument(f"unknown index {args.index!r}; valid: {', '.join(INDEX_BANDS)}",
-                              code="unknown_index")
+        raise InvalidArgument(
+            f"unknown index {args.index!r}; valid: {', '.join(INDEX_BANDS)}", code="unknown_index"
+        )
     band = INDEX_BANDS[index]
     if isinstance(args.max_scenes, bool) or not 3 <= args.max_scenes <= 24:
-        raise InvalidArgument(f"max_scenes must be in 3..24, got {args.max_scenes}", code="invalid_max_scenes")
+        raise InvalidArgument(
+            f"max_scenes must be in 3..24, got {args.max_scenes}", code="invalid_max_scenes"
+        )
     if not 0.0 <= args.clear_fraction <= 1.0:
         raise InvalidArgument("clear_fraction must be in [0, 1]", code="invalid_argument")
     start, end = _date(args.start_date, "start_date"), _date(args.end_date, "end_date")
@@ -523,13 +652,17 @@ def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAns
         reader = ctx.reader()
         outs, facts, charts = [], [], []
         for area in areas:
-            out, f, ch = _series(ctx, reader, band, area, t0, t1, args.max_scenes, args.clear_fraction)
+            out, f, ch = _series(
+                ctx, reader, band, area, t0, t1, args.max_scenes, args.clear_fraction
+            )
             outs.append(out)
             facts.extend(f)
             charts.append(ch)
     chart_id = png64 = None
     if args.chart:
-        png = render_area_chart(charts, title=f"{index.upper()} {start} .. {end} (median, p25-p75)", ylabel=index)
+        png = render_area_chart(
+            charts, title=f"{index.upper()} {start} .. {end} (median, p25-p75)", ylabel=index
+        )
         chart_id = ctx.charts.put(png)
         png64 = base64.b64encode(png).decode("ascii")
     answer = {
@@ -547,4 +680,13 @@ def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAns
         "snapshot_id": reader.snapshot_id,
         "facts": facts,
     }
-    return finish(ctx, "area_over_time", args, AreaOverTimeBody, AreaOverTimeAnswer, answer, [], reader.snapshot_id)
+    return finish(
+        ctx,
+        "area_over_time",
+        args,
+        AreaOverTimeBody,
+        AreaOverTimeAnswer,
+        answer,
+        [],
+        reader.snapshot_id,
+    )

@@ -105,7 +105,10 @@ class CellSeries:
 
 
 def _align(
-    a_t: npt.NDArray[np.int64], a_v: npt.NDArray[Any], b_t: npt.NDArray[np.int64], b_v: npt.NDArray[Any]
+    a_t: npt.NDArray[np.int64],
+    a_v: npt.NDArray[Any],
+    b_t: npt.NDArray[np.int64],
+    b_v: npt.NDArray[Any],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     t = np.union1d(a_t, b_t)
     values = np.full(t.size, np.nan)
@@ -117,7 +120,9 @@ def _align(
     return t, values, flag
 
 
-def read_cell(ctx: ServiceContext, reader: CubeReader, band: str, lat_q: int, lng_q: int) -> CellSeries:
+def read_cell(
+    ctx: ServiceContext, reader: CubeReader, band: str, lat_q: int, lng_q: int
+) -> CellSeries:
     """A cell's series and flags from the column cache (microseconds when warm).
 
     Flag bands (``s2.clear``, ``s1.valid``) read as their own value (0 -> NaN).
@@ -219,12 +224,28 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
                     if math.isfinite(a) and math.isfinite(b):
                         neighbour_deltas.append(b - a)
                         cells_read.append(address.format_cell(address.q_to_raw(la, ln)))
-        flag_band, clear_value = clear_info(band)
+        flag_band, _clear_value = clear_info(band)
         facts = [
             make_fact(ctx, cell.cell, band, t0, v0, lat_q=cell.lat_q, lng_q=cell.lng_q),
             make_fact(ctx, cell.cell, band, t1, v1, lat_q=cell.lat_q, lng_q=cell.lng_q),
-            make_fact(ctx, cell.cell, flag_band, t0, int(series.flag[i0]), lat_q=cell.lat_q, lng_q=cell.lng_q),
-            make_fact(ctx, cell.cell, flag_band, t1, int(series.flag[i1]), lat_q=cell.lat_q, lng_q=cell.lng_q),
+            make_fact(
+                ctx,
+                cell.cell,
+                flag_band,
+                t0,
+                int(series.flag[i0]),
+                lat_q=cell.lat_q,
+                lng_q=cell.lng_q,
+            ),
+            make_fact(
+                ctx,
+                cell.cell,
+                flag_band,
+                t1,
+                int(series.flag[i1]),
+                lat_q=cell.lat_q,
+                lng_q=cell.lng_q,
+            ),
         ]
     answer = {
         "cell": cell.cell,
@@ -242,14 +263,25 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
             "z": z,
             "n_observations": n_obs,
             "threshold": Z_THRESHOLD,
-            "neighbour_delta_median": float(np.median(neighbour_deltas)) if neighbour_deltas else None,
+            "neighbour_delta_median": float(np.median(neighbour_deltas))
+            if neighbour_deltas
+            else None,
             "neighbour_count": len(neighbour_deltas),
             "rule": RULE.format(thr=Z_THRESHOLD),
         },
         "snapshot_id": reader.snapshot_id,
         "facts": facts,
     }
-    return finish(ctx, "did_change", args, DidChangeBody, DidChangeAnswer, answer, cells_read, reader.snapshot_id)
+    return finish(
+        ctx,
+        "did_change",
+        args,
+        DidChangeBody,
+        DidChangeAnswer,
+        answer,
+        cells_read,
+        reader.snapshot_id,
+    )
 
 
 @primitive(
@@ -273,11 +305,17 @@ def trajectory(ctx: ServiceContext, args: TrajectoryIn) -> TrajectoryAnswer:
             keep = (s.tslots >= window[0]) & (s.tslots <= window[1])
         points = []
         facts = []
-        for t, v, c in zip(s.tslots[keep].tolist(), s.values[keep].tolist(), s.clear[keep].tolist(), strict=True):
+        for t, v, c in zip(
+            s.tslots[keep].tolist(), s.values[keep].tolist(), s.clear[keep].tolist(), strict=True
+        ):
             finite = math.isfinite(v)
-            points.append({"tslot": t, "date": slot_date(t), "value": v if finite else None, "clear": bool(c)})
+            points.append(
+                {"tslot": t, "date": slot_date(t), "value": v if finite else None, "clear": bool(c)}
+            )
             if finite:
-                facts.append(make_fact(ctx, cell.cell, band, t, v, lat_q=cell.lat_q, lng_q=cell.lng_q))
+                facts.append(
+                    make_fact(ctx, cell.cell, band, t, v, lat_q=cell.lat_q, lng_q=cell.lng_q)
+                )
     answer = {
         "cell": cell.cell,
         "lat": cell.lat,
@@ -290,7 +328,16 @@ def trajectory(ctx: ServiceContext, args: TrajectoryIn) -> TrajectoryAnswer:
         "snapshot_id": reader.snapshot_id,
         "facts": facts,
     }
-    return finish(ctx, "trajectory", args, TrajectoryBody, TrajectoryAnswer, answer, [cell.cell], reader.snapshot_id)
+    return finish(
+        ctx,
+        "trajectory",
+        args,
+        TrajectoryBody,
+        TrajectoryAnswer,
+        answer,
+        [cell.cell],
+        reader.snapshot_id,
+    )
 
 
 @primitive(
@@ -317,7 +364,17 @@ def confirm(ctx: ServiceContext, args: ConfirmIn) -> ConfirmAnswer:
         for i in used.tolist():
             v = float(s.values[i])
             value: Any = int(v) if band in ("s2.clear", "s1.valid") else v
-            facts.append(make_fact(ctx, cell.cell, band, int(s.tslots[i]), value, lat_q=cell.lat_q, lng_q=cell.lng_q))
+            facts.append(
+                make_fact(
+                    ctx,
+                    cell.cell,
+                    band,
+                    int(s.tslots[i]),
+                    value,
+                    lat_q=cell.lat_q,
+                    lng_q=cell.lng_q,
+                )
+            )
     verdict_code = int(result.verdict[0])
     verdict = {1: "true", 0: "false", -1: "unknown"}[verdict_code]
     agg = float(result.aggregate[0])
@@ -335,4 +392,6 @@ def confirm(ctx: ServiceContext, args: ConfirmIn) -> ConfirmAnswer:
         "snapshot_id": reader.snapshot_id,
         "facts": facts,
     }
-    return finish(ctx, "confirm", args, ConfirmBody, ConfirmAnswer, answer, [cell.cell], reader.snapshot_id)
+    return finish(
+        ctx, "confirm", args, ConfirmBody, ConfirmAnswer, answer, [cell.cell], reader.snapshot_id
+    )

@@ -77,17 +77,29 @@ SINGLE_TENANT = "scope accepted and recorded; this store is single-tenant, so ev
 
 
 def _vector_value(table: KnnTable, row: int) -> dict[str, Any]:
-    return {"int8": np.asarray(table.vectors[row]).tolist(), "scale": float(table.scales[row])}
+    """A vector fact's value: the int8 row as hex (two's complement bytes) and its scale.
+
+    Hex keeps the fact JSON-safe and cheap to hash (value = int8 * scale).
+    """
+    return {
+        "int8_hex": np.ascontiguousarray(table.vectors[row]).tobytes().hex(),
+        "scale": float(table.scales[row]),
+    }
 
 
 def _parse_inline(text: str, d: int) -> npt.NDArray[np.float64]:
     body = text[len("inline:") :].strip()
     if len(text) > MAX_INLINE_CHARS:
-        raise InvalidArgument(f"inline vector longer than {MAX_INLINE_CHARS} characters", code="invalid_vector")
+        raise InvalidArgument(
+            f"inline vector longer than {MAX_INLINE_CHARS} characters", code="invalid_vector"
+        )
     try:
         values = json.loads(body)
     except ValueError:
-        raise InvalidArgument("inline vector must be 'inline:[x, y, ...]' (a JSON list of numbers)", code="invalid_vector") from None
+        raise InvalidArgument(
+            "inline vector must be 'inline:[x, y, ...]' (a JSON list of numbers)",
+            code="invalid_vector",
+        ) from None
     if not isinstance(values, list) or not all(
         isinstance(v, int | float) and not isinstance(v, bool) for v in values
     ):
@@ -100,14 +112,18 @@ def _parse_inline(text: str, d: int) -> npt.NDArray[np.float64]:
         )
     vec = np.asarray(values, dtype=np.float64)
     if not np.all(np.isfinite(vec)) or not np.any(vec):
-        raise InvalidArgument("inline vector must be finite and not all zeros", code="invalid_vector")
+        raise InvalidArgument(
+            "inline vector must be finite and not all zeros", code="invalid_vector"
+        )
     return vec
 
 
 def _resolve_key(args: FindSimilarIn) -> str:
     given = [v for v in (args.key, args.cell, args.cell64) if v is not None]
     if not given:
-        raise InvalidArgument("find_similar needs `key` (or its alias `cell` / `cell64`)", code="missing_key")
+        raise InvalidArgument(
+            "find_similar needs `key` (or its alias `cell` / `cell64`)", code="missing_key"
+        )
     if len({g.strip() for g in given}) > 1:
         raise InvalidArgument("key, cell and cell64 disagree; send one", code="invalid_argument")
     return given[0].strip()
@@ -205,19 +221,27 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         raise InvalidArgument(f"k must be in 1..{K_MAX}, got {k}", code="k_out_of_range")
     band = args.band
     if band not in VECTOR_BANDS:
-        raise InvalidArgument(f"unknown band {band!r}; valid: {', '.join(VECTOR_BANDS)}", code="unknown_band")
+        raise InvalidArgument(
+            f"unknown band {band!r}; valid: {', '.join(VECTOR_BANDS)}", code="unknown_band"
+        )
     mode = args.mode or ("hamming" if band == "geotessera.bin128" else "cosine")
     if mode not in MODES:
-        raise InvalidArgument(f"unknown mode {mode!r}; valid: {', '.join(MODES)}", code="invalid_mode")
+        raise InvalidArgument(
+            f"unknown mode {mode!r}; valid: {', '.join(MODES)}", code="invalid_mode"
+        )
     if band == "geotessera.multi_year" and mode != "cosine":
-        raise InvalidArgument("geotessera.multi_year has no binary codes: use mode cosine", code="invalid_mode")
+        raise InvalidArgument(
+            "geotessera.multi_year has no binary codes: use mode cosine", code="invalid_mode"
+        )
     is_inline = key.startswith("inline:")
     cell = None if is_inline else parse_cell_arg(key, "key")
     notes: list[str] = []
     if args.scope is not None:
         notes.append(SINGLE_TENANT)
     if band == "geotessera.bin128" and mode == "cosine":
-        notes.append("band geotessera.bin128 with mode cosine: scored the vintage's full vectors exactly")
+        notes.append(
+            "band geotessera.bin128 with mode cosine: scored the vintage's full vectors exactly"
+        )
 
     with store_errors():
         # the cube is only read for as-of bounds and filters; the tables stand alone otherwise
@@ -240,16 +264,24 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             picked = _pick_vintage(ctx, years_ok, bound, notes)
             if picked is None:
                 raise NotFound(
-                    "no Tessera vintage with vectors" + (" at or before the as-of bound" if bound or years_ok else ""),
+                    "no Tessera vintage with vectors"
+                    + (" at or before the as-of bound" if bound or years_ok else ""),
                     code="no_vector",
                     details={"vintages": ctx.vintages()},
                 )
             vintage, table = picked
-            notes.append(f"vintage {vintage}: the latest holding vectors" + (" within the as-of bound" if bound else ""))
+            notes.append(
+                f"vintage {vintage}: the latest holding vectors"
+                + (" within the as-of bound" if bound else "")
+            )
         tslot = int(table.meta.get("tslot", 0))
         table_snapshot = str(
             table.meta.get("snapshot_id")
-            or (reader.snapshot_id if reader is not None else f"knn:{table.meta.get('digest', 'unknown')}")
+            or (
+                reader.snapshot_id
+                if reader is not None
+                else f"knn:{table.meta.get('digest', 'unknown')}"
+            )
         )
         if reader is not None and args.as_of_signed_at is not None:
             notes.append(
@@ -268,7 +300,11 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         elif cell is not None:
             row = table.row_of(cell.raw)
             if row is None:
-                held = [y for y in ctx.vintages() if ctx.table(f"geotessera/{y}").row_of(cell.raw) is not None]
+                held = [
+                    y
+                    for y in ctx.vintages()
+                    if ctx.table(f"geotessera/{y}").row_of(cell.raw) is not None
+                ]
                 raise NotFound(
                     f"cell {cell.cell} has no {band} vector"
                     + (f" in vintage {vintage}" if vintage else ""),
@@ -279,8 +315,16 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             query = np.array(table.vectors[row])
             cells_read.append(cell.cell)
             facts.append(
-                make_fact(ctx, cell.cell, band if band != "geotessera.bin128" else "geotessera", tslot,
-                          _vector_value(table, row), lat_q=cell.lat_q, lng_q=cell.lng_q, tempo="year")
+                make_fact(
+                    ctx,
+                    cell.cell,
+                    band if band != "geotessera.bin128" else "geotessera",
+                    tslot,
+                    _vector_value(table, row),
+                    lat_q=cell.lat_q,
+                    lng_q=cell.lng_q,
+                    tempo="year",
+                )
             )
         else:
             query = _parse_inline(key, table.d)
@@ -288,7 +332,9 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         mask = None
         filter_stats = None
         if args.filter is not None:
-            mask, filter_stats = _filter_mask(ctx, reader or ctx.reader(), table, args.filter.model_dump())
+            mask, filter_stats = _filter_mask(
+                ctx, reader or ctx.reader(), table, args.filter.model_dump()
+            )
         multiple = max(DEFAULT_RERANK_MULTIPLE, math.ceil(RERANK_MIN_CANDIDATES / k))
 
         if table.n == 0:
@@ -296,8 +342,9 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             scores = np.zeros(0)
             scanned = reranked = 0
         else:
-            res = table.search(query, k=k, mode=mode, mask=mask, exclude_row=exclude_row,
-                               rerank_multiple=multiple)
+            res = table.search(
+                query, k=k, mode=mode, mask=mask, exclude_row=exclude_row, rerank_multiple=multiple
+            )
             rows, scores, scanned, reranked = res.rows, res.scores, res.scanned, res.reranked
         raws = np.asarray(table.cells)[rows] if rows.size else np.zeros(0, np.uint64)
         lats, lngs = address.decode_array(raws) if raws.size else (np.zeros(0), np.zeros(0))
@@ -305,13 +352,29 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         fact_band = "geotessera" if band == "geotessera.bin128" else band
         neighbours = []
         for i, r in enumerate(rows.tolist()):
-            neighbours.append({
-                "cell64": texts[i], "score": float(scores[i]), "lat": float(lats[i]), "lng": float(lngs[i]),
-                "band": band, "tslot": tslot,
-            })
+            neighbours.append(
+                {
+                    "cell64": texts[i],
+                    "score": float(scores[i]),
+                    "lat": float(lats[i]),
+                    "lng": float(lngs[i]),
+                    "band": band,
+                    "tslot": tslot,
+                }
+            )
             la, ln = address.raw_to_q(int(raws[i]))
-            facts.append(make_fact(ctx, texts[i], fact_band, tslot, _vector_value(table, r),
-                                   lat_q=la, lng_q=ln, tempo="year"))
+            facts.append(
+                make_fact(
+                    ctx,
+                    texts[i],
+                    fact_band,
+                    tslot,
+                    _vector_value(table, r),
+                    lat_q=la,
+                    lng_q=ln,
+                    tempo="year",
+                )
+            )
         cells_read.extend(texts)
 
     note = None
@@ -343,7 +406,16 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         "snapshot_id": table_snapshot,
         "facts": facts,
     }
-    return finish(ctx, "find_similar", args, FindSimilarBody, FindSimilarAnswer, answer, cells_read, table_snapshot)
+    return finish(
+        ctx,
+        "find_similar",
+        args,
+        FindSimilarBody,
+        FindSimilarAnswer,
+        answer,
+        cells_read,
+        table_snapshot,
+    )
 
 
 @primitive(
@@ -377,14 +449,35 @@ def is_like(ctx: ServiceContext, args: IsLikeIn) -> IsLikeAnswer:
                     cosines.append((year, cos))
             for ref, r in ((a, ra), (b, rb)):
                 if r is not None:
-                    facts.append(make_fact(ctx, ref.cell, "geotessera", tslot, _vector_value(table, r),
-                                           lat_q=ref.lat_q, lng_q=ref.lng_q, tempo="year"))
-            per.append({"vintage": year, "tslot": tslot, "cosine": cos,
-                        "a_has_vector": ra is not None, "b_has_vector": rb is not None})
+                    facts.append(
+                        make_fact(
+                            ctx,
+                            ref.cell,
+                            "geotessera",
+                            tslot,
+                            _vector_value(table, r),
+                            lat_q=ref.lat_q,
+                            lng_q=ref.lng_q,
+                            tempo="year",
+                        )
+                    )
+            per.append(
+                {
+                    "vintage": year,
+                    "tslot": tslot,
+                    "cosine": cos,
+                    "a_has_vector": ra is not None,
+                    "b_has_vector": rb is not None,
+                }
+            )
     overall = float(np.mean([c for _, c in cosines])) if cosines else None
     note = None
     if overall is None:
-        note = "no vintage holds vectors for both cells" if per else "the store holds no Tessera vintage"
+        note = (
+            "no vintage holds vectors for both cells"
+            if per
+            else "the store holds no Tessera vintage"
+        )
     if overall is not None and not math.isfinite(overall):
         overall = None
     answer = {
@@ -398,4 +491,6 @@ def is_like(ctx: ServiceContext, args: IsLikeIn) -> IsLikeAnswer:
         "snapshot_id": reader.snapshot_id,
         "facts": facts,
     }
-    return finish(ctx, "is_like", args, IsLikeBody, IsLikeAnswer, answer, [a.cell, b.cell], reader.snapshot_id)
+    return finish(
+        ctx, "is_like", args, IsLikeBody, IsLikeAnswer, answer, [a.cell, b.cell], reader.snapshot_id
+    )

@@ -9,6 +9,8 @@ handles raw STAC dicts.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pipelines.sources.api import PRESETS, StacApiSource
 from pipelines.sources.bands import (
     COLLECTION_KIND,
@@ -39,7 +41,6 @@ from pipelines.sources.models import (
     Skip,
 )
 from pipelines.sources.parse import baseline_rule, parse_item, parse_or_skip
-from pipelines.sources.serve import serve_catalog
 from pipelines.sources.signing import PC_TOKEN_ENDPOINT, SasSigner, planetary_computer_modifier
 from pipelines.sources.static import StaticCatalogSource
 from pipelines.sources.tessera import TesseraRegistrySource
@@ -82,3 +83,13 @@ __all__ = [
     "provider_collection",
     "serve_catalog",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # serve_catalog is imported lazily so that ``python -m pipelines.sources.serve``
+    # does not import its own module twice.
+    if name == "serve_catalog":
+        from pipelines.sources.serve import serve_catalog
+
+        return serve_catalog
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -120,7 +120,10 @@ class SceneItem:
     def __reduce__(self) -> tuple[type[SceneItem], tuple[object, ...]]:
         # read-only proxies do not pickle; Dagster's IO manager pickles items between assets
         values = [getattr(self, f.name) for f in fields(self)]
-        return (type(self), tuple(dict(v) if isinstance(v, MappingProxyType) else v for v in values))
+        return (
+            type(self),
+            tuple(dict(v) if isinstance(v, MappingProxyType) else v for v in values),
+        )
 
 
 @dataclass(frozen=True, slots=True)

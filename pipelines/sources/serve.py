@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -36,7 +37,6 @@ from pipelines.sources.errors import CatalogUnreachable
 from pipelines.sources.static import load_catalog_items
 
 __all__ = ["export_for_server", "main", "serve_catalog"]
-
 
 
 def _rustac_command() -> list[str]:
@@ -174,6 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=7822, help="0 picks a free port")
     args = parser.parse_args(argv)
+
+    def _terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # unwinds serve_catalog, which stops the server
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         with serve_catalog(args.catalog, args.host, args.port) as url:
             print(url, flush=True)

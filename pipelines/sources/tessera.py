@@ -18,6 +18,7 @@ import math
 import os
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
 
 from pipelines.sources.bands import COLLECTION_KIND, canonical_collection
 from pipelines.sources.base import BBox, finish, window
@@ -132,7 +133,7 @@ class TesseraRegistrySource:
         if not self._exists(scales):
             return Skip(item_id, f"no scales file {scales}", "missing_asset", emb)
         landmask = self._href(LANDMASKS_DIR, f"{grid}.tiff")
-        geo = _landmask_grid(landmask, self.remote)
+        geo = _landmask_grid(landmask, self.remote, self.timeout_s)
         if isinstance(geo, str):
             return Skip(item_id, f"landmask {landmask}: {geo}", "unknown_crs", landmask)
         crs, transform, shape = geo
@@ -172,21 +173,44 @@ class TesseraRegistrySource:
 
 
 def _landmask_grid(
-    href: str, remote: bool
+    href: str, remote: bool, timeout_s: float
 ) -> tuple[int | str, tuple[float, float, float, float, float, float], tuple[int, int]] | str:
-    """CRS, transform and shape of a landmask GeoTIFF, or the reason it cannot be read."""
+    """CRS, transform and shape of a landmask GeoTIFF, or the reason it cannot be read.
+
+    Remote landmasks (about 1 MB each) are fetched whole with httpx and opened
+    from memory: no GDAL networking, the timeout holds, and servers without
+    HTTP range support work too.
+    """
     import rasterio
     from rasterio.errors import RasterioError
+    from rasterio.io import MemoryFile
 
     if not remote and not os.path.isfile(href):
         return "missing"
     try:
-        with rasterio.open(f"/vsicurl/{href}" if remote else href) as ds:
-            if ds.crs is None:
-                return "no CRS"
-            epsg = ds.crs.to_epsg()
-            crs: int | str = epsg if epsg is not None else ds.crs.to_wkt()
-            t = ds.transform
-            return crs, (t.a, t.b, t.c, t.d, t.e, t.f), (ds.height, ds.width)
+        if remote:
+            import httpx
+
+            try:
+                resp = httpx.get(href, timeout=timeout_s, follow_redirects=True)
+            except httpx.HTTPError as err:
+                return f"fetch failed ({err})"
+            if resp.status_code != 200:
+                return f"HTTP {resp.status_code}"
+            with MemoryFile(resp.content) as mem, mem.open() as ds:
+                return _grid_of(ds)
+        with rasterio.open(href) as ds:
+            return _grid_of(ds)
     except (RasterioError, OSError) as err:
         return f"unreadable ({err})"
+
+
+def _grid_of(
+    ds: Any,
+) -> tuple[int | str, tuple[float, float, float, float, float, float], tuple[int, int]] | str:
+    if ds.crs is None:
+        return "no CRS"
+    epsg = ds.crs.to_epsg()
+    crs: int | str = epsg if epsg is not None else ds.crs.to_wkt()
+    t = ds.transform
+    return crs, (t.a, t.b, t.c, t.d, t.e, t.f), (ds.height, ds.width)

@@ -56,6 +56,10 @@ def build_multi_year_table(data_dir: str | Path) -> tuple[int, list[int]]:
     if not years:
         return 0, []
     tables = [KnnTable.open(root / str(y)) for y in years]
+    kept = [(y, t) for y, t in zip(years, tables, strict=True) if t.n > 0]  # an empty vintage would empty the intersection
+    years, tables = [y for y, _ in kept], [t for _, t in kept]
+    if not tables:
+        return 0, []
     common = tables[0].cells
     for t in tables[1:]:
         common = np.intersect1d(common, t.cells, assume_unique=True)

@@ -157,6 +157,7 @@ def test_intent_tool_envelope_and_plan(ctx: FakeContext) -> None:
 # --------------------------------------------------------------------------- transports
 
 
+@pytest.mark.slow  # a subprocess: ~3-7 s of imports
 def test_stdio_transport_lists_tools(tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,

@@ -82,7 +82,14 @@ def _roundtrip(model: Any) -> dict[str, Any]:
 
 
 def test_registry_names() -> None:
-    assert {"did_change", "trajectory", "area_over_time", "find_similar", "is_like", "confirm"} <= set(PRIMITIVES)
+    assert {
+        "did_change",
+        "trajectory",
+        "area_over_time",
+        "find_similar",
+        "is_like",
+        "confirm",
+    } <= set(PRIMITIVES)
     for p in PRIMITIVES.values():
         assert "receipt" in p.output_model.model_fields
         assert p.summary
@@ -91,31 +98,46 @@ def test_registry_names() -> None:
 # --------------------------------------------------------------------------- did_change / trajectory
 
 
-def test_forest_clearing_is_a_significant_ndvi_drop(ctx: ServiceContext, tiny_store: Any, clearing_cell: str) -> None:
+def test_forest_clearing_is_a_significant_ndvi_drop(
+    ctx: ServiceContext, tiny_store: Any, clearing_cell: str
+) -> None:
     tr = run(ctx, "trajectory", {"cell": clearing_cell, "band": "indices.ndvi"})
     start = _slot(tiny_store.event("forest_clearing")["start"])
     before = [p.tslot for p in tr.points if p.clear and p.tslot < start]
     after = [p.tslot for p in tr.points if p.clear and p.tslot > start]
-    assert before and after
-    ans = run(ctx, "did_change", {"cell": clearing_cell, "band": "indices.ndvi", "window": [before[-1], after[0]]})
+    assert before
+    assert after
+    ans = run(
+        ctx,
+        "did_change",
+        {"cell": clearing_cell, "band": "indices.ndvi", "window": [before[-1], after[0]]},
+    )
     assert ans.delta < -0.3
-    assert ans.start.clear and ans.end.clear
-    assert ans.significant and ans.significance.z < -3
-    assert ans.significance.neighbour_count > 0 and ans.significance.neighbour_delta_median < -0.3
+    assert ans.start.clear
+    assert ans.end.clear
+    assert ans.significant
+    assert ans.significance.z < -3
+    assert ans.significance.neighbour_count > 0
+    assert ans.significance.neighbour_delta_median < -0.3
     assert "significant when" in ans.significance.rule
-    assert len(ans.facts) == 4 and all(f.sources for f in ans.facts)
+    assert len(ans.facts) == 4
+    assert all(f.sources for f in ans.facts)
     doc = _roundtrip(ans)
     assert verify_answer(doc).ok
     assert doc == ans.model_dump(mode="json")
 
 
-def test_stable_forest_is_not_significant(ctx: ServiceContext, tiny_store: Any, clearing_cell: str) -> None:
+def test_stable_forest_is_not_significant(
+    ctx: ServiceContext, tiny_store: Any, clearing_cell: str
+) -> None:
     tr = run(ctx, "trajectory", {"cell": clearing_cell, "band": "ndvi"})
     start = _slot(tiny_store.event("forest_clearing")["start"])
     before = [p for p in tr.points if p.clear and p.tslot < start]
     # two pre-clearing dates in the same season of two years (Sep 2023 vs Feb 2024: both leafy)
     a, b = before[2], before[-1]
-    ans = run(ctx, "did_change", {"cell": clearing_cell, "band": "ndvi", "window": [a.tslot, b.tslot]})
+    ans = run(
+        ctx, "did_change", {"cell": clearing_cell, "band": "ndvi", "window": [a.tslot, b.tslot]}
+    )
     assert abs(ans.delta) < 0.1
     assert not ans.significant
 
@@ -123,10 +145,15 @@ def test_stable_forest_is_not_significant(ctx: ServiceContext, tiny_store: Any, 
 def test_trajectory_lists_masked_observations(ctx: ServiceContext, clearing_cell: str) -> None:
     tr = run(ctx, "trajectory", {"cell": clearing_cell, "band": "ndvi"})
     masked = [p for p in tr.points if p.value is None]
-    assert masked and all(not p.clear for p in masked)
+    assert masked
+    assert all(not p.clear for p in masked)
     assert tr.valid_tslots == [p.tslot for p in tr.points if p.value is not None]
     assert len(tr.facts) == tr.n_clear
-    windowed = run(ctx, "trajectory", {"cell": clearing_cell, "band": "ndvi", "window": [tr.points[1].tslot, tr.points[3].tslot]})
+    windowed = run(
+        ctx,
+        "trajectory",
+        {"cell": clearing_cell, "band": "ndvi", "window": [tr.points[1].tslot, tr.points[3].tslot]},
+    )
     assert [p.tslot for p in windowed.points] == [p.tslot for p in tr.points[1:4]]
     assert verify_answer(_roundtrip(windowed)).ok
 
@@ -137,12 +164,15 @@ def test_no_observation_names_nearest_tslots(ctx: ServiceContext, clearing_cell:
     with pytest.raises(ApiError) as info:
         run(ctx, "did_change", {"cell": clearing_cell, "band": "ndvi", "window": [v[0] + 1, v[-1]]})
     err = info.value
-    assert err.code == "no_observation" and err.status == 404
-    assert err.details["nearest_before"] == v[0] and err.details["nearest_after"] == v[1]
+    assert err.code == "no_observation"
+    assert err.status == 404
+    assert err.details["nearest_before"] == v[0]
+    assert err.details["nearest_after"] == v[1]
     masked = next(p.tslot for p in tr.points if p.value is None)
     with pytest.raises(ApiError) as info:
         run(ctx, "did_change", {"cell": clearing_cell, "band": "ndvi", "window": [v[0], masked]})
-    assert info.value.code == "no_observation" and "masked" in info.value.details["reason"]
+    assert info.value.code == "no_observation"
+    assert "masked" in info.value.details["reason"]
 
 
 # --------------------------------------------------------------------------- confirm
@@ -154,17 +184,45 @@ def test_confirm_verdicts(ctx: ServiceContext, tiny_store: Any, clearing_cell: s
     pre = [t for t in tr.valid_tslots if t < start]
     claim = {"band": "ndvi", "op": "gt", "value": 0.6, "window": [pre[0], pre[-1]], "agg": "all"}
     yes = run(ctx, "confirm", {"cell": clearing_cell, "claim": claim})
-    assert yes.verdict == "true" and len(yes.facts) == len(pre)
-    latest = run(ctx, "confirm", {"cell": clearing_cell, "claim": {"band": "indices.ndvi", "op": "gt", "value": 0.6}})
-    assert latest.verdict == "false" and len(latest.facts) == 1 and latest.facts[0].tslot == tr.valid_tslots[-1]
-    mean = run(ctx, "confirm", {"cell": clearing_cell, "claim": {**claim, "agg": "mean", "op": "ge", "value": 0.7}})
-    assert mean.verdict == "true" and 0.7 <= mean.aggregate <= 0.85
+    assert yes.verdict == "true"
+    assert len(yes.facts) == len(pre)
+    latest = run(
+        ctx,
+        "confirm",
+        {"cell": clearing_cell, "claim": {"band": "indices.ndvi", "op": "gt", "value": 0.6}},
+    )
+    assert latest.verdict == "false"
+    assert len(latest.facts) == 1
+    assert latest.facts[0].tslot == tr.valid_tslots[-1]
+    mean = run(
+        ctx,
+        "confirm",
+        {"cell": clearing_cell, "claim": {**claim, "agg": "mean", "op": "ge", "value": 0.7}},
+    )
+    assert mean.verdict == "true"
+    assert 0.7 <= mean.aggregate <= 0.85
     masked = next(p.tslot for p in tr.points if p.value is None)
-    unknown = run(ctx, "confirm", {"cell": clearing_cell, "claim": {"band": "ndvi", "op": "gt", "value": 0, "tslot": masked}})
-    assert unknown.verdict == "unknown" and unknown.facts == []
-    absent = run(ctx, "confirm", {"cell": clearing_cell, "claim": {"band": "ndvi", "op": "absent", "tslot": masked}})
+    unknown = run(
+        ctx,
+        "confirm",
+        {"cell": clearing_cell, "claim": {"band": "ndvi", "op": "gt", "value": 0, "tslot": masked}},
+    )
+    assert unknown.verdict == "unknown"
+    assert unknown.facts == []
+    absent = run(
+        ctx,
+        "confirm",
+        {"cell": clearing_cell, "claim": {"band": "ndvi", "op": "absent", "tslot": masked}},
+    )
     assert absent.verdict == "true"
-    inside = run(ctx, "confirm", {"cell": clearing_cell, "claim": {"band": "s2.clear", "op": "in", "value": [1], "tslot": masked}})
+    inside = run(
+        ctx,
+        "confirm",
+        {
+            "cell": clearing_cell,
+            "claim": {"band": "s2.clear", "op": "in", "value": [1], "tslot": masked},
+        },
+    )
     assert inside.verdict == "true"
     assert verify_answer(_roundtrip(yes)).ok
 
@@ -174,46 +232,78 @@ def test_confirm_verdicts(ctx: ServiceContext, tiny_store: Any, clearing_cell: s
 
 def test_flood_raises_ndwi_with_anomaly(ctx: ServiceContext, tiny_store: Any) -> None:
     flood = tiny_store.event("flood")
-    ans = run(ctx, "area_over_time", {"geometry": flood["geometry"], "start_date": "2024-07-01",
-                                      "end_date": flood["end"], "index": "ndwi"})
+    ans = run(
+        ctx,
+        "area_over_time",
+        {
+            "geometry": flood["geometry"],
+            "start_date": "2024-07-01",
+            "end_date": flood["end"],
+            "index": "ndwi",
+        },
+    )
     area = ans.areas[0]
-    assert area.n_cells > 50 and 0 < area.area_km2 < 1
+    assert area.n_cells > 50
+    assert 0 < area.area_km2 < 1
     t0, t1 = _slot(flood["start"]), _slot(flood["end"])
     inside = [s for s in area.scenes if t0 <= s.tslot <= t1]
     outside = [s for s in area.scenes if not t0 <= s.tslot <= t1]
-    assert inside and outside
+    assert inside
+    assert outside
     assert all(s.median > 0.2 for s in inside)
     assert all(s.median < 0 for s in outside)
     for s in area.scenes:
-        assert s.p10 <= s.p25 <= s.median <= s.p75 <= s.p90 and s.n_clear <= s.n_total == area.n_cells
+        assert s.p10 <= s.p25 <= s.median <= s.p75 <= s.p90
+        assert s.n_clear <= s.n_total == area.n_cells
     an = area.anomaly
     assert an.latest_tslot == inside[-1].tslot
     if an.baseline_tslots:  # the tiny sample has Sep 2023 within +-30 days of 19 Aug
-        assert an.difference > 0.3 and an.z is not None and an.z > 2 and an.z_basis
+        assert an.difference > 0.3
+        assert an.z is not None
+        assert an.z > 2
+        assert an.z_basis
     else:
         assert an.reason
-    assert area.trend.slope_per_year is None and area.trend.reason
+    assert area.trend.slope_per_year is None
+    assert area.trend.reason
     png = base64.b64decode(ans.chart_png_base64)
-    assert png.startswith(b"\x89PNG") and ctx.charts.get(ans.chart_id) == png
+    assert png.startswith(b"\x89PNG")
+    assert ctx.charts.get(ans.chart_id) == png
     assert verify_answer(_roundtrip(ans)).ok
 
 
-def test_area_over_time_areas_thinning_exclusion_and_trend(ctx: ServiceContext, tiny_store: Any) -> None:
+def test_area_over_time_areas_thinning_exclusion_and_trend(
+    ctx: ServiceContext, tiny_store: Any
+) -> None:
     flood = tiny_store.event("flood")
     b = tiny_store.manifest["bbox"]  # [min_lng, min_lat, max_lng, max_lat]
     bbox = {"min_lat": b[1], "min_lng": b[0], "max_lat": b[3], "max_lng": b[2]}
-    ans = run(ctx, "area_over_time", {
-        "areas": [{"id": "flood", "geometry": flood["geometry"]}, {"id": "all", "bbox": bbox}],
-        "start_date": "2023-01-01", "end_date": "2024-12-31", "index": "ndvi", "max_scenes": 8, "chart": False,
-    })
+    ans = run(
+        ctx,
+        "area_over_time",
+        {
+            "areas": [{"id": "flood", "geometry": flood["geometry"]}, {"id": "all", "bbox": bbox}],
+            "start_date": "2023-01-01",
+            "end_date": "2024-12-31",
+            "index": "ndvi",
+            "max_scenes": 8,
+            "chart": False,
+        },
+    )
     assert [a.id for a in ans.areas] == ["flood", "all"]
-    assert ans.chart_id is None and ans.chart_png_base64 is None
+    assert ans.chart_id is None
+    assert ans.chart_png_base64 is None
     for area in ans.areas:
         assert len(area.scenes) == 8
-        assert any(e.tslot == _slot("2023-07-21") and "below the threshold" in e.reason for e in area.excluded)
+        assert any(
+            e.tslot == _slot("2023-07-21") and "below the threshold" in e.reason
+            for e in area.excluded
+        )
         kept_and_thinned = sorted([s.tslot for s in area.scenes] + area.thinned)
-        assert area.scenes[0].tslot == kept_and_thinned[0] and area.scenes[-1].tslot == kept_and_thinned[-1]
-        assert area.trend.slope_per_year is not None and 0 <= area.trend.mann_kendall_p <= 1
+        assert area.scenes[0].tslot == kept_and_thinned[0]
+        assert area.scenes[-1].tslot == kept_and_thinned[-1]
+        assert area.trend.slope_per_year is not None
+        assert 0 <= area.trend.mann_kendall_p <= 1
     assert ans.areas[1].n_cells > ans.areas[0].n_cells
     assert verify_answer(_roundtrip(ans)).ok
 
@@ -221,11 +311,15 @@ def test_area_over_time_areas_thinning_exclusion_and_trend(ctx: ServiceContext, 
 # --------------------------------------------------------------------------- find_similar / is_like
 
 
-def test_find_like_forest_key_returns_forest(ctx: ServiceContext, tiny_store: Any, forest_cells: list[str]) -> None:
+def test_find_like_forest_key_returns_forest(
+    ctx: ServiceContext, tiny_store: Any, forest_cells: list[str]
+) -> None:
     key = forest_cells[len(forest_cells) // 2]
     # the landcover map is of 2023: bound the vintage to 2023 (year slot 53)
     ans = run(ctx, "find_like", {"key": key, "k": 10, "as_of_tslot": 53})
-    assert ans.vintage == 2023 and ans.returned_k == 10 and ans.requested_k == 10
+    assert ans.vintage == 2023
+    assert ans.returned_k == 10
+    assert ans.requested_k == 10
     assert key not in [n.cell64 for n in ans.neighbours]
     scores = [n.score for n in ans.neighbours]
     assert scores == sorted(scores, reverse=True)
@@ -242,7 +336,9 @@ def _recall(ctx: ServiceContext, table: Any, n_keys: int) -> float:
         key = address.format_cell(int(table.cells[r]))
         exact = run(ctx, "find_similar", {"key": key, "k": 10, "mode": "cosine"})
         fast = run(ctx, "find_similar", {"key": key, "k": 10, "mode": "hamming_then_rerank"})
-        assert fast.rerank_multiple and fast.reranked > 10 and fast.cells_scanned == table.n
+        assert fast.rerank_multiple
+        assert fast.reranked > 10
+        assert fast.cells_scanned == table.n
         hits += len({n.cell64 for n in exact.neighbours} & {n.cell64 for n in fast.neighbours})
     return hits / (10 * n_keys)
 
@@ -258,19 +354,28 @@ def test_rerank_recall_at_10_synthetic(tmp_path: Any) -> None:
     from store.vectors import write_table
 
     cells, vectors, scales = tessera_like(50_000, seed=3)
-    write_table(tmp_path / "knn" / "geotessera" / "2024", cells, vectors, scales,
-                {"band": "geotessera", "tslot": 54, "vintage": 2024})
+    write_table(
+        tmp_path / "knn" / "geotessera" / "2024",
+        cells,
+        vectors,
+        scales,
+        {"band": "geotessera", "tslot": 54, "vintage": 2024},
+    )
     synthetic = ServiceContext(tmp_path, signer=Signer.generate())
     recall = _recall(synthetic, synthetic.table("geotessera/2024"), 40)
     assert recall >= 0.95, recall
     ans = run(synthetic, "find_similar", {"key": address.format_cell(int(cells[7])), "k": 3})
-    assert ans.snapshot_id.startswith("knn:") and verify_answer(_roundtrip(ans)).ok
+    assert ans.snapshot_id.startswith("knn:")
+    assert verify_answer(_roundtrip(ans)).ok
 
 
-def test_find_similar_modes_inline_filter_and_empty(ctx: ServiceContext, clearing_cell: str, forest_cells: list[str]) -> None:
+def test_find_similar_modes_inline_filter_and_empty(
+    ctx: ServiceContext, clearing_cell: str, forest_cells: list[str]
+) -> None:
     key = forest_cells[0]
     ham = run(ctx, "find_similar", {"cell64": key, "mode": "hamming", "k": 5})
-    assert ham.mode == "hamming" and all(-1 <= n.score <= 1 for n in ham.neighbours)
+    assert ham.mode == "hamming"
+    assert all(-1 <= n.score <= 1 for n in ham.neighbours)
     binary = run(ctx, "find_similar", {"cell": key, "band": "geotessera.bin128", "k": 5})
     assert binary.mode == "hamming"
     table = ctx.table("geotessera/2024")
@@ -281,17 +386,33 @@ def test_find_similar_modes_inline_filter_and_empty(ctx: ServiceContext, clearin
     assert inline.key == "inline"
     assert [n.cell64 for n in inline.neighbours][1:] == [n.cell64 for n in by_cell.neighbours][:4]
     # filter: NDVI > 0.5 on the cells' latest clear observation
-    filt = run(ctx, "find_similar", {"key": clearing_cell, "k": 10, "filter": {"band": "ndvi", "op": "gt", "value": 0.5}})
+    filt = run(
+        ctx,
+        "find_similar",
+        {"key": clearing_cell, "k": 10, "filter": {"band": "ndvi", "op": "gt", "value": 0.5}},
+    )
     assert filt.filter.eligible + filt.filter.dropped_false + filt.filter.dropped_no_fact == table.n
     for n in filt.neighbours:
-        assert run(ctx, "confirm", {"cell": n.cell64, "claim": {"band": "ndvi", "op": "gt", "value": 0.5}}).verdict == "true"
-    scoped = run(ctx, "find_similar", {"key": key, "k": 3, "scope": {"user_id": "u1"},
-                                       "as_of_signed_at": "2999-01-01T00:00:00Z"})
-    assert scoped.scope == {"user_id": "u1"} and any("single-tenant" in a for a in scoped.assumptions)
+        assert (
+            run(
+                ctx,
+                "confirm",
+                {"cell": n.cell64, "claim": {"band": "ndvi", "op": "gt", "value": 0.5}},
+            ).verdict
+            == "true"
+        )
+    scoped = run(
+        ctx,
+        "find_similar",
+        {"key": key, "k": 3, "scope": {"user_id": "u1"}, "as_of_signed_at": "2999-01-01T00:00:00Z"},
+    )
+    assert scoped.scope == {"user_id": "u1"}
+    assert any("single-tenant" in a for a in scoped.assumptions)
     assert any("as_of_signed_at" in a for a in scoped.assumptions)
     multi = run(ctx, "find_similar", {"key": key, "band": "geotessera.multi_year"})
     if ctx.table("geotessera.multi_year").n == 0:
-        assert multi.returned_k == 0 and "nobody has a vector nearby" in multi.note
+        assert multi.returned_k == 0
+        assert "nobody has a vector nearby" in multi.note
     assert verify_answer(_roundtrip(filt)).ok
 
 
@@ -301,7 +422,9 @@ def test_is_like(ctx: ServiceContext, clearing_cell: str, forest_cells: list[str
     ans = run(ctx, "is_like", {"a": clearing_cell, "b": forest_cells[0]})
     per = {v.vintage: v for v in ans.per_vintage}
     assert per[2023].cosine > 0.5 > per[2024].cosine  # forest both in 2023; cleared in 2024
-    assert ans.vintages_compared == [2023, 2024] and 2025 in per and per[2025].cosine is None
+    assert ans.vintages_compared == [2023, 2024]
+    assert 2025 in per
+    assert per[2025].cosine is None
     assert ans.cosine == pytest.approx((per[2023].cosine + per[2024].cosine) / 2)
     assert verify_answer(_roundtrip(ans)).ok
 
@@ -348,43 +471,159 @@ _GOOD_BBOX = {"min_lat": 23.359, "min_lng": 85.329, "max_lat": 23.361, "max_lng"
         ("did_change", {"cell": "C", "band": "ndvi", "window": ["a", "b"]}, "invalid_argument"),
         ("trajectory", {"cell": 12, "band": "ndvi"}, "invalid_argument"),
         ("trajectory", {"cell": "", "band": "ndvi"}, "invalid_cell"),
-        ("confirm", {"cell": "C", "claim": {"band": "ndvi", "op": "approx", "value": 1}}, "invalid_claim"),
-        ("confirm", {"cell": "C", "claim": {"band": "ndvi", "op": "gt", "value": "x"}}, "invalid_claim"),
-        ("confirm", {"cell": "C", "claim": {"band": "ndvi", "op": "gt", "value": 1, "agg": "median"}}, "invalid_claim"),
-        ("confirm", {"cell": "C", "claim": {"band": "ndvi", "op": "gt", "value": 1, "window": [3, 1]}}, "invalid_window"),
+        (
+            "confirm",
+            {"cell": "C", "claim": {"band": "ndvi", "op": "approx", "value": 1}},
+            "invalid_claim",
+        ),
+        (
+            "confirm",
+            {"cell": "C", "claim": {"band": "ndvi", "op": "gt", "value": "x"}},
+            "invalid_claim",
+        ),
+        (
+            "confirm",
+            {"cell": "C", "claim": {"band": "ndvi", "op": "gt", "value": 1, "agg": "median"}},
+            "invalid_claim",
+        ),
+        (
+            "confirm",
+            {"cell": "C", "claim": {"band": "ndvi", "op": "gt", "value": 1, "window": [3, 1]}},
+            "invalid_window",
+        ),
         ("confirm", {"cell": "C", "claim": {"band": "cloudiness", "op": "exists"}}, "unknown_band"),
         ("find_similar", {"key": "C", "k": 0}, "k_out_of_range"),
         ("find_similar", {"key": "C", "k": 1001}, "k_out_of_range"),
         ("find_similar", {"key": "C", "band": "geotessera.v9"}, "unknown_band"),
         ("find_similar", {"key": "C", "mode": "annoy"}, "invalid_mode"),
-        ("find_similar", {"key": "C", "band": "geotessera.multi_year", "mode": "hamming"}, "invalid_mode"),
+        (
+            "find_similar",
+            {"key": "C", "band": "geotessera.multi_year", "mode": "hamming"},
+            "invalid_mode",
+        ),
         ("find_similar", {"key": "inline:[1, 2, 3]"}, "dimension_mismatch"),
         ("find_similar", {"key": "inline:[1, 2,"}, "invalid_vector"),
         ("find_similar", {"key": "bad.cell"}, "invalid_cell"),
         ("find_similar", {}, "missing_key"),
         ("find_similar", {"key": "C", "as_of_signed_at": "yesterday"}, "invalid_date"),
-        ("find_similar", {"key": "C", "as_of_signed_at": "1990-01-01T00:00:00Z"}, "snapshot_not_found"),
+        (
+            "find_similar",
+            {"key": "C", "as_of_signed_at": "1990-01-01T00:00:00Z"},
+            "snapshot_not_found",
+        ),
         ("is_like", {"a": "C", "b": "nope"}, "invalid_cell"),
         ("area_over_time", {**_AOT, "bbox": _GOOD_BBOX, "index": "ndsi"}, "unknown_index"),
-        ("area_over_time", {**_AOT, "bbox": _GOOD_BBOX, "start_date": "2024-13-01"}, "invalid_date"),
-        ("area_over_time", {**_AOT, "bbox": _GOOD_BBOX, "start_date": "2025-01-01"}, "reversed_dates"),
+        (
+            "area_over_time",
+            {**_AOT, "bbox": _GOOD_BBOX, "start_date": "2024-13-01"},
+            "invalid_date",
+        ),
+        (
+            "area_over_time",
+            {**_AOT, "bbox": _GOOD_BBOX, "start_date": "2025-01-01"},
+            "reversed_dates",
+        ),
         ("area_over_time", {**_AOT, "bbox": _GOOD_BBOX, "max_scenes": 2}, "invalid_max_scenes"),
         ("area_over_time", {**_AOT, "bbox": _GOOD_BBOX, "max_scenes": 25}, "invalid_max_scenes"),
-        ("area_over_time", {**_AOT, "areas": [{"id": str(i), "bbox": _GOOD_BBOX} for i in range(7)]}, "too_many_areas"),
+        (
+            "area_over_time",
+            {**_AOT, "areas": [{"id": str(i), "bbox": _GOOD_BBOX} for i in range(7)]},
+            "too_many_areas",
+        ),
         ("area_over_time", {**_AOT, "geometry": _poly(1200)}, "too_many_vertices"),
         ("area_over_time", {**_AOT, "bbox": [23.0, 85.0, 23.2, 85.2]}, "area_too_large"),
-        ("area_over_time", {**_AOT, "geometry": {"type": "Polygon", "coordinates": [[[85.33, 23.36]]]}}, "invalid_geometry"),
-        ("area_over_time", {**_AOT, "geometry": {"type": "Point", "coordinates": [85.33, 23.36]}}, "invalid_geometry"),
-        ("area_over_time", {**_AOT, "geometry": {"type": "Polygon", "coordinates": [[[85.33, 23.36], [85.331, 23.361], [85.331, 23.36], [85.33, 23.361], [85.33, 23.36]]]}}, "invalid_geometry"),
-        ("area_over_time", {**_AOT, "geometry": {"type": "Polygon", "coordinates": [[[85.3, 95], [85.31, 95], [85.31, 94], [85.3, 95]]]}}, "invalid_latitude"),
-        ("area_over_time", {**_AOT, "bbox": {"min_lat": 23.4, "min_lng": 85.3, "max_lat": 23.3, "max_lng": 85.4}}, "invalid_bbox"),
+        (
+            "area_over_time",
+            {**_AOT, "geometry": {"type": "Polygon", "coordinates": [[[85.33, 23.36]]]}},
+            "invalid_geometry",
+        ),
+        (
+            "area_over_time",
+            {**_AOT, "geometry": {"type": "Point", "coordinates": [85.33, 23.36]}},
+            "invalid_geometry",
+        ),
+        (
+            "area_over_time",
+            {
+                **_AOT,
+                "geometry": {
+                    "type": "Polygon",
+                    "coordinates": [
+                        [
+                            [85.33, 23.36],
+                            [85.331, 23.361],
+                            [85.331, 23.36],
+                            [85.33, 23.361],
+                            [85.33, 23.36],
+                        ]
+                    ],
+                },
+            },
+            "invalid_geometry",
+        ),
+        (
+            "area_over_time",
+            {
+                **_AOT,
+                "geometry": {
+                    "type": "Polygon",
+                    "coordinates": [[[85.3, 95], [85.31, 95], [85.31, 94], [85.3, 95]]],
+                },
+            },
+            "invalid_latitude",
+        ),
+        (
+            "area_over_time",
+            {**_AOT, "bbox": {"min_lat": 23.4, "min_lng": 85.3, "max_lat": 23.3, "max_lng": 85.4}},
+            "invalid_bbox",
+        ),
         ("area_over_time", {**_AOT, "bbox": _GOOD_BBOX, "geometry": _poly(5)}, "invalid_geometry"),
         ("nonexistent", {}, "unknown_primitive"),
     ],
 )
-def test_bad_input_gets_its_code(ctx: ServiceContext, clearing_cell: str, name: str, args: dict[str, Any], code: str) -> None:
+def test_bad_input_gets_its_code(
+    ctx: ServiceContext, clearing_cell: str, name: str, args: dict[str, Any], code: str
+) -> None:
     args = json.loads(json.dumps(args).replace('"C"', json.dumps(clearing_cell)))
     with pytest.raises(ApiError) as info:
         run(ctx, name, args)
     assert info.value.code == code, info.value
     assert info.value.status in (400, 404, 422)
+
+
+# --------------------------------------------------------------------------- context caches
+
+
+def test_column_cache_is_bounded(tiny_store: Any, clearing_cell: str) -> None:
+    small = ServiceContext(tiny_store.data, signer=Signer.generate(), cache_bytes=1)
+    run(small, "trajectory", {"cell": clearing_cell, "band": "ndvi"})
+    info = small.cache_info()
+    assert info["columns"] == 1
+    assert info["limit"] == 1
+
+
+def test_new_snapshot_is_picked_up(tiny_store: Any, tmp_path: Any, clearing_cell: str) -> None:
+    import shutil
+
+    from store.cube import CubeWriter
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_store.data, data, symlinks=True)
+    live = ServiceContext(data, signer=Signer.generate(), tip_check_seconds=0.0)
+    before = run(live, "trajectory", {"cell": clearing_cell, "band": "ndvi"})
+    g = address.decode(clearing_cell)
+    t = before.valid_tslots[0]
+    CubeWriter(data).write_region(
+        "indices.ndvi",
+        [t],
+        g.lat_q,
+        g.lng_q,
+        np.full((1, 1, 1), 0.123, np.float32),
+        partition_key="test",
+    )
+    after = run(live, "trajectory", {"cell": clearing_cell, "band": "ndvi"})
+    assert after.snapshot_id != before.snapshot_id
+    assert after.points[0].value == pytest.approx(0.123)
+    # as_of_signed_at still reads the old snapshot
+    old = live.reader(as_of_signed_at=live.snapshot_time(before.snapshot_id).isoformat())
+    assert old.snapshot_id == before.snapshot_id

@@ -29,14 +29,16 @@ def test_claims_vectorised() -> None:
     all_ = evaluate(_claim(op="lt", value=0.3, window=[10, 30], agg="all"), t, v)
     assert all_.verdict.tolist() == [0, -1, 0]
     mean = evaluate(_claim(op="ge", value=0.4, window=[10, 30], agg="mean"), t, v)
-    assert mean.verdict.tolist() == [1, -1, 1] and mean.aggregate[0] == pytest.approx(1.3 / 3)
+    assert mean.verdict.tolist() == [1, -1, 1]
+    assert mean.aggregate[0] == pytest.approx(1.3 / 3)
     at = evaluate(_claim(op="eq", value=0.5, tslot=20), t, v)
     assert at.verdict.tolist() == [1, -1, -1]
     inn = evaluate(_claim(op="in", value=[0.9, 0.2], agg="all", window=[10, 30]), t, v)
     assert inn.verdict.tolist() == [0, -1, 1]
     ex = evaluate(_claim(op="exists", tslot=20), t, v)
     ab = evaluate(_claim(op="absent", tslot=20), t, v)
-    assert ex.verdict.tolist() == [1, 0, 0] and ab.verdict.tolist() == [0, 1, 1]
+    assert ex.verdict.tolist() == [1, 0, 0]
+    assert ab.verdict.tolist() == [0, 1, 1]
 
 
 @pytest.mark.parametrize(
@@ -69,31 +71,44 @@ def test_weighted_stats_equal_weights_match_numpy() -> None:
 
 def test_mann_kendall() -> None:
     s, p = mann_kendall(np.arange(10.0))
-    assert s == 45 and p < 0.001
+    assert s == 45
+    assert p < 0.001
     s, p = mann_kendall([1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
-    assert s == 0 and p == 1.0
+    assert s == 0
+    assert p == 1.0
     s, p = mann_kendall([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0])
-    assert -28 <= s <= 28 and 0 < p <= 1
+    assert -28 <= s <= 28
+    assert 0 < p <= 1
 
 
 def test_pick_even_keeps_ends() -> None:
     t = list(range(0, 100, 3))
     out = pick_even(t, 5)
-    assert len(out) == 5 and out[0] == 0 and out[-1] == 99 and out == sorted(set(out))
+    assert len(out) == 5
+    assert out[0] == 0
+    assert out[-1] == 99
+    assert out == sorted(set(out))
     assert pick_even([1, 2], 5) == [1, 2]
 
 
 def test_chart_store_bounded() -> None:
-    png = render_area_chart([ChartSeries("a", ["2024-01-01", "2024-02-01"], [0.1, 0.2], [0.0, 0.1], [0.2, 0.3])],
-                            title="t", ylabel="ndvi")
+    png = render_area_chart(
+        [ChartSeries("a", ["2024-01-01", "2024-02-01"], [0.1, 0.2], [0.0, 0.1], [0.2, 0.3])],
+        title="t",
+        ylabel="ndvi",
+    )
     assert png.startswith(b"\x89PNG")
     store = ChartStore(max_count=2)
     ids = [store.put(png + bytes([i])) for i in range(3)]
-    assert store.get(ids[0]) is None and store.get(ids[2]) is not None and len(store) == 2
+    assert store.get(ids[0]) is None
+    assert store.get(ids[2]) is not None
+    assert len(store) == 2
 
 
 def test_store_errors_map_to_api_codes() -> None:
     e = from_store_error(InvalidCell("bad"))
-    assert e.code == "invalid_cell" and e.status == 422
+    assert e.code == "invalid_cell"
+    assert e.status == 422
     e = from_store_error(SnapshotNotFound("gone"))
-    assert e.code == "snapshot_not_found" and e.status == 404
+    assert e.code == "snapshot_not_found"
+    assert e.status == 404

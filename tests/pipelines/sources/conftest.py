@@ -23,14 +23,21 @@ def load_fixture(name: str) -> dict[str, Any]:
     return json.loads((FIXTURES / name).read_text())
 
 
-def write_tif(path: Path, *, shape=(8, 8), dtype="uint16", value=1500, nodata=0, epsg=EPSG,
-              res=10.0) -> Path:
+def write_tif(
+    path: Path, *, shape=(8, 8), dtype="uint16", value=1500, nodata=0, epsg=EPSG, res=10.0
+) -> Path:
     """A tiny tiled GeoTIFF in UTM 45N."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = np.full(shape, value, dtype=dtype)
     profile = {
-        "driver": "GTiff", "height": shape[0], "width": shape[1], "count": 1, "dtype": dtype,
-        "crs": f"EPSG:{epsg}", "transform": Affine(res, 0.0, ORIGIN[0], 0.0, -res, ORIGIN[1]), "nodata": nodata,
+        "driver": "GTiff",
+        "height": shape[0],
+        "width": shape[1],
+        "count": 1,
+        "dtype": dtype,
+        "crs": f"EPSG:{epsg}",
+        "transform": Affine(res, 0.0, ORIGIN[0], 0.0, -res, ORIGIN[1]),
+        "nodata": nodata,
     }
     with rasterio.open(path, "w", **profile) as ds:
         ds.write(data, 1)
@@ -54,8 +61,15 @@ S2_SPECS = [
     ("s2-noscl", 85.30, 23.35, datetime(2023, 1, 20, 4, 50, tzinfo=UTC), 2.0, ("scl",), True),
     ("s2-nocrs", 85.30, 23.35, datetime(2023, 1, 25, 4, 50, tzinfo=UTC), 2.0, (), False),
 ]
-S2_ROLES = {"blue": "B02", "green": "B03", "red": "B04", "nir": "B08", "swir16": "B11",
-            "swir22": "B12", "scl": "SCL"}
+S2_ROLES = {
+    "blue": "B02",
+    "green": "B03",
+    "red": "B04",
+    "nir": "B08",
+    "swir16": "B11",
+    "swir22": "B12",
+    "scl": "SCL",
+}
 S1_SPECS = [
     ("s1-a", 85.30, 23.35, datetime(2023, 1, 6, 0, 30, tzinfo=UTC)),
     ("s1-b", 85.30, 23.35, datetime(2023, 1, 18, 0, 30, tzinfo=UTC)),
@@ -76,8 +90,11 @@ def build_catalog(root: Path) -> Path:
     data_dir = root / "data"
     for item_id, lon, lat, when, cloud, missing, crs_ok in S2_SPECS:
         geometry, bbox = _square(lon, lat)
-        props: dict[str, Any] = {"eo:cloud_cover": cloud, "platform": "sentinel-2b",
-                                 "s2:processing_baseline": "05.09" if when.year > 2021 else "03.01"}
+        props: dict[str, Any] = {
+            "eo:cloud_cover": cloud,
+            "platform": "sentinel-2b",
+            "s2:processing_baseline": "05.09" if when.year > 2021 else "03.01",
+        }
         if crs_ok:
             props["proj:epsg"] = EPSG
         else:
@@ -87,22 +104,34 @@ def build_catalog(root: Path) -> Path:
             if role in missing:
                 continue
             res = 20.0 if role in ("swir16", "swir22", "scl") else 10.0
-            tif = write_tif(data_dir / item_id / f"{band}.tif", shape=(4, 4) if res == 20 else (8, 8),
-                            dtype="uint8" if role == "scl" else "uint16",
-                            value=4 if role == "scl" else 2500, res=res)
-            item.add_asset(band, pystac.Asset(href=str(tif), media_type=pystac.MediaType.COG,
-                                              roles=["data"]))
+            tif = write_tif(
+                data_dir / item_id / f"{band}.tif",
+                shape=(4, 4) if res == 20 else (8, 8),
+                dtype="uint8" if role == "scl" else "uint16",
+                value=4 if role == "scl" else 2500,
+                res=res,
+            )
+            item.add_asset(
+                band, pystac.Asset(href=str(tif), media_type=pystac.MediaType.COG, roles=["data"])
+            )
         s2.add_item(item)
     for item_id, lon, lat, when in S1_SPECS:
         geometry, bbox = _square(lon, lat)
-        item = pystac.Item(item_id, geometry, bbox, when,
-                           {"proj:epsg": EPSG, "sar:instrument_mode": "IW"},
-                           collection="sentinel-1-rtc")
+        item = pystac.Item(
+            item_id,
+            geometry,
+            bbox,
+            when,
+            {"proj:epsg": EPSG, "sar:instrument_mode": "IW"},
+            collection="sentinel-1-rtc",
+        )
         for pol in ("vv", "vh"):
-            tif = write_tif(data_dir / item_id / f"{pol}.tif", dtype="float32", value=0.05,
-                            nodata=None)
-            item.add_asset(pol, pystac.Asset(href=str(tif), media_type=pystac.MediaType.COG,
-                                             roles=["data"]))
+            tif = write_tif(
+                data_dir / item_id / f"{pol}.tif", dtype="float32", value=0.05, nodata=None
+            )
+            item.add_asset(
+                pol, pystac.Asset(href=str(tif), media_type=pystac.MediaType.COG, roles=["data"])
+            )
         s1.add_item(item)
     cat.normalize_hrefs(str(root / "catalog"))
     cat.make_all_asset_hrefs_relative()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import date
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -43,16 +43,21 @@ def test_loopback_api_matches_static_catalog(small_catalog: Path, loopback_api: 
     static = StaticCatalogSource(small_catalog).search(*query)
     api = StacApiSource(loopback_api, page_size=2).search(*query)  # small pages: paging runs
     assert api.ids == static.ids
-    assert {(s.item_id, s.code) for s in api.skipped} == {(s.item_id, s.code) for s in static.skipped}
+    assert {(s.item_id, s.code) for s in api.skipped} == {
+        (s.item_id, s.code) for s in static.skipped
+    }
     for a, b in zip(api.items, static.items, strict=True):
-        assert a.assets == b.assets and a.datetime == b.datetime and a.bbox == b.bbox
+        assert a.assets == b.assets
+        assert a.datetime == b.datetime
+        assert a.bbox == b.bbox
 
 
 def test_loopback_server_has_no_query_extension_so_cloud_is_client_side(loopback_api: str) -> None:
     src = StacApiSource(loopback_api)
     assert src.cloud_mode() == "client"
     res = src.search("sentinel-2-l2a", AOI, date(2023, 1, 1), date(2023, 1, 31), max_cloud=50)
-    assert res.cloud_filter == "client" and res.ids == ("s2-a", "s2-b")
+    assert res.cloud_filter == "client"
+    assert res.ids == ("s2-a", "s2-b")
 
 
 def test_injected_modifier_sees_every_page(loopback_api: str) -> None:
@@ -66,7 +71,8 @@ def test_injected_modifier_sees_every_page(loopback_api: str) -> None:
 
     src = open_source({"kind": "stac_api", "url": loopback_api}, modifier=modifier)
     res = src.search("sentinel-1-rtc", AOI, date(2023, 1, 1), date(2023, 1, 31))
-    assert calls and res.items
+    assert calls
+    assert res.items
     assert all(a.href.endswith("?signed=1") for it in res.items for a in it.assets.values())
 
 
@@ -80,17 +86,19 @@ def test_unreachable_api_raises_quickly() -> None:
     url = f"http://127.0.0.1:{_closed_port()}"
     t0 = time.perf_counter()
     with pytest.raises(CatalogUnreachable) as err:
-        StacApiSource(url, timeout_s=2, max_retries=0).search("sentinel-2-l2a", AOI, date(2023, 1, 1),
-                                                date(2023, 1, 2))
+        StacApiSource(url, timeout_s=2, max_retries=0).search(
+            "sentinel-2-l2a", AOI, date(2023, 1, 1), date(2023, 1, 2)
+        )
     assert time.perf_counter() - t0 < 5
-    assert err.value.url == url and err.value.code == "catalog_unreachable"
+    assert err.value.url == url
+    assert err.value.code == "catalog_unreachable"
 
 
 class _FakeApi(BaseHTTPRequestHandler):
     """Landing page advertising chosen conformance; records POST /search bodies."""
 
-    conforms: list[str] = []
-    bodies: list[dict] = []
+    conforms: ClassVar[list[str]] = []
+    bodies: ClassVar[list[dict]] = []
     status = 200
 
     def log_message(self, *args: Any) -> None:
@@ -108,20 +116,39 @@ class _FakeApi(BaseHTTPRequestHandler):
         if type(self).status != 200:
             self._send(type(self).status, {"code": "oops"})
             return
-        base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        host = self.headers.get("Host", "127.0.0.1")
+        base = f"http://{host}"
         if self.path.startswith("/token/"):
             _, _, account, container = self.path.split("/")
             type(self).bodies.append({"token_for": [account, container]})
-            self._send(200, {"token": f"sv=2021&se=x&sig={account}-{container}",
-                             "msft:expiry": "2099-01-01T00:00:00Z"})
+            self._send(
+                200,
+                {
+                    "token": f"sv=2021&se=x&sig={account}-{container}",
+                    "msft:expiry": "2099-01-01T00:00:00Z",
+                },
+            )
             return
-        self._send(200, {
-            "type": "Catalog", "id": "fake", "description": "fake", "stac_version": "1.0.0",
-            "conformsTo": type(self).conforms,
-            "links": [{"rel": "self", "href": base + "/"}, {"rel": "root", "href": base + "/"},
-                      {"rel": "search", "href": base + "/search", "method": "POST",
-                       "type": "application/geo+json"}],
-        })
+        self._send(
+            200,
+            {
+                "type": "Catalog",
+                "id": "fake",
+                "description": "fake",
+                "stac_version": "1.0.0",
+                "conformsTo": type(self).conforms,
+                "links": [
+                    {"rel": "self", "href": base + "/"},
+                    {"rel": "root", "href": base + "/"},
+                    {
+                        "rel": "search",
+                        "href": base + "/search",
+                        "method": "POST",
+                        "type": "application/geo+json",
+                    },
+                ],
+            },
+        )
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -134,7 +161,7 @@ class _FakeApi(BaseHTTPRequestHandler):
 def fake_api() -> Iterator[tuple[str, type[_FakeApi]]]:
     handler = type("Handler", (_FakeApi,), {"conforms": [], "bodies": [], "status": 200})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", handler
@@ -157,10 +184,12 @@ def test_cloud_bound_follows_conformance(fake_api, extra, mode, key) -> None:
     url, handler = fake_api
     handler.conforms = BASE + extra
     res = StacApiSource(url, provider="planetary-computer").search(
-        "sentinel-2-l2a", AOI, date(2023, 4, 1), date(2023, 4, 30), max_cloud=20)
+        "sentinel-2-l2a", AOI, date(2023, 4, 1), date(2023, 4, 30), max_cloud=20
+    )
     assert res.cloud_filter == mode
     (body,) = handler.bodies
-    assert key in body and body["collections"] == ["sentinel-2-l2a"]
+    assert key in body
+    assert body["collections"] == ["sentinel-2-l2a"]
     assert body["datetime"] == "2023-04-01T00:00:00.000000Z/2023-04-30T23:59:59.999999Z"
     if key == "query":
         assert body["query"] == {"eo:cloud_cover": {"lt": 20}}
@@ -174,15 +203,20 @@ def test_server_error_status_is_carried(fake_api) -> None:
     handler.status = 503
     with pytest.raises(CatalogUnreachable) as err:
         StacApiSource(url, max_retries=0).search(
-            "sentinel-2-l2a", AOI, date(2023, 1, 1), date(2023, 1, 2))
+            "sentinel-2-l2a", AOI, date(2023, 1, 1), date(2023, 1, 2)
+        )
     assert err.value.status == 503
 
 
 def test_planetary_computer_signing_with_fake_token_endpoint(fake_api) -> None:
     url, handler = fake_api
     handler.conforms = BASE
-    cfg = {"kind": "stac_api", "url": url, "preset": "planetary-computer",
-           "token_endpoint": url + "/token"}
+    cfg = {
+        "kind": "stac_api",
+        "url": url,
+        "preset": "planetary-computer",
+        "token_endpoint": url + "/token",
+    }
     res = open_source(cfg).search("sentinel-2-l2a", AOI, date(2023, 4, 1), date(2023, 4, 30))
     (scene,) = res.items
     red = scene.assets["red"].href
@@ -224,4 +258,5 @@ def test_config_validation() -> None:
     with pytest.raises(ValueError, match="unknown source config"):
         open_source({"kind": "static", "path": "x", "colour": "red"})
     src = open_source({"kind": "stac_api", "preset": "earth-search"})
-    assert isinstance(src, StacApiSource) and src.url.startswith("https://earth-search")
+    assert isinstance(src, StacApiSource)
+    assert src.url.startswith("https://earth-search")

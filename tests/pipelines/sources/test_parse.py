@@ -37,7 +37,8 @@ def test_each_convention_parses_to_canonical_roles(s2_item: dict) -> None:
     assert scene.datetime == datetime(2023, 4, 15, 4, 52, 31, 24000, tzinfo=UTC)
     assert scene.cloud_cover == pytest.approx(12.5)
     assert scene.processing_baseline == "05.09"
-    assert scene.source_href is not None and scene.source_href.startswith("https://")
+    assert scene.source_href is not None
+    assert scene.source_href.startswith("https://")
 
 
 def test_three_conventions_agree_on_everything_but_provenance() -> None:
@@ -50,8 +51,15 @@ def test_three_conventions_agree_on_everything_but_provenance() -> None:
         }
 
     first = essence(scenes[0])
-    assert first["red"] == ("B04", 1e-4, -0.1, 0.0, 32645,
-                            (10.0, 0.0, 300000.0, 0.0, -10.0, 2600040.0), (10980, 10980))
+    assert first["red"] == (
+        "B04",
+        1e-4,
+        -0.1,
+        0.0,
+        32645,
+        (10.0, 0.0, 300000.0, 0.0, -10.0, 2600040.0),
+        (10980, 10980),
+    )
     assert first["swir16"][6] == (5490, 5490)  # 20 m band (CDSE: B11_20m chosen over B11_60m)
     assert first["scl"][1:4] == (1.0, 0.0, 0.0)  # classes: not scaled
     for other in scenes[1:]:
@@ -70,8 +78,11 @@ def test_sentinel1_rtc_roles() -> None:
     assert set(scene.assets) == {"vv", "vh"}
     vv = scene.assets["vv"]
     assert (vv.band, vv.scale, vv.offset, vv.scale_source) == ("VV", 1.0, 0.0, "identity")
-    assert vv.nodata == -32768.0 and vv.dtype == "float32" and vv.crs == 32645
-    assert scene.cloud_cover is None and scene.processing_baseline is None
+    assert vv.nodata == -32768.0
+    assert vv.dtype == "float32"
+    assert vv.crs == 32645
+    assert scene.cloud_cover is None
+    assert scene.processing_baseline is None
 
 
 def _strip_raster(item: dict) -> dict:
@@ -137,7 +148,9 @@ def test_missing_asset_is_a_skip_with_reason() -> None:
     assert err.value.roles == ("scl",)
     skip = parse_or_skip(item)
     assert isinstance(skip, Skip)
-    assert skip.code == "missing_asset" and "scl" in skip.reason and skip.item_id == item["id"]
+    assert skip.code == "missing_asset"
+    assert "scl" in skip.reason
+    assert skip.item_id == item["id"]
     # Optional roles may be absent: swir22 is not required by default.
     item = load_fixture("planetary_computer_s2_l2a.json")
     del item["assets"]["B12"]
@@ -158,7 +171,8 @@ def test_unknown_crs_is_a_skip(mutate) -> None:
     with pytest.raises(UnknownCRS):
         parse_item(item)
     skip = parse_or_skip(item)
-    assert isinstance(skip, Skip) and skip.code == "unknown_crs"
+    assert isinstance(skip, Skip)
+    assert skip.code == "unknown_crs"
 
 
 def test_bad_proj_code_on_asset_is_a_skip_and_asset_crs_overrides_item() -> None:
@@ -168,7 +182,9 @@ def test_bad_proj_code_on_asset_is_a_skip_and_asset_crs_overrides_item() -> None
     assert parse_item(item).assets["nir"].crs == 32645
     item["assets"]["B04_10m"]["proj:code"] = "NOT:ACRS"
     skip = parse_or_skip(item)
-    assert isinstance(skip, Skip) and skip.code == "unknown_crs" and "B04_10m" in skip.reason
+    assert isinstance(skip, Skip)
+    assert skip.code == "unknown_crs"
+    assert "B04_10m" in skip.reason
 
 
 @pytest.mark.parametrize(
@@ -185,7 +201,8 @@ def test_corrupt_items_are_skips(mutate) -> None:
     item = load_fixture("planetary_computer_s2_l2a.json")
     mutate(item)
     skip = parse_or_skip(item)
-    assert isinstance(skip, Skip) and skip.code == "corrupt_item"
+    assert isinstance(skip, Skip)
+    assert skip.code == "corrupt_item"
     with pytest.raises(CorruptItem):
         parse_item(item)
 

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.sources import StacApiSource, StaticCatalogSource, TesseraRegistrySource, serve_catalog
+from pipelines.sources import (
+    StacApiSource,
+    StaticCatalogSource,
+    TesseraRegistrySource,
+    serve_catalog,
+)
 
 sample = pytest.importorskip(
     "pipelines.sample", reason="pipelines.sample (build_sample) is not importable yet"
@@ -41,12 +46,14 @@ def tiny_api(tiny: Path) -> Iterator[str]:
         ("tessera-embeddings", date(2024, 1, 1), date(2024, 12, 31), None),
     ],
 )
-def test_static_and_loopback_agree_on_the_sample(tiny, tiny_api, collection, start, end,
-                                                  max_cloud) -> None:
+def test_static_and_loopback_agree_on_the_sample(
+    tiny, tiny_api, collection, start, end, max_cloud
+) -> None:
     static = StaticCatalogSource(tiny).search(collection, AOI, start, end, max_cloud)
     api = StacApiSource(tiny_api).search(collection, AOI, start, end, max_cloud)
     assert static.items, "the sample should have scenes here"
-    assert static.skipped == () and api.skipped == ()
+    assert static.skipped == ()
+    assert api.skipped == ()
     assert api.ids == static.ids
     assert [i.assets for i in api.items] == [i.assets for i in static.items]
 
@@ -54,10 +61,12 @@ def test_static_and_loopback_agree_on_the_sample(tiny, tiny_api, collection, sta
 def test_sample_scenes_parse_and_read(tiny: Path) -> None:
     from pipelines.sources import check_readable
 
-    res = StaticCatalogSource(tiny).search("sentinel-2-l2a", AOI, date(2023, 1, 1),
-                                           date(2024, 12, 31))
+    res = StaticCatalogSource(tiny).search(
+        "sentinel-2-l2a", AOI, date(2023, 1, 1), date(2024, 12, 31)
+    )
     first = res.items[0]
-    assert first.assets["red"].crs == 32645 and first.processing_baseline is not None
+    assert first.assets["red"].crs == 32645
+    assert first.processing_baseline is not None
     assert all(check_readable(a, first.id) is None for a in first.assets.values())
 
 
@@ -71,6 +80,9 @@ def test_registry_layout_matches_catalog_tessera_items(tiny: Path) -> None:
     key = lambda res: sorted(  # noqa: E731
         (i.tessera_year, Path(i.assets["embedding"].href).name) for i in res.items
     )
-    assert key(from_catalog) == key(from_registry) and key(from_registry)
-    assert from_registry.items[0].assets["embedding"].crs == from_catalog.items[0].assets[
-        "embedding"].crs
+    assert key(from_catalog) == key(from_registry)
+    assert key(from_registry)
+    assert (
+        from_registry.items[0].assets["embedding"].crs
+        == from_catalog.items[0].assets["embedding"].crs
+    )

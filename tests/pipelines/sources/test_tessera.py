@@ -37,8 +37,12 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
             if not (year == 2024 and lon == 85.45):  # one tile-year lacks its scales
                 np.save(tile / f"{grid}_scales.npy", np.ones((6, 5), dtype=np.float32))
     for lon in (85.35, 85.45):
-        write_tif(root / LANDMASKS_DIR / f"{grid_name(lon, 23.35)}.tiff", shape=(6, 5),
-                  dtype="uint8", value=1)
+        write_tif(
+            root / LANDMASKS_DIR / f"{grid_name(lon, 23.35)}.tiff",
+            shape=(6, 5),
+            dtype="uint8",
+            value=1,
+        )
     return root
 
 
@@ -52,24 +56,30 @@ def _check(res, root_label: str) -> None:
         ("tessera_2024_grid_85.45_23.35", "missing_asset")
     ]
     item = res.items[0]
-    assert item.kind == "tessera" and item.tessera_year == 2023
+    assert item.kind == "tessera"
+    assert item.tessera_year == 2023
     assert set(item.assets) == {"embedding", "scales", "landmask"}
     emb = item.assets["embedding"]
-    assert emb.crs == 32645 and emb.shape == (6, 5) and emb.transform is not None
+    assert emb.crs == 32645
+    assert emb.shape == (6, 5)
+    assert emb.transform is not None
 
 
 def test_local_registry(registry: Path) -> None:
     src = open_source({"kind": "tessera_registry", "path": str(registry)})
-    res = src.search("tessera-embeddings", (85.31, 23.31, 85.49, 23.39), date(2023, 3, 1),
-                     date(2024, 2, 1))
+    res = src.search(
+        "tessera-embeddings", (85.31, 23.31, 85.49, 23.39), date(2023, 3, 1), date(2024, 2, 1)
+    )
     _check(res, "local")
     assert all(check_readable(a) is None for a in res.items[0].assets.values())
-    only_2024 = src.search("tessera-embeddings", (85.31, 23.31, 85.39, 23.39), date(2024, 1, 1),
-                           date(2024, 12, 31))
+    only_2024 = src.search(
+        "tessera-embeddings", (85.31, 23.31, 85.39, 23.39), date(2024, 1, 1), date(2024, 12, 31)
+    )
     assert only_2024.ids == ("tessera_2024_grid_85.35_23.35",)
     with pytest.raises(UnknownCollection):
-        src.search("sentinel-2-l2a", (85.31, 23.31, 85.39, 23.39), date(2024, 1, 1),
-                   date(2024, 12, 31))
+        src.search(
+            "sentinel-2-l2a", (85.31, 23.31, 85.39, 23.39), date(2024, 1, 1), date(2024, 12, 31)
+        )
 
 
 def test_missing_landmask_is_unknown_crs(registry: Path, tmp_path: Path) -> None:
@@ -78,9 +88,11 @@ def test_missing_landmask_is_unknown_crs(registry: Path, tmp_path: Path) -> None
     copy = tmp_path / "reg"
     shutil.copytree(registry, copy)
     (copy / LANDMASKS_DIR / "grid_85.35_23.35.tiff").unlink()
-    res = TesseraRegistrySource(copy).search("tessera-embeddings", (85.31, 23.31, 85.39, 23.39),
-                                              date(2023, 1, 1), date(2023, 12, 31))
-    assert res.ids == () and [s.code for s in res.skipped] == ["unknown_crs"]
+    res = TesseraRegistrySource(copy).search(
+        "tessera-embeddings", (85.31, 23.31, 85.39, 23.39), date(2023, 1, 1), date(2023, 12, 31)
+    )
+    assert res.ids == ()
+    assert [s.code for s in res.skipped] == ["unknown_crs"]
 
 
 @pytest.fixture
@@ -89,8 +101,10 @@ def http_registry(registry: Path) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(registry)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(registry))
+    )
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -101,6 +115,7 @@ def http_registry(registry: Path) -> Iterator[str]:
 
 def test_registry_over_http_base_url(http_registry: str) -> None:
     res = TesseraRegistrySource(http_registry).search(
-        "tessera-embeddings", (85.31, 23.31, 85.49, 23.39), date(2023, 3, 1), date(2024, 2, 1))
+        "tessera-embeddings", (85.31, 23.31, 85.49, 23.39), date(2023, 3, 1), date(2024, 2, 1)
+    )
     _check(res, "http")
     assert res.items[0].assets["embedding"].href.startswith(http_registry)
