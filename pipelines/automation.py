@@ -18,7 +18,7 @@ from dagster import (
     sensor,
 )
 
-from pipelines.partitions import SCENE_PARTITIONS, register_area_blocks, scene_key, week_key_of
+from pipelines.partitions import register_area_blocks, scene_key, week_key_of
 from pipelines.resources import AreaResource, SceneSourceResource
 
 __all__ = ["daily_ingest", "scene_ingest_job", "stac_new_items_sensor"]
@@ -26,7 +26,6 @@ __all__ = ["daily_ingest", "scene_ingest_job", "stac_new_items_sensor"]
 scene_ingest_job = define_asset_job(
     "scene_ingest",
     selection=AssetSelection.groups("sentinel2", "sentinel1"),
-    partitions_def=SCENE_PARTITIONS,
 )
 
 

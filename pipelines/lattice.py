@@ -167,7 +167,7 @@ def read_onto_lattice(
         if r1 <= r0 or c1 <= c0:  # the scene misses the window
             return np.full(window.shape, dst_nodata, dtype=dst_dtype)
         band = np.asarray(da.isel(band=0, y=slice(r0, r1), x=slice(c0, c1)).values)
-    sub_transform = transform * Affine.translation(c0, r0)
+    sub_transform = transform @ Affine.translation(c0, r0)
     return reproject_onto_lattice(
         band,
         crs,

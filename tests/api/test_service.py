@@ -410,9 +410,9 @@ def test_find_similar_modes_inline_filter_and_empty(
     assert any("single-tenant" in a for a in scoped.assumptions)
     assert any("as_of_signed_at" in a for a in scoped.assumptions)
     multi = run(ctx, "find_similar", {"key": key, "band": "geotessera.multi_year"})
-    if ctx.table("geotessera.multi_year").n == 0:
-        assert multi.returned_k == 0
-        assert "nobody has a vector nearby" in multi.note
+    assert ctx.table("geotessera.multi_year").n > 0
+    assert multi.returned_k == 10
+    assert multi.neighbours[0].band == "geotessera.multi_year"
     assert verify_answer(_roundtrip(filt)).ok
 
 
@@ -423,8 +423,7 @@ def test_is_like(ctx: ServiceContext, clearing_cell: str, forest_cells: list[str
     per = {v.vintage: v for v in ans.per_vintage}
     assert per[2023].cosine > 0.5 > per[2024].cosine  # forest both in 2023; cleared in 2024
     assert ans.vintages_compared == [2023, 2024]
-    assert 2025 in per
-    assert per[2025].cosine is None
+    assert set(per) == {2023, 2024}  # only vintages the catalog has
     assert ans.cosine == pytest.approx((per[2023].cosine + per[2024].cosine) / 2)
     assert verify_answer(_roundtrip(ans)).ok
 

@@ -1,0 +1,167 @@
+"""A small closed-loop HTTP/1.1 load generator (wrk-like), run as its own process.
+
+``connections`` keep-alive connections each send one request, read the whole
+response, record its latency and send the next, until ``seconds`` have passed.
+Requests are pre-encoded bytes and responses are parsed only as far as the
+status line and ``Content-Length``, so the generator spends far less CPU per
+request than an HTTP client library would (on a 2-core machine the generator
+and the server share the CPU; a heavy client would be measured instead of the
+server). Non-200 answers and transport errors are counted, not timed.
+
+    python -m bench.loadgen --url http://127.0.0.1:8000/v1/did_change --body '{...}' \
+        --connections 16 --seconds 10 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["main", "run_load"]
+
+
+def _request(method: str, host: str, port: int, path: str, body: bytes) -> bytes:
+    head = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Connection: keep-alive",
+        "Accept: application/json",
+    ]
+    if method == "POST":
+        head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + (body if method == "POST" else b"")
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split(b" ", 2)[1])
+    length = None
+    chunked = False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        lname = name.strip().lower()
+        if lname == b"content-length":
+            length = int(value.strip())
+        elif lname == b"transfer-encoding" and b"chunked" in value.lower():
+            chunked = True
+    if length is not None:
+        return status, await reader.readexactly(length)
+    if chunked:
+        parts = []
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                return status, b"".join(parts)
+            parts.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+    raise ValueError("response without Content-Length or chunked encoding")
+
+
+async def _worker(
+    host: str,
+    port: int,
+    req: bytes,
+    deadline: float,
+    lat: list[float],
+    counts: dict[str, int],
+    first_body: list[bytes],
+) -> None:
+    reader = writer = None
+    while time.perf_counter() < deadline:
+        try:
+            if writer is None:
+                reader, writer = await asyncio.open_connection(host, port)
+            assert reader is not None
+            t0 = time.perf_counter()
+            writer.write(req)
+            status, body = await _read_response(reader)
+            dt = time.perf_counter() - t0
+            if status == 200:
+                lat.append(dt)
+                if not first_body:
+                    first_body.append(body)
+            else:
+                counts["non_200"] += 1
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            counts["errors"] += 1
+            if writer is not None:
+                writer.close()
+            reader = writer = None
+    if writer is not None:
+        writer.close()
+
+
+async def _run(url: str, body: bytes, connections: int, seconds: float) -> dict[str, Any]:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    method = "POST" if body else "GET"
+    req = _request(method, host, port, parts.path or "/", body)
+    lat: list[float] = []
+    counts = {"non_200": 0, "errors": 0}
+    first: list[bytes] = []
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    await asyncio.gather(
+        *(_worker(host, port, req, deadline, lat, counts, first) for _ in range(connections))
+    )
+    wall = time.perf_counter() - t0
+    lat.sort()
+
+    def q(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else float("nan")
+
+    return {
+        "url": url,
+        "connections": connections,
+        "seconds": wall,
+        "requests_ok": len(lat),
+        "non_200": counts["non_200"],
+        "errors": counts["errors"],
+        "rps": len(lat) / wall,
+        "latency_ms": {
+            "p50": q(0.50) * 1e3,
+            "p90": q(0.90) * 1e3,
+            "p99": q(0.99) * 1e3,
+            "max": (lat[-1] * 1e3) if lat else float("nan"),
+        },
+        "first_body_bytes": len(first[0]) if first else 0,
+        "first_body_head": first[0][:200].decode("utf-8", "replace") if first else "",
+    }
+
+
+def run_load(url: str, body: bytes, connections: int, seconds: float) -> dict[str, Any]:
+    """Run the closed loop (uvloop when installed) and return counts, rps and latency quantiles."""
+    try:
+        import uvloop
+
+        return uvloop.run(_run(url, body, connections, seconds))
+    except ImportError:
+        return asyncio.run(_run(url, body, connections, seconds))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--body", default="", help="JSON body (POST); empty = GET")
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--json", help="write the result here (else stdout)")
+    args = ap.parse_args(argv)
+    res = run_load(args.url, args.body.encode(), args.connections, args.seconds)
+    text = json.dumps(res, indent=2)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
