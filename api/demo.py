@@ -1,6 +1,6 @@
 """The main job behind ``make run``: build the demo sample area, ingest it through Dagster, answer queries.
 
-    python -m api.demo [--data data] [--size demo|tiny] [--serve]
+python -m api.demo [--data data] [--size demo|tiny] [--serve]
 """
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ def _address_demo() -> None:
     cell = address.encode(23.36, 85.33)
     geo = address.decode(cell)
     blk = address.block_of(geo.lat_q, geo.lng_q, 7)
-    print(f"  cell64 of (23.36, 85.33): {cell}; centre ({geo.lat:.6f}, {geo.lng:.6f}); block {blk.id}")
-    print(f"  tslot of 2024-03-15: day {tslot.day_slot('2024-03-15')}, year {tslot.year_slot('2024-03-15')}")
+    print(
+        f"  cell64 of (23.36, 85.33): {cell}; centre ({geo.lat:.6f}, {geo.lng:.6f}); block {blk.id}"
+    )
+    print(
+        f"  tslot of 2024-03-15: day {tslot.day_slot('2024-03-15')}, year {tslot.year_slot('2024-03-15')}"
+    )
 
 
 def _queries(data: Path, manifest: dict[str, Any]) -> None:

@@ -40,14 +40,20 @@ PRIMITIVES: dict[str, Primitive] = {}
 
 
 def primitive(
-    name: str, input_model: type[BaseModel], output_model: type[BaseModel], summary: str, description: str = ""
+    name: str,
+    input_model: type[BaseModel],
+    output_model: type[BaseModel],
+    summary: str,
+    description: str = "",
 ) -> Callable[[Callable[[Any, Any], BaseModel]], Callable[[Any, Any], BaseModel]]:
     """Decorator registering a service function as a primitive."""
 
     def wrap(fn: Callable[[Any, Any], BaseModel]) -> Callable[[Any, Any], BaseModel]:
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} registered twice")
-        PRIMITIVES[name] = Primitive(name, input_model, output_model, fn, summary, description or (fn.__doc__ or ""))
+        PRIMITIVES[name] = Primitive(
+            name, input_model, output_model, fn, summary, description or (fn.__doc__ or "")
+        )
         return fn
 
     return wrap

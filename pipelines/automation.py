@@ -1,6 +1,5 @@
 """Schedules and sensors: a daily ingest of the current week, and a STAC sensor for new items."""
 
-
 import json
 from datetime import UTC, date, datetime, timedelta
 
@@ -29,7 +28,12 @@ scene_ingest_job = define_asset_job(
 )
 
 
-@schedule(job=scene_ingest_job, cron_schedule="0 6 * * *", execution_timezone="UTC", default_status=DefaultScheduleStatus.STOPPED)
+@schedule(
+    job=scene_ingest_job,
+    cron_schedule="0 6 * * *",
+    execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.STOPPED,
+)
 def daily_ingest(context: ScheduleEvaluationContext, area: AreaResource) -> list[RunRequest]:
     """Every morning: (re)ingest the current and previous week for every block of the area."""
     today = context.scheduled_execution_time.date()
@@ -42,7 +46,9 @@ def daily_ingest(context: ScheduleEvaluationContext, area: AreaResource) -> list
     ]
 
 
-@sensor(job=scene_ingest_job, minimum_interval_seconds=900, default_status=DefaultSensorStatus.STOPPED)
+@sensor(
+    job=scene_ingest_job, minimum_interval_seconds=900, default_status=DefaultSensorStatus.STOPPED
+)
 def stac_new_items_sensor(
     context: SensorEvaluationContext, scenes: SceneSourceResource, area: AreaResource
 ) -> SensorResult | SkipReason:
@@ -58,11 +64,21 @@ def stac_new_items_sensor(
         for item in source.search(collection, bbox, start, end).items:
             if item.id not in seen:
                 seen.add(item.id)
-                new_weeks.add(week_key_of(item.datetime.date() if isinstance(item.datetime, datetime) else date.fromisoformat(str(item.datetime))))
+                new_weeks.add(
+                    week_key_of(
+                        item.datetime.date()
+                        if isinstance(item.datetime, datetime)
+                        else date.fromisoformat(str(item.datetime))
+                    )
+                )
     if not new_weeks:
         return SkipReason("no new items in the area in the last 60 days")
     blocks = register_area_blocks(context.instance, area.bbox)
     return SensorResult(
-        run_requests=[RunRequest(run_key=f"{w}|{b}|{len(seen)}", partition_key=scene_key(w, b)) for w in sorted(new_weeks) for b in blocks],
+        run_requests=[
+            RunRequest(run_key=f"{w}|{b}|{len(seen)}", partition_key=scene_key(w, b))
+            for w in sorted(new_weeks)
+            for b in blocks
+        ],
         cursor=json.dumps(sorted(seen)[-5000:]),
     )

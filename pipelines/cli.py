@@ -13,10 +13,18 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``ingest`` to the ``earthmem`` parser."""
-    p = sub.add_parser("ingest", help="materialise an area's scenes, embeddings and k-NN tables through Dagster")
+    p = sub.add_parser(
+        "ingest", help="materialise an area's scenes, embeddings and k-NN tables through Dagster"
+    )
     p.add_argument("--data", default=os.environ.get("EARTHMEM_DATA", "data"), help="data directory")
-    p.add_argument("--catalog", default=None, help="static STAC catalog (default: <data>/sample/catalog.json)")
-    p.add_argument("--area", default=None, help="area JSON with a GeoJSON-order bbox (default: the sample manifest)")
+    p.add_argument(
+        "--catalog", default=None, help="static STAC catalog (default: <data>/sample/catalog.json)"
+    )
+    p.add_argument(
+        "--area",
+        default=None,
+        help="area JSON with a GeoJSON-order bbox (default: the sample manifest)",
+    )
     p.set_defaults(handler=_ingest)
 
 
@@ -25,7 +33,9 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0 if not report.failed else 1
 
 
-def ingest(data: Path, catalog: str | None = None, area: str | None = None, workers: int = 3) -> Any:
+def ingest(
+    data: Path, catalog: str | None = None, area: str | None = None, workers: int = 3
+) -> Any:
     """Ingest with a persistent Dagster instance under ``<data>/dagster_home``, printing progress."""
     import shutil
 
@@ -47,7 +57,9 @@ def ingest(data: Path, catalog: str | None = None, area: str | None = None, work
         print(f"\r  {stage}: {done}/{total}", end=end, file=sys.stderr, flush=True)
 
     with DagsterInstance.get() as instance:
-        report = ingest_area(data, catalog_path, area_path, instance=instance, progress=progress, workers=workers)
+        report = ingest_area(
+            data, catalog_path, area_path, instance=instance, progress=progress, workers=workers
+        )
     print(
         f"ingested {report.scenes} scenes in {report.partitions} partitions (week x block) and "
         f"Tessera vintages {report.years} in {report.seconds:.0f} s "

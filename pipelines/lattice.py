@@ -134,11 +134,17 @@ def read_onto_lattice(
     100 km scene costs what the block covers, not the whole file.
     """
     import rioxarray
+    import xarray as xr
     from rasterio.windows import from_bounds
 
     # parse_coordinates=False and an integer window: rioxarray's clip_box builds
     # coordinate arrays and costs ~50 ms per call, the window read ~5 ms
-    with rioxarray.open_rasterio(href, masked=False, cache=False, parse_coordinates=False) as da:
+    opened = rioxarray.open_rasterio(href, masked=False, cache=False, parse_coordinates=False)
+    if not isinstance(
+        opened, xr.DataArray
+    ):  # a multi-subdataset file (HDF/netCDF) is not a scene band
+        raise ValueError(f"{href} is not a single raster band")
+    with opened as da:
         crs = da.rio.crs
         transform = da.rio.transform(recalc=False)
         nodata = da.rio.nodata
@@ -183,7 +189,15 @@ def read_onto_lattice(
 @lru_cache(maxsize=64)
 def _nearest_map(
     crs_wkt: str, transform: tuple[float, ...], shape: tuple[int, int], window: LatticeWindow
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_], tuple[int, int, int, int]] | None:
+) -> (
+    tuple[
+        npt.NDArray[np.int64],
+        npt.NDArray[np.int64],
+        npt.NDArray[np.bool_],
+        tuple[int, int, int, int],
+    ]
+    | None
+):
     """Source pixel under each lattice cell centre (nearest neighbour), cached per grid.
 
     Every band and every date of one tile share a grid, so the coordinate

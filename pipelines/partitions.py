@@ -78,7 +78,9 @@ def area_blocks(bbox: tuple[float, float, float, float]) -> list[str]:
     return [b.id for b in address.blocks_for_bbox(*bbox, level=PARTITION_BLOCK_LEVEL)]
 
 
-def register_area_blocks(instance: DagsterInstance, bbox: tuple[float, float, float, float]) -> list[str]:
+def register_area_blocks(
+    instance: DagsterInstance, bbox: tuple[float, float, float, float]
+) -> list[str]:
     """Add the area's blocks to the dynamic ``blocks`` partitions (idempotent)."""
     keys = area_blocks(bbox)
     existing = set(instance.get_dynamic_partitions(BLOCKS.name or "blocks"))

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dagster import ConfigurableResource, EnvVar
 
 from pipelines.lattice import LatticeWindow
-from pipelines.sources import SceneSource, SourceConfig, open_source
+from pipelines.sources import SceneSource, SourceConfig, SourceKind, open_source
 from store import address
 from store.cube import CubeWriter
 from store.inventory import Inventory
@@ -38,12 +38,14 @@ def load_area(path: str | Path) -> tuple[str, tuple[float, float, float, float]]
     doc: dict[str, Any] = json.loads(Path(path).read_text())
     bbox = [float(v) for v in doc["bbox"]]
     if len(bbox) != 4 or bbox[0] > bbox[2] or bbox[1] > bbox[3]:
-        raise ValueError(f"area bbox must be [min_lng, min_lat, max_lng, max_lat], got {doc['bbox']!r}")
+        raise ValueError(
+            f"area bbox must be [min_lng, min_lat, max_lng, max_lat], got {doc['bbox']!r}"
+        )
     name = str(doc.get("name", Path(path).stem))
     return name, (bbox[1], bbox[0], bbox[3], bbox[2])
 
 
-class StoreResource(ConfigurableResource):  # type: ignore[type-arg]
+class StoreResource(ConfigurableResource):
     """The data directory: cube (icechunk), inventory (Parquet) and k-NN tables."""
 
     data_dir: str
@@ -62,7 +64,7 @@ class StoreResource(ConfigurableResource):  # type: ignore[type-arg]
         return Path(self.data_dir) / "knn"
 
 
-class SceneSourceResource(ConfigurableResource):  # type: ignore[type-arg]
+class SceneSourceResource(ConfigurableResource):
     """Where scenes are found: a static catalog, a STAC API or the Tessera registry."""
 
     kind: str = "static"
@@ -72,7 +74,9 @@ class SceneSourceResource(ConfigurableResource):  # type: ignore[type-arg]
 
     def open(self) -> SceneSource:
         """Open the configured source (static catalogs are parsed once per process and version)."""
-        return _open_source_cached(self.kind, self.path, self.url, self.preset, _catalog_version(self.kind, self.path))
+        return _open_source_cached(
+            self.kind, self.path, self.url, self.preset, _catalog_version(self.kind, self.path)
+        )
 
 
 def _catalog_version(kind: str, path: str | None) -> int:
@@ -88,13 +92,15 @@ def _catalog_version(kind: str, path: str | None) -> int:
 
 
 @lru_cache(maxsize=8)
-def _open_source_cached(kind: str, path: str | None, url: str | None, preset: str | None, version: int) -> SceneSource:
+def _open_source_cached(
+    kind: str, path: str | None, url: str | None, preset: str | None, version: int
+) -> SceneSource:
     # walking a static catalog with pystac costs ~1 s per 200 items; every partition
     # searches it, so the parsed catalog is kept per (location, version) in the process
-    return open_source(SourceConfig(kind=kind, path=path, url=url, preset=preset))  # type: ignore[arg-type]
+    return open_source(SourceConfig(kind=cast(SourceKind, kind), path=path, url=url, preset=preset))
 
 
-class AreaResource(ConfigurableResource):  # type: ignore[type-arg]
+class AreaResource(ConfigurableResource):
     """The area to ingest, from an area JSON or a sample manifest."""
 
     path: str

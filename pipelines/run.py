@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -118,7 +118,10 @@ def ingest_area(
     if parallel:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(
-            max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(str(data_dir), str(catalog), str(area))
+            max_workers=workers,
+            mp_context=ctx,
+            initializer=_worker_init,
+            initargs=(str(data_dir), str(catalog), str(area)),
         ) as pool:
             futures = [pool.submit(_worker_materialize, key) for key in todo]
             for i, fut in enumerate(as_completed(futures)):
@@ -129,7 +132,12 @@ def ingest_area(
     else:
         for i, key in enumerate(todo):
             result = materialize(
-                SCENE_ASSETS, partition_key=key, resources=resources, instance=inst, raise_on_error=False, run_config=QUIET
+                SCENE_ASSETS,
+                partition_key=key,
+                resources=resources,
+                instance=inst,
+                raise_on_error=False,
+                run_config=QUIET,
             )
             _collect(result, key, report)
             if progress:
@@ -148,7 +156,13 @@ def ingest_area(
         report.years.append(year)
         if progress:
             progress("tessera vintages", j + 1, len(tessera_years))
-    result = materialize([geotessera_multi_year], resources=resources, instance=inst, raise_on_error=False, run_config=QUIET)
+    result = materialize(
+        [geotessera_multi_year],
+        resources=resources,
+        instance=inst,
+        raise_on_error=False,
+        run_config=QUIET,
+    )
     _collect(result, "multi_year", report)
     report.seconds = time.perf_counter() - t_start
     return report

@@ -43,7 +43,13 @@ def scene_partition(context: AssetExecutionContext, area: AreaResource) -> Scene
     if not isinstance(key, MultiPartitionKey):
         raise ValueError(f"expected a week x block partition key, got {key!r}")
     dims = key.keys_by_dimension
-    return ScenePartition(str(key), dims["week"], dims["block"], week_t0(dims["week"]), area.block_window(dims["block"]))
+    return ScenePartition(
+        str(key),
+        dims["week"],
+        dims["block"],
+        week_t0(dims["week"]),
+        area.block_window(dims["block"]),
+    )
 
 
 def discover(collection: str, part: ScenePartition, scenes: SceneSourceResource) -> SearchResult:

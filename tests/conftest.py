@@ -49,6 +49,11 @@ def tiny_store(tiny_sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 
     data = tmp_path_factory.mktemp("tiny_data")
     with DagsterInstance.ephemeral() as instance:
-        report = ingest_area(data, tiny_sample_dir / "catalog.json", tiny_sample_dir / "manifest.json", instance=instance)
+        report = ingest_area(
+            data,
+            tiny_sample_dir / "catalog.json",
+            tiny_sample_dir / "manifest.json",
+            instance=instance,
+        )
     manifest = json.loads((tiny_sample_dir / "manifest.json").read_text())
     return IngestedSample(tiny_sample_dir, data, manifest, report)

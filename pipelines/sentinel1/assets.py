@@ -1,8 +1,13 @@
 """Sentinel-1 RTC assets: discovery and backscatter per (week, block)."""
 
-
 import numpy as np
-from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, MaterializeResult, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    MaterializeResult,
+    asset,
+)
 
 from pipelines.partitions import SCENE_PARTITIONS
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
@@ -25,7 +30,10 @@ def s1_items(
     part = scene_partition(context, area)
     found = discover(COLLECTION, part, scenes)
     context.add_output_metadata(
-        {"item_ids": [i.id for i in found.items], "skipped": [f"{s.item_id}: {s.reason}" for s in found.skipped]}
+        {
+            "item_ids": [i.id for i in found.items],
+            "skipped": [f"{s.item_id}: {s.reason}" for s in found.skipped],
+        }
     )
     return list(found.items)
 
@@ -35,12 +43,19 @@ def s1_items(
     group_name="sentinel1",
     kinds={"zarr", "icechunk"},
     check_specs=[
-        AssetCheckSpec("backscatter_positive", asset="s1_backscatter", description="linear gamma0 > 0 and < 10 where valid"),
+        AssetCheckSpec(
+            "backscatter_positive",
+            asset="s1_backscatter",
+            description="linear gamma0 > 0 and < 10 where valid",
+        ),
     ],
 )
 def s1_backscatter(
-    context: AssetExecutionContext, s1_items: list[SceneItem], store: StoreResource, area: AreaResource
-) -> MaterializeResult:  # type: ignore[type-arg]
+    context: AssetExecutionContext,
+    s1_items: list[SceneItem],
+    store: StoreResource,
+    area: AreaResource,
+) -> MaterializeResult:
     """s1.vv, s1.vh (linear gamma0) and indices.vh_vv, one cube transaction."""
     part = scene_partition(context, area)
     if part.window is None:
@@ -53,7 +68,9 @@ def s1_backscatter(
     ok = week.valid == 1
     vv = week.values["vv"][ok]
     bad = int(((vv <= 0) | (vv >= 10)).sum())
-    check = AssetCheckResult(check_name="backscatter_positive", passed=bad == 0, metadata={"bad_cells": bad})
+    check = AssetCheckResult(
+        check_name="backscatter_positive", passed=bad == 0, metadata={"bad_cells": bad}
+    )
     snapshot = None
     if bad == 0:
         tslots = np.arange(part.t0, part.t0 + 7)
@@ -62,7 +79,6 @@ def s1_backscatter(
                 tx.write(_BAND_NAME[k], tslots, win.lat_q0, win.lng_q0, week.values[k])
             tx.write("s1.valid", tslots, win.lat_q0, win.lng_q0, week.valid)
         snapshot = tx.snapshot_id
-        h, w = win.shape
         rows = [
             InventoryRow(
                 band="s1",

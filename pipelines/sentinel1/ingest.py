@@ -58,7 +58,9 @@ def stack_week(items: Sequence[SceneItem], window: LatticeWindow, t0: int) -> S1
                     for p in ("vv", "vh")
                 }
             except Exception as exc:
-                skipped.append(Skip(it.id, f"unreadable: {type(exc).__name__}: {exc}"[:300], code="corrupt"))
+                skipped.append(
+                    Skip(it.id, f"unreadable: {type(exc).__name__}: {exc}"[:300], code="corrupt")
+                )
                 continue
             bands = backscatter_bands(pol["vv"], pol["vh"])
             ok = np.isfinite(bands["vv"]) & np.isfinite(bands["vh"]) & (valid[slot - t0] == 0)

@@ -22,10 +22,16 @@ def evaluate_checks(stack: WeekStack, window: LatticeWindow) -> list[AssetCheckR
     out_of_range = {}
     for name in INDEX_NAMES:
         v = stack.values[name][clear]
-        lim = 3.0 if name == "evi" else 1.0  # EVI is not bounded to [-1, 1] over bright/dark targets
+        lim = (
+            3.0 if name == "evi" else 1.0
+        )  # EVI is not bounded to [-1, 1] over bright/dark targets
         out_of_range[name] = int(((v < -lim) | (v > lim)).sum())
-    nan_in_clear = {n: int(np.isnan(stack.values[n][clear]).sum()) for n in ("ndvi", "ndwi", "ndmi", "lswi")}
-    negatives = [s for s in stack.scene_stats if s.veg_red_median is not None and s.veg_red_median < 0]
+    nan_in_clear = {
+        n: int(np.isnan(stack.values[n][clear]).sum()) for n in ("ndvi", "ndwi", "ndmi", "lswi")
+    }
+    negatives = [
+        s for s in stack.scene_stats if s.veg_red_median is not None and s.veg_red_median < 0
+    ]
     observed = int((stack.clear != NO_OBSERVATION).sum())
     clear_fraction = int(clear.sum()) / observed if observed else 0.0
     h, w = window.shape
@@ -49,7 +55,9 @@ def evaluate_checks(stack: WeekStack, window: LatticeWindow) -> list[AssetCheckR
             metadata={
                 "scenes_with_negative_vegetation_red": [s.item_id for s in negatives],
                 "vegetation_red_medians": {
-                    s.item_id: s.veg_red_median for s in stack.scene_stats if s.veg_red_median is not None
+                    s.item_id: s.veg_red_median
+                    for s in stack.scene_stats
+                    if s.veg_red_median is not None
                 },
             },
         ),

@@ -41,7 +41,9 @@ INDEX_NAMES = ("ndvi", "ndwi", "ndmi", "lswi", "evi")
 Float = npt.NDArray[np.float32]
 
 
-def dn_to_reflectance(dn: npt.NDArray[np.generic], scale: float, offset: float, nodata: float | None = 0) -> Float:
+def dn_to_reflectance(
+    dn: npt.NDArray[np.generic], scale: float, offset: float, nodata: float | None = 0
+) -> Float:
     """Digital numbers to surface reflectance: ``dn * scale + offset``; nodata -> NaN."""
     r = dn.astype(np.float32) * np.float32(scale) + np.float32(offset)
     if nodata is not None:

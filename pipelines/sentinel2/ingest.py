@@ -67,7 +67,9 @@ class WeekStack:
 
 def read_scene(
     item: SceneItem, window: LatticeWindow
-) -> tuple[dict[str, npt.NDArray[np.float32]], npt.NDArray[np.bool_], npt.NDArray[np.bool_], SceneStats]:
+) -> tuple[
+    dict[str, npt.NDArray[np.float32]], npt.NDArray[np.bool_], npt.NDArray[np.bool_], SceneStats
+]:
     """Read one S2 item onto a lattice window.
 
     Returns:
@@ -76,11 +78,17 @@ def read_scene(
     refl: dict[str, npt.NDArray[np.float32]] = {}
     for role in REFLECTANCE_ROLES:
         a = item.assets[role]
-        dn = read_onto_lattice(a.href, window, resampling=Resampling.nearest, dst_nodata=0, dst_dtype=np.float32)
+        dn = read_onto_lattice(
+            a.href, window, resampling=Resampling.nearest, dst_nodata=0, dst_dtype=np.float32
+        )
         # bilinear on DN would blend nodata edges; nearest keeps DN exact at ~9 m cells from 10/20 m pixels
         refl[role] = dn_to_reflectance(dn, a.scale, a.offset, nodata=0)
     scl = read_onto_lattice(
-        item.assets["scl"].href, window, resampling=Resampling.nearest, dst_nodata=0, dst_dtype=np.float32
+        item.assets["scl"].href,
+        window,
+        resampling=Resampling.nearest,
+        dst_nodata=0,
+        dst_dtype=np.float32,
     )
     observed = np.isfinite(refl["red"]) & np.isfinite(refl["nir"]) & (scl > 0)
     clear = observed & scl_clear(scl)
@@ -111,14 +119,20 @@ def stack_week(items: Sequence[SceneItem], window: LatticeWindow, t0: int) -> We
     skipped: list[Skip] = []
     for slot in sorted(by_day):
         if not t0 <= slot < t0 + 7:
-            skipped.extend(Skip(i.id, f"day slot {slot} outside week {t0}..{t0 + 6}") for i in by_day[slot])
+            skipped.extend(
+                Skip(i.id, f"day slot {slot} outside week {t0}..{t0 + 6}") for i in by_day[slot]
+            )
             continue
         scenes = []
         for it in sorted(by_day[slot], key=lambda i: i.id):
             try:
                 idx, observed, ok, st = read_scene(it, window)
-            except Exception as exc:  # a corrupt or unreadable file is a recorded skip, never a crash
-                skipped.append(Skip(it.id, f"unreadable: {type(exc).__name__}: {exc}"[:300], code="corrupt"))
+            except (
+                Exception
+            ) as exc:  # a corrupt or unreadable file is a recorded skip, never a crash
+                skipped.append(
+                    Skip(it.id, f"unreadable: {type(exc).__name__}: {exc}"[:300], code="corrupt")
+                )
                 continue
             stats.append(st)
             if observed.any():

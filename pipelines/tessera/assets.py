@@ -1,6 +1,5 @@
 """Tessera assets: one vintage per year into the cube, then the k-NN tables."""
 
-
 from datetime import date
 
 import numpy as np
@@ -20,7 +19,12 @@ from pipelines.tessera.tables import build_multi_year_table, build_year_table
 from store.inventory import InventoryRow
 from store.tslot import year_slot
 
-__all__ = ["geotessera_embeddings", "geotessera_multi_year", "geotessera_year_table", "tessera_items"]
+__all__ = [
+    "geotessera_embeddings",
+    "geotessera_multi_year",
+    "geotessera_year_table",
+    "tessera_items",
+]
 
 COLLECTION = "tessera-embeddings"
 
@@ -32,7 +36,9 @@ def tessera_items(
     """Tessera tiles of the partition's year touching the area."""
     year = int(context.partition_key)
     min_lat, min_lng, max_lat, max_lng = area.bbox
-    found = scenes.open().search(COLLECTION, (min_lng, min_lat, max_lng, max_lat), date(year, 1, 1), date(year, 12, 31))
+    found = scenes.open().search(
+        COLLECTION, (min_lng, min_lat, max_lng, max_lat), date(year, 1, 1), date(year, 12, 31)
+    )
     items = [i for i in found.items if i.tessera_year in (None, year)]
     context.add_output_metadata({"item_ids": [i.id for i in items]})
     return items
@@ -42,11 +48,20 @@ def tessera_items(
     partitions_def=TESSERA_YEARS,
     group_name="tessera",
     kinds={"zarr", "icechunk"},
-    check_specs=[AssetCheckSpec("valid_vectors", asset="geotessera_embeddings", description="some land vectors, scales positive")],
+    check_specs=[
+        AssetCheckSpec(
+            "valid_vectors",
+            asset="geotessera_embeddings",
+            description="some land vectors, scales positive",
+        )
+    ],
 )
 def geotessera_embeddings(
-    context: AssetExecutionContext, tessera_items: list[SceneItem], store: StoreResource, area: AreaResource
-) -> MaterializeResult:  # type: ignore[type-arg]
+    context: AssetExecutionContext,
+    tessera_items: list[SceneItem],
+    store: StoreResource,
+    area: AreaResource,
+) -> MaterializeResult:
     """int8 vectors + per-cell scale + bin128 sign codes of one vintage over the area."""
     year = int(context.partition_key)
     win = area.window()
@@ -56,7 +71,9 @@ def geotessera_embeddings(
     slot = np.array([year_slot(date(year, 1, 1))])
     snapshot = None
     if tessera_items:
-        with store.writer().transaction(f"tessera|{year}", metadata={"asset": "geotessera_embeddings"}) as tx:
+        with store.writer().transaction(
+            f"tessera|{year}", metadata={"asset": "geotessera_embeddings"}
+        ) as tx:
             tx.write("geotessera", slot, win.lat_q0, win.lng_q0, vintage.embedding[None])
             tx.write("geotessera.scale", slot, win.lat_q0, win.lng_q0, vintage.scale[None])
             tx.write("geotessera.bin128", slot, win.lat_q0, win.lng_q0, vintage.bin128[None])
@@ -77,7 +94,11 @@ def geotessera_embeddings(
             snapshot_id=snapshot,
         )
     return MaterializeResult(
-        metadata={"valid_cells": vintage.n_valid, "tiles": list(vintage.item_ids), "snapshot_id": snapshot or "none"},
+        metadata={
+            "valid_cells": vintage.n_valid,
+            "tiles": list(vintage.item_ids),
+            "snapshot_id": snapshot or "none",
+        },
         check_results=[
             AssetCheckResult(
                 check_name="valid_vectors",
@@ -94,15 +115,19 @@ def geotessera_embeddings(
     kinds={"numpy"},
     deps=[geotessera_embeddings],
 )
-def geotessera_year_table(context: AssetExecutionContext, store: StoreResource, area: AreaResource) -> MaterializeResult:  # type: ignore[type-arg]
+def geotessera_year_table(
+    context: AssetExecutionContext, store: StoreResource, area: AreaResource
+) -> MaterializeResult:
     """The k-NN table of one vintage: cells, int8 vectors, norms, bin128 (memory-mappable)."""
     year = int(context.partition_key)
     n = build_year_table(store.data_dir, area.window(), year)
-    return MaterializeResult(metadata={"rows": n, "path": str(store.knn_dir / "geotessera" / str(year))})
+    return MaterializeResult(
+        metadata={"rows": n, "path": str(store.knn_dir / "geotessera" / str(year))}
+    )
 
 
 @asset(group_name="tessera", kinds={"numpy"}, deps=[geotessera_year_table])
-def geotessera_multi_year(store: StoreResource) -> MaterializeResult:  # type: ignore[type-arg]
+def geotessera_multi_year(store: StoreResource) -> MaterializeResult:
     """geotessera.multi_year: every vintage concatenated, for cells present in all of them."""
     n, years = build_multi_year_table(store.data_dir)
     return MaterializeResult(metadata={"rows": n, "years": years})

@@ -54,10 +54,14 @@ def load_vintage(items: Sequence[SceneItem], window: LatticeWindow, year: int) -
             tile = np.load(it.assets["embedding"].href, mmap_mode="r")
             tile_scale = np.load(it.assets["scales"].href, mmap_mode="r")
             if tile.ndim != 3 or tile.shape[:2] != tile_scale.shape or tile.dtype != np.int8:
-                raise ValueError(f"embedding {tile.shape}/{tile.dtype} does not match scales {tile_scale.shape}")
+                raise ValueError(
+                    f"embedding {tile.shape}/{tile.dtype} does not match scales {tile_scale.shape}"
+                )
             v, s = gather_onto_lattice(tile, tile_scale, crs, transform, window)
         except Exception as exc:
-            skipped.append(Skip(it.id, f"unreadable: {type(exc).__name__}: {exc}"[:300], code="corrupt"))
+            skipped.append(
+                Skip(it.id, f"unreadable: {type(exc).__name__}: {exc}"[:300], code="corrupt")
+            )
             continue
         take = np.isposinf(scale) & ~np.isposinf(s)
         emb[take] = v[take]

@@ -56,7 +56,9 @@ def build_multi_year_table(data_dir: str | Path) -> tuple[int, list[int]]:
     if not years:
         return 0, []
     tables = [KnnTable.open(root / str(y)) for y in years]
-    kept = [(y, t) for y, t in zip(years, tables, strict=True) if t.n > 0]  # an empty vintage would empty the intersection
+    kept = [
+        (y, t) for y, t in zip(years, tables, strict=True) if t.n > 0
+    ]  # an empty vintage would empty the intersection
     years, tables = [y for y, _ in kept], [t for _, t in kept]
     if not tables:
         return 0, []
@@ -75,7 +77,11 @@ def build_multi_year_table(data_dir: str | Path) -> tuple[int, list[int]]:
         common,
         vectors,
         np.full(common.size, 1.0 / 127.0, dtype=np.float32),
-        {"band": "geotessera.multi_year", "tslot": year_slot(f"{years[-1]}-01-01"), "vintages": years},
+        {
+            "band": "geotessera.multi_year",
+            "tslot": year_slot(f"{years[-1]}-01-01"),
+            "vintages": years,
+        },
         replace=True,
     )
     return int(common.size), years

@@ -21,8 +21,16 @@ def test_assets_checks_and_automation_are_defined() -> None:
         "geotessera_multi_year",
     }
     checks = {c.name for c in graph.asset_check_keys}
-    assert {"index_range", "clear_cells_finite", "reflectance_sanity", "chunk_coverage", "valid_vectors"} <= checks
-    assert defs.resolve_job_def("scene_ingest").partitions_def == SCENE_PARTITIONS  # inferred from the assets
+    assert {
+        "index_range",
+        "clear_cells_finite",
+        "reflectance_sanity",
+        "chunk_coverage",
+        "valid_vectors",
+    } <= checks
+    assert (
+        defs.resolve_job_def("scene_ingest").partitions_def == SCENE_PARTITIONS
+    )  # inferred from the assets
     assert defs.resolve_schedule_def("daily_ingest").cron_schedule == "0 6 * * *"
     assert defs.resolve_sensor_def("stac_new_items_sensor") is not None
     assert "2024" in TESSERA_YEARS.get_partition_keys()

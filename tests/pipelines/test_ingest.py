@@ -31,7 +31,8 @@ def test_ingest_ran_without_failures(tiny_store) -> None:
     r = tiny_store.report
     assert r.failed == []
     assert r.partitions > 0
-    assert 2023 in r.years and 2024 in r.years
+    assert 2023 in r.years
+    assert 2024 in r.years
     assert not [c for c in r.failed_checks if "reflectance_sanity" in c or "index_range" in c]
     inv = Inventory(tiny_store.data).table().to_pylist()
     assert {row["band"] for row in inv} >= {"s2", "s1", "geotessera"}
@@ -42,7 +43,8 @@ def test_cleared_forest_patch_ndvi_drops_after_its_date(tiny_store) -> None:
     t, v = _series(tiny_store.data, "indices.ndvi", ev["centre"]["lat"], ev["centre"]["lng"])
     cut = day_slot(ev["end"])
     before, after = v[t < cut], v[t >= cut]
-    assert before.size >= 2 and after.size >= 2
+    assert before.size >= 2
+    assert after.size >= 2
     assert np.median(before) - np.median(after) > 0.3
 
 
@@ -52,7 +54,8 @@ def test_flood_raises_ndwi_and_lowers_vv_in_its_window(tiny_store) -> None:
     t0, t1 = day_slot(ev["start"]), day_slot(ev["end"])
     t, ndwi = _series(tiny_store.data, "indices.ndwi", lat, lng)
     inside = (t >= t0) & (t <= t1)
-    assert inside.any() and (~inside).any()
+    assert inside.any()
+    assert (~inside).any()
     assert np.median(ndwi[inside]) - np.median(ndwi[~inside]) > 0.3
     t, vv = _series(tiny_store.data, "s1.vv", lat, lng)
     inside = (t >= t0) & (t <= t1)
@@ -67,7 +70,9 @@ def test_tessera_vintages_and_knn_tables(tiny_store) -> None:
     v23, s23 = r.cell_vector(lat_q, lng_q, 2023)
     v24, s24 = r.cell_vector(lat_q, lng_q, 2024)
     cos = float(v23.astype(np.float64) @ v24 / (np.linalg.norm(v23) * np.linalg.norm(v24)))
-    assert cos < 0.6 and s23 > 0 and s24 > 0
+    assert cos < 0.6
+    assert s23 > 0
+    assert s24 > 0
     assert (tiny_store.data / "knn" / "geotessera" / "2024").exists()
     assert (tiny_store.data / "knn" / "geotessera.multi_year").exists()
 
@@ -101,7 +106,9 @@ def test_rematerialising_a_partition_is_idempotent(tiny_store) -> None:
 def test_reflectance_check_fails_on_double_offset_scene(tiny_store) -> None:
     source = open_source(SourceConfig(kind="static", path=str(tiny_store.catalog)))
     min_lng, min_lat, max_lng, max_lat = tiny_store.manifest["bbox"]
-    items = source.search("sentinel-2-l2a", (min_lng, min_lat, max_lng, max_lat), date(2023, 1, 1), date(2024, 12, 31)).items
+    items = source.search(
+        "sentinel-2-l2a", (min_lng, min_lat, max_lng, max_lat), date(2023, 1, 1), date(2024, 12, 31)
+    ).items
     win = LatticeWindow(*address.bbox_q_range(min_lat, min_lng, max_lat, max_lng))
     # the clearest scene, read once correctly and once with the offset applied twice
     item = next(i for i in items if (i.cloud_cover or 0) < 5)
@@ -109,10 +116,12 @@ def test_reflectance_check_fails_on_double_offset_scene(tiny_store) -> None:
     t0 = slot - slot % 7
     good = stack_week([item], win, t0)
     doubled = dataclasses.replace(
-        item, assets={k: dataclasses.replace(a, offset=2 * a.offset) for k, a in item.assets.items()}
+        item,
+        assets={k: dataclasses.replace(a, offset=2 * a.offset) for k, a in item.assets.items()},
     )
     bad = stack_week([doubled], win, t0)
     status = {c.check_name: c.passed for c in evaluate_checks(good, win)}
-    assert status["reflectance_sanity"] and status["index_range"]
+    assert status["reflectance_sanity"]
+    assert status["index_range"]
     status = {c.check_name: c.passed for c in evaluate_checks(bad, win)}
     assert not status["reflectance_sanity"]

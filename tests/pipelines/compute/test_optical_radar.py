@@ -15,7 +15,10 @@ from store import address
 
 def _refl(seed: int = 0, n: int = 500) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {k: rng.uniform(0.01, 0.6, n).astype(np.float32) for k in ("blue", "green", "red", "nir", "swir16")}
+    return {
+        k: rng.uniform(0.01, 0.6, n).astype(np.float32)
+        for k in ("blue", "green", "red", "nir", "swir16")
+    }
 
 
 def test_indices_match_spyndex_within_1e_6() -> None:
@@ -29,11 +32,21 @@ def test_indices_match_spyndex_within_1e_6() -> None:
         "lswi": spyndex.computeIndex("LSWI", params={k: params[k] for k in ("N", "S1")}),
         "evi": spyndex.computeIndex(
             "EVI",
-            params={"N": r["nir"], "R": r["red"], "B": r["blue"], "g": 2.5, "C1": 6.0, "C2": 7.5, "L": 1.0},
+            params={
+                "N": r["nir"],
+                "R": r["red"],
+                "B": r["blue"],
+                "g": 2.5,
+                "C1": 6.0,
+                "C2": 7.5,
+                "L": 1.0,
+            },
         ),
     }
     for name in s2.INDEX_NAMES:
-        np.testing.assert_allclose(ours[name], np.asarray(ref[name], dtype=np.float64), atol=1e-6, rtol=0)
+        np.testing.assert_allclose(
+            ours[name], np.asarray(ref[name], dtype=np.float64), atol=1e-6, rtol=0
+        )
 
 
 def test_baseline_offset_and_nodata() -> None:
@@ -47,7 +60,8 @@ def test_scl_mask_drops_cloud_shadow_cirrus_keeps_dark_and_snow() -> None:
     scl = np.arange(12)
     clear = s2.scl_clear(scl)
     assert [int(c) for c in np.flatnonzero(~clear)] == [0, 1, 3, 8, 9, 10]
-    assert clear[2] and clear[11]
+    assert clear[2]
+    assert clear[11]
 
 
 def test_merge_same_day_prefers_clear_and_records_masked() -> None:
@@ -63,7 +77,9 @@ def test_merge_same_day_prefers_clear_and_records_masked() -> None:
     assert day.indices["ndvi"][0, 1] == pytest.approx(0.7)  # masked in A, clear in B
     assert day.clear.tolist() == [[2, 2], [1, 0]]
     assert np.isnan(day.indices["ndvi"][1, 0])
-    assert day.item_ids == ("A", "B") and day.n_clear == 2 and day.n_observed == 3
+    assert day.item_ids == ("A", "B")
+    assert day.n_clear == 2
+    assert day.n_observed == 3
 
 
 def test_backscatter_ratio_linear_and_db() -> None:
@@ -71,7 +87,8 @@ def test_backscatter_ratio_linear_and_db() -> None:
     vh = np.array([0.02, 0.01, 0.01, 0.01], np.float32)
     out = backscatter_bands(vv, vh)
     np.testing.assert_allclose(out["vh_vv"][:2], [0.2, 0.5], rtol=1e-6)
-    assert np.isnan(out["vv"][2]) and np.isnan(out["vh_vv"][3])
+    assert np.isnan(out["vv"][2])
+    assert np.isnan(out["vh_vv"][3])
     np.testing.assert_allclose(to_db([0.1, 1.0]), [-10.0, 0.0])
 
 
@@ -81,9 +98,12 @@ def test_reproject_places_values_on_the_right_cells() -> None:
     win = LatticeWindow(lat_q0, lat_q0 + 8, lng_q0, lng_q0 + 8)
     src = np.arange(64, dtype=np.float32).reshape(8, 8)  # north-up rows
     t = win.north_up_transform
-    out = reproject_onto_lattice(src, 4326, t, win, resampling=__import__("rasterio").enums.Resampling.nearest)
+    out = reproject_onto_lattice(
+        src, 4326, t, win, resampling=__import__("rasterio").enums.Resampling.nearest
+    )
     np.testing.assert_array_equal(out, src[::-1])  # row 0 = southmost = last source row
     assert isinstance(t, Affine)
     lat, lng = win.centres()
     assert lat[0] == pytest.approx(address.q_center(lat_q0, 0)[0])
-    assert lat[1] > lat[0] and lng[1] > lng[0]
+    assert lat[1] > lat[0]
+    assert lng[1] > lng[0]
