@@ -3,7 +3,8 @@
 Importing this module registers the primitives in :data:`api.registry.PRIMITIVES`:
 ``did_change``, ``trajectory``, ``confirm`` (:mod:`api.queries.cell`),
 ``area_over_time`` (:mod:`api.queries.area`), ``find_similar`` and ``is_like``
-(:mod:`api.queries.similar`). Adapters call ``PRIMITIVES[name].fn(ctx, args)``
+(:mod:`api.queries.similar`), ``where_is``, ``what_is_here`` and ``ask``
+(:mod:`api.queries.places`). Adapters call ``PRIMITIVES[name].fn(ctx, args)``
 with a :class:`~api.context.ServiceContext` and an instance of the primitive's
 input model, and serialise the answer with ``model_dump(mode="json")``: that
 dump is exactly the signed document (its receipt verifies).
@@ -23,6 +24,7 @@ from api.context import ServiceContext
 from api.errors import InvalidArgument, NotFound
 from api.queries.area import area_over_time
 from api.queries.cell import confirm, did_change, trajectory
+from api.queries.places import ask, what_is_here, where_is
 from api.queries.similar import find_similar, is_like
 from api.registry import PRIMITIVES
 
@@ -31,6 +33,7 @@ __all__ = [
     "PRIMITIVES",
     "ServiceContext",
     "area_over_time",
+    "ask",
     "confirm",
     "did_change",
     "find_similar",
@@ -38,6 +41,8 @@ __all__ = [
     "parse_args",
     "run",
     "trajectory",
+    "what_is_here",
+    "where_is",
 ]
 
 ALIASES: dict[str, str] = {"find_like": "find_similar"}
