@@ -69,6 +69,32 @@ def _tslot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from store import tslot
+    from store.cube import band_spec
+    from store.errors import AddressError
+    from store.export import export_band
+
+    try:
+        bbox = tuple(float(v) for v in args.bbox.split(","))
+    except ValueError:
+        raise AddressError(
+            f"--bbox must be four numbers min_lat,min_lng,max_lat,max_lng, got {args.bbox!r}"
+        ) from None
+    if len(bbox) != 4:
+        raise AddressError(
+            f"--bbox must be four numbers min_lat,min_lng,max_lat,max_lng, got {args.bbox!r}"
+        )
+    tempo = band_spec(args.band).tempo
+    t0 = tslot.to_slot(args.start, tempo) if args.start else None
+    t1 = tslot.to_slot(args.end, tempo) + 1 if args.end else None
+    path = export_band(
+        args.data, args.band, (bbox[0], bbox[1], bbox[2], bbox[3]), t0, t1, args.out, args.format
+    )
+    print(path)
+    return 0
+
+
 def _float_arg(name: str) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
@@ -103,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("date")
     ts.add_argument("--tempo", choices=("day", "year"), default="day")
     ts.set_defaults(handler=_tslot)
+
+    ex = sub.add_parser(
+        "export", help="write a band over a bbox and tslot range as COG or plain Zarr"
+    )
+    ex.add_argument("band", help="e.g. indices.ndvi")
+    ex.add_argument("--bbox", required=True, help="min_lat,min_lng,max_lat,max_lng")
+    ex.add_argument("--start", help="first date (inclusive), e.g. 2024-01-01")
+    ex.add_argument("--end", help="last date (inclusive)")
+    ex.add_argument("--format", choices=("cog", "zarr"), default="cog")
+    ex.add_argument("--out", required=True)
+    ex.add_argument("--data", default="data")
+    ex.set_defaults(handler=_export)
 
     _add_extensions(sub)
     return p

@@ -1,0 +1,110 @@
+"""Export a band over a bbox and tslot range for GIS tools: Cloud-Optimized GeoTIFF or plain Zarr.
+
+The cube has no full-lattice coordinate arrays and lives in icechunk, which
+QGIS and GDAL do not read; an export is a small, self-describing copy of one
+region: a north-up EPSG:4326 COG with one raster band per tslot (band
+descriptions are the dates), or a plain Zarr store with lat/lng/tslot
+coordinates and CF grid-mapping attributes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from store.cube import CubeReader, band_spec
+from store.errors import StoreError
+
+__all__ = ["MAX_EXPORT_BANDS", "ExportError", "export_band"]
+
+MAX_EXPORT_BANDS = 4096
+"""Most tslots one GeoTIFF export may hold (GeoTIFF band count is practical up to a few thousand)."""
+
+
+class ExportError(StoreError, ValueError):
+    """The export cannot be written as asked."""
+
+    code = "invalid_export"
+
+
+def export_band(
+    data_dir: str | os.PathLike[str],
+    band: str,
+    bbox: tuple[float, float, float, float],
+    t0: int | None,
+    t1: int | None,
+    out: str | os.PathLike[str],
+    fmt: Literal["cog", "zarr"] = "cog",
+) -> Path:
+    """Write one band over ``bbox`` (``min_lat, min_lng, max_lat, max_lng``) and ``[t0, t1)``.
+
+    Only tslots holding data are exported. Vector bands (Tessera) are refused:
+    export their k-NN tables instead.
+
+    Returns:
+        The written path.
+
+    Raises:
+        ExportError: vector band, nothing to export, or too many tslots.
+    """
+    spec = band_spec(band)
+    if spec.extra_dim:
+        raise ExportError(f"{band} is a vector band; export is for raster bands")
+    reader = CubeReader(data_dir)
+    da = reader.read_bbox(band, bbox, t0, t1)
+    if da.sizes["tslot"] == 0:
+        raise ExportError(f"no {band} data in bbox {bbox} and tslots [{t0}, {t1})")
+    out_path = Path(out)
+    if fmt == "zarr":
+        ds = da.to_dataset(name=band.replace(".", "_"))
+        ds.attrs.update(
+            {
+                "source": "earthmem",
+                "snapshot_id": reader.snapshot_id,
+                "band": band,
+                "crs": "EPSG:4326",
+            }
+        )
+        ds.to_zarr(out_path, mode="w", consolidated=False)
+        return out_path
+    if da.sizes["tslot"] > MAX_EXPORT_BANDS:
+        raise ExportError(
+            f"{da.sizes['tslot']} tslots exceed the GeoTIFF export cap {MAX_EXPORT_BANDS}"
+        )
+    import rasterio
+    from affine import Affine
+
+    from store import address
+
+    lat_q = np.asarray(da["lat_q"].values)
+    lng_q = np.asarray(da["lng_q"].values)
+    x0 = (int(lng_q[0]) - 0.5) * address.LNG_STEP - 180.0
+    y0 = (int(lat_q[-1]) + 0.5) * address.LAT_STEP - 90.0  # top edge of the northmost row
+    transform = Affine(address.LNG_STEP, 0.0, x0, 0.0, -address.LAT_STEP, y0)
+    values = np.asarray(da.values)[:, ::-1, :]  # cube rows run south to north; GeoTIFF north-up
+    nodata = spec.fill_value
+    profile = {
+        "driver": "COG",
+        "dtype": values.dtype.name,
+        "width": values.shape[2],
+        "height": values.shape[1],
+        "count": values.shape[0],
+        "crs": "EPSG:4326",
+        "transform": transform,
+        "nodata": nodata,
+        "compress": "deflate",
+    }
+    with rasterio.open(out_path, "w", **profile) as dst:
+        dst.write(values)
+        dates = da["date"].values if "date" in da.coords else da["tslot"].values
+        for i, d in enumerate(dates, start=1):
+            dst.set_band_description(i, str(d)[:10])
+        dst.update_tags(
+            band=band,
+            snapshot_id=reader.snapshot_id,
+            tslots=",".join(str(int(t)) for t in da["tslot"].values),
+        )
+    return out_path
