@@ -46,39 +46,52 @@ def daily_ingest(context: ScheduleEvaluationContext, area: AreaResource) -> list
     ]
 
 
+FIRST_TICK_START = date(2017, 1, 1)
+"""The sensor's first tick looks back to here (both Sentinel-2 satellites in orbit)."""
+OVERLAP_DAYS = 30
+"""Later ticks re-search from the newest item seen minus this (late-published items)."""
+
+
 @sensor(
     job=scene_ingest_job, minimum_interval_seconds=900, default_status=DefaultSensorStatus.STOPPED
 )
 def stac_new_items_sensor(
     context: SensorEvaluationContext, scenes: SceneSourceResource, area: AreaResource
 ) -> SensorResult | SkipReason:
-    """Notice S2/S1 items not seen before in the area (cursor = seen ids) and ingest their weeks."""
-    seen: set[str] = set(json.loads(context.cursor)) if context.cursor else set()
+    """Notice S2/S1 items not seen before in the area and request their (week, block) partitions.
+
+    Cursor: ``{"since": <date>, "seen": [item ids since then]}``.
+    """
+    state = json.loads(context.cursor) if context.cursor else {}
+    since = date.fromisoformat(state["since"]) if "since" in state else FIRST_TICK_START
+    seen: set[str] = set(state.get("seen", []))
     min_lat, min_lng, max_lat, max_lng = area.bbox
     bbox = (min_lng, min_lat, max_lng, max_lat)
     end = datetime.now(UTC).date()
-    start = end - timedelta(days=60)
     source = scenes.open()
     new_weeks: set[str] = set()
+    newest = since
+    kept: set[str] = set()
     for collection in ("sentinel-2-l2a", "sentinel-1-rtc"):
-        for item in source.search(collection, bbox, start, end).items:
+        for item in source.search(collection, bbox, since, end).items:
+            day = item.datetime.date()
+            newest = max(newest, day)
+            kept.add(item.id)
             if item.id not in seen:
-                seen.add(item.id)
-                new_weeks.add(
-                    week_key_of(
-                        item.datetime.date()
-                        if isinstance(item.datetime, datetime)
-                        else date.fromisoformat(str(item.datetime))
-                    )
-                )
+                new_weeks.add(week_key_of(day))
+    cursor_since = max(since, newest - timedelta(days=OVERLAP_DAYS))
+    cursor = json.dumps({"since": cursor_since.isoformat(), "seen": sorted(kept | seen)})
     if not new_weeks:
-        return SkipReason("no new items in the area in the last 60 days")
+        return SkipReason(f"no new items in the area since {since.isoformat()}")
     blocks = register_area_blocks(context.instance, area.bbox)
     return SensorResult(
         run_requests=[
-            RunRequest(run_key=f"{w}|{b}|{len(seen)}", partition_key=scene_key(w, b))
+            RunRequest(
+                run_key=f"{w}|{b}|{cursor_since.isoformat()}|{len(kept)}",
+                partition_key=scene_key(w, b),
+            )
             for w in sorted(new_weeks)
             for b in blocks
         ],
-        cursor=json.dumps(sorted(seen)[-5000:]),
+        cursor=cursor,
     )
