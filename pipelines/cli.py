@@ -60,12 +60,15 @@ def ingest(
         report = ingest_area(
             data, catalog_path, area_path, instance=instance, progress=progress, workers=workers
         )
+    errors = [c for c in report.failed_checks if not c.endswith("(warn)")]
+    warnings = len(report.failed_checks) - len(errors)
     print(
         f"ingested {report.scenes} scenes in {report.partitions} partitions (week x block) and "
         f"Tessera vintages {report.years} in {report.seconds:.0f} s "
-        f"({report.scenes / max(report.seconds, 1e-9):.1f} scenes/s); "
-        f"failed runs: {report.failed or 'none'}; checks not passed: {len(report.failed_checks)}"
+        f"({report.scenes / max(report.seconds, 1e-9):.2f} scenes/s); "
+        f"failed runs: {report.failed or 'none'}; failed checks: {len(errors)}; "
+        f"warnings (e.g. mostly cloudy weeks): {warnings}"
     )
-    for c in report.failed_checks[:10]:
-        print(f"  check not passed: {c}")
+    for c in errors[:10]:
+        print(f"  check failed: {c}")
     return report

@@ -17,7 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from dagster import DagsterInstance, materialize
+from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
 from pipelines.partitions import register_area_blocks, scene_key, week_key_of
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource, load_area
@@ -169,7 +169,13 @@ def ingest_area(
 
 
 def _failed_checks(result: Any) -> list[str]:
-    return [ev.check_name for ev in result.get_asset_check_evaluations() if not ev.passed]
+    """Checks that did not pass; WARN-severity ones are suffixed ``(warn)``."""
+    out = []
+    for ev in result.get_asset_check_evaluations():
+        if not ev.passed:
+            warn = ev.severity == AssetCheckSeverity.WARN
+            out.append(f"{ev.check_name} (warn)" if warn else ev.check_name)
+    return out
 
 
 def _record(report: IngestReport, key: str, ok: bool, failed_checks: list[str]) -> None:
