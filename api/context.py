@@ -33,6 +33,7 @@ threads may load the same column once each; the second insert wins).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -592,10 +593,8 @@ def gazetteer_feature(feature: dict[str, Any]) -> dict[str, Any]:
     if isinstance(geometry, dict) and "bbox" not in out:
         from shapely.geometry import shape
 
-        try:
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
             out["bbox"] = list(shape(geometry).bounds)
-        except (ValueError, TypeError, AttributeError, KeyError):
-            pass
     return out
 
 

@@ -262,7 +262,7 @@ def bench_http(
     log.parent.mkdir(parents=True, exist_ok=True)
     with Server(area.data, log) as srv:
         url = srv.url + "/v1/did_change"
-        _load(url, args, 4, min(2.0, seconds))  # warm-up: column cache, signer, JIT paths
+        _load(url, args, 4, min(2.0, seconds / 2))  # warm-up: column cache, signer, JIT paths
         health = _load(srv.url + "/healthz", None, connections, seconds)
         loaded = _load(url, args, connections, seconds)
         single = _load(url, args, 1, max(1.0, seconds / 3))
@@ -461,10 +461,11 @@ def bench_area(
     if not tslots:
         raise RuntimeError(f"area_over_time kept no overpass in {year}: {a0['excluded'][:3]}")
     warm = time_calls(lambda _: run(ctx, "area_over_time", args), repeats, warmup=2)
-    cold = time_calls(lambda _: run(ServiceContext(area.data), "area_over_time", args), max(2, repeats // 3))
-    with_chart = time_calls(
-        lambda _: run(ctx, "area_over_time", {**args, "chart": True}), max(2, repeats // 3)
+    few = max(1, repeats // 3)
+    cold = time_calls(
+        lambda _: run(ServiceContext(area.data), "area_over_time", args), few, warmup=0
     )
+    with_chart = time_calls(lambda _: run(ctx, "area_over_time", {**args, "chart": True}), few)
     base_means: list[float] = []
     n_files = 0
 
@@ -472,7 +473,7 @@ def bench_area(
         nonlocal base_means, n_files
         base_means, n_files = _baseline_area(area, box, tslots)
 
-    t_base = time_calls(baseline, baseline_repeats, warmup=1)
+    t_base = time_calls(baseline, baseline_repeats, warmup=1 if baseline_repeats > 1 else 0)
     ours = [s["mean"] for s in scenes]
     ee = _exactextract_means(area, box, tslots)
     ee_diff = max(abs(a - b) for a, b in zip(ours, ee, strict=True))
@@ -688,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     quick = args.quick
     size = args.size or ("tiny" if quick else "demo")
-    http_s = args.http_seconds or (2.0 if quick else 10.0)
+    http_s = args.http_seconds or (1.0 if quick else 10.0)
     mem_n = args.memory_cells or (100_000 if quick else 10_000_000)
     only = set(args.only.split(","))
     t_start = time.perf_counter()

@@ -31,6 +31,8 @@ from typing import Any
 __all__ = [
     "AREA_VERSION",
     "CACHE_DIR",
+    "DATA_ENV",
+    "SAMPLE_ENV",
     "REPO",
     "DemoArea",
     "Timing",
@@ -49,6 +51,10 @@ CACHE_DIR = Path(__file__).resolve().parent / ".cache"
 """Where cached bench inputs live (not committed)."""
 AREA_VERSION = 1
 """Bump to invalidate cached ingested areas (e.g. after a pipeline change that alters outputs)."""
+SAMPLE_ENV = "EARTHMEM_BENCH_SAMPLE"
+"""Environment variable: sample root of an already ingested area to use instead of the cache."""
+DATA_ENV = "EARTHMEM_BENCH_DATA"
+"""Environment variable: data directory of that area."""
 
 
 @dataclass(frozen=True)
@@ -229,8 +235,16 @@ def demo_area(size: str = "demo", cache_dir: Path | None = None) -> DemoArea:
 
     The first call builds the sample (COGs + static STAC catalog) and runs
     :func:`pipelines.run.ingest_area` with an ephemeral Dagster instance; it
-    takes minutes for ``demo``. Later calls only read the marker.
+    takes about two minutes for ``demo``. Later calls only read the marker.
+
+    When ``EARTHMEM_BENCH_SAMPLE`` and ``EARTHMEM_BENCH_DATA`` are both set,
+    they name an already ingested area (sample root and data directory) that is
+    used as is, whatever ``size`` says (the smoke test passes the test suite's
+    tiny area this way).
     """
+    given_sample, given_data = os.environ.get(SAMPLE_ENV), os.environ.get(DATA_ENV)
+    if given_sample and given_data:  # an area ingested by the caller (the smoke test's fixture)
+        return DemoArea(size, Path(given_sample), Path(given_data), {"provided_by": "environment"})
     root = (cache_dir or CACHE_DIR) / f"area_{size}_v{AREA_VERSION}"
     marker = root / "ingested.json"
     sample, data = root / "sample", root / "data"

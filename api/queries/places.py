@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -578,14 +579,59 @@ def _near_feature(ctx: ServiceContext, text: str, best: Place) -> tuple[Place, s
     return res.best, note
 
 
+def _feature_token_match(ctx: ServiceContext, text: str) -> tuple[Place, str] | None:
+    """A named feature sharing a distinctive word with the text ("the forest near Pithoria").
+
+    Used only when the gazetteer finds nothing. Distinctive words of a feature
+    name are those of at least 4 letters that are not kind words; a feature
+    scores one per such word in the text, plus one when the text names its
+    kind. The best score wins; a tie is ambiguous and finds nothing.
+    """
+    tokens = set(normalise_name(text).split(" "))
+    kinds = {_KIND_WORDS[t] for t in tokens if t in _KIND_WORDS}
+    scored: list[tuple[int, dict[str, Any], list[str]]] = []
+    for f in _features(ctx):
+        words = [
+            w
+            for w in normalise_name(str(f.get("name") or "")).split(" ")
+            if len(w) >= 4 and w not in _KIND_WORDS
+        ]
+        hits = sorted(set(words) & tokens)
+        if hits:
+            scored.append((len(hits) + (f.get("kind") in kinds), f, hits))
+    if not scored:
+        return None
+    scored.sort(key=lambda x: -x[0])
+    if len(scored) > 1 and scored[1][0] == scored[0][0]:
+        return None
+    _, f, hits = scored[0]
+    res = ctx.gazetteer().resolve(str(f["name"]))
+    if res.best is None or res.best.source != "sample":
+        return None
+    return res.best, f"partial match of the feature name on {', '.join(repr(h) for h in hits)}"
+
+
 def _geocode(
     ctx: ServiceContext, text: str, role: Literal["place", "description", "question"]
 ) -> Located | str:
     """Resolve text to a location, or return why not (gazetteer not_found)."""
     res = ctx.gazetteer().resolve(text)
     if res.best is None:
-        return res.reason
+        fallback = _feature_token_match(ctx, text) if res.query else None
+        if fallback is None:
+            return res.reason
+        place, why = fallback
+        res = GazetteerResult(
+            status="ok",
+            best=place,
+            alternatives=(),
+            is_high_confidence=False,
+            reason=why,
+            match="partial",
+            query=res.query,
+        )
     place, note = res.best, None
+    assert place is not None
     near = _near_feature(ctx, text, place)
     if near is not None:
         place, note = near
@@ -690,7 +736,9 @@ def largest_step(
     it) whose date is within the look-back of the series' last clear date, the
     median of up to :data:`STEP_SIDE` clear values from ``i`` on is compared with
     the median of up to :data:`STEP_SIDE` clear values before ``i``. The step
-    with the largest ``|z|`` wins, where ``z = delta / sigma`` and ``sigma`` is
+    with the largest ``|z|`` wins (weighted by the share of the compared values
+    lying on their own side of the two medians' midpoint, which dates the step
+    where it happened), where ``z = delta / sigma`` and ``sigma`` is
     did_change's noise scale of the cell (robust MAD of consecutive differences,
     floored per band; :func:`api.queries.cell._sigma`) and significance is
     did_change's ``|z| >= 3``. The same comparison a year earlier (+-30 days)
@@ -716,12 +764,19 @@ def largest_step(
             continue
         b = values[max(0, i - STEP_SIDE) : i]
         a = values[i : i + STEP_SIDE]
-        z = (float(np.median(a)) - float(np.median(b))) / sigma
-        if best is None or abs(z) >= abs(best[0]):
-            best = (z, i)
+        mb, ma = float(np.median(b)), float(np.median(a))
+        # Rank by |z| times the share of the values on their own side of the midpoint, so
+        # the step is dated where it happened, not one observation early or late.
+        mid = (ma + mb) / 2
+        own = np.count_nonzero((b - mid) * (mb - mid) > 0) + np.count_nonzero(
+            (a - mid) * (ma - mid) > 0
+        )
+        score = abs(ma - mb) / sigma * own / (a.size + b.size)
+        if best is None or score >= best[0]:
+            best = (score, i)
     if best is None:
         return None
-    z, i = best
+    i = best[1]
     bi = np.arange(max(0, i - STEP_SIDE), i)
     ai = np.arange(i, min(n, i + STEP_SIDE))
     delta = float(np.median(values[ai])) - float(np.median(values[bi]))
@@ -1129,8 +1184,27 @@ TOPICS: tuple[Topic, ...] = (
     Topic(
         "change",
         frozenset(
-            "change changed changes changing cleared clearing clearcut deforestation deforested "
-            "cut felled logged logging loss lost destroyed burned burnt disappeared".split()
+            [
+                "change",
+                "changed",
+                "changes",
+                "changing",
+                "cleared",
+                "clearing",
+                "clearcut",
+                "deforestation",
+                "deforested",
+                "cut",
+                "felled",
+                "logged",
+                "logging",
+                "loss",
+                "lost",
+                "destroyed",
+                "burned",
+                "burnt",
+                "disappeared",
+            ]
         ),
         "did_change on NDVI (NDWI when water words are present): a named year's first vs last "
         "clear observation, else the latest vs the one nearest a year earlier; over a named "
@@ -1139,34 +1213,72 @@ TOPICS: tuple[Topic, ...] = (
     Topic(
         "water",
         frozenset(
-            "flood flooded flooding floods water wet inundated inundation submerged waterlogged "
-            "ndwi".split()
+            [
+                "flood",
+                "flooded",
+                "flooding",
+                "floods",
+                "water",
+                "wet",
+                "inundated",
+                "inundation",
+                "submerged",
+                "waterlogged",
+                "ndwi",
+            ]
         ),
         "area_over_time on NDWI over the place (its bbox, else ~110 m around the cell)",
     ),
     Topic(
         "green",
         frozenset(
-            "green greener greenness vegetation vegetated crop crops ndvi plants growing growth "
-            "harvest leaves".split()
+            [
+                "green",
+                "greener",
+                "greenness",
+                "vegetation",
+                "vegetated",
+                "crop",
+                "crops",
+                "ndvi",
+                "plants",
+                "growing",
+                "growth",
+                "harvest",
+                "leaves",
+            ]
         ),
         "trajectory of NDVI at the cell (the named year, else the whole series)",
     ),
     Topic(
         "similar",
-        frozenset("similar like resemble resembles resembling alike comparable".split()),
+        frozenset(
+            ["similar", "like", "resemble", "resembles", "resembling", "alike", "comparable"]
+        ),
         f"find_similar: the {SIMILAR_K} cells whose embedding is closest to the cell's",
     ),
     Topic(
         "trend",
-        frozenset("trend trends trending increasing decreasing declining long term".split()),
+        frozenset(
+            ["trend", "trends", "trending", "increasing", "decreasing", "declining", "long", "term"]
+        ),
         "area_over_time trend (Theil-Sen, Mann-Kendall) of NDVI (NDWI with water words)",
     ),
     Topic(
         "summary",
         frozenset(
-            "describe description summary summarise summarize overview status condition "
-            "landcover cover".split()
+            [
+                "describe",
+                "description",
+                "summary",
+                "summarise",
+                "summarize",
+                "overview",
+                "status",
+                "condition",
+                "landcover",
+                "cover",
+            ]
         ),
         "what_is_here at the cell (also the default for a located question without topic words)",
     ),
@@ -1256,7 +1368,8 @@ def _change_target(
             if w is None:
                 continue
             i0, i1 = s.at(w[0]), s.at(w[1])
-            assert i0 is not None and i1 is not None
+            assert i0 is not None
+            assert i1 is not None
             sigma, _ = _sigma(s.values[s.clear], floor)
             z = (float(s.values[i1]) - float(s.values[i0])) / sigma
             if best is None or abs(z) > abs(best[0]):
@@ -1312,7 +1425,7 @@ def _run_step(ctx: ServiceContext, plan: _Plan, name: str, args: dict[str, Any],
             step["why"] += f"; {why}"
             return
     plan.steps.append({"primitive": name, "args": args, "why": why})
-    runners = {
+    runners: dict[str, tuple[Callable[[Any, Any], BaseModel], type[BaseModel]]] = {
         "did_change": (did_change, DidChangeIn),
         "trajectory": (trajectory_query, TrajectoryIn),
         "area_over_time": (area_over_time, AreaOverTimeIn),
@@ -1321,7 +1434,7 @@ def _run_step(ctx: ServiceContext, plan: _Plan, name: str, args: dict[str, Any],
     }
     fn, model = runners[name]
     try:
-        answer = fn(ctx, model.model_validate(args)).model_dump(mode="json")  # type: ignore[operator]
+        answer = fn(ctx, model.model_validate(args)).model_dump(mode="json")
     except ApiError as exc:
         plan.results.append(
             {
