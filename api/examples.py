@@ -22,8 +22,8 @@ __all__ = ["example_intents", "run_examples"]
 def _first_last_clear(ctx: ServiceContext, cell: str, cut: int) -> tuple[int, int] | None:
     from api.service import run
 
-    t = run(ctx, "trajectory", {"cell": cell, "band": "indices.ndvi"})
-    clear = [p.tslot for p in t.points if p.clear]
+    t = run(ctx, "trajectory", {"cell": cell, "band": "indices.ndvi"}).model_dump()
+    clear = [p["tslot"] for p in t["points"] if p["clear"]]
     before = [s for s in clear if s < cut]
     after = [s for s in clear if s >= cut]
     return (before[-1], after[0]) if before and after else None
