@@ -4,7 +4,7 @@ Importing this module registers the primitives in :data:`api.registry.PRIMITIVES
 ``did_change``, ``trajectory``, ``confirm`` (:mod:`api.queries.cell`),
 ``area_over_time`` (:mod:`api.queries.area`), ``find_similar`` and ``is_like``
 (:mod:`api.queries.similar`), ``where_is``, ``what_is_here`` and ``ask``
-(:mod:`api.queries.places`). Adapters call ``PRIMITIVES[name].fn(ctx, args)``
+(:mod:`api.queries.places`, :mod:`api.queries.describe`, :mod:`api.queries.ask`). Adapters call ``PRIMITIVES[name].fn(ctx, args)``
 with a :class:`~api.context.ServiceContext` and an instance of the primitive's
 input model, and serialise the answer with ``model_dump(mode="json")``: that
 dump is exactly the signed document (its receipt verifies).

@@ -78,7 +78,9 @@ def _weekly_counts(area: DemoArea) -> Counter[str]:
     min_lng, min_lat, max_lng, max_lat = m["bbox"]
     counts: Counter[str] = Counter()
     for coll in (S2, S1):
-        for it in src.search(coll, (min_lng, min_lat, max_lng, max_lat), date(2017, 1, 1), date.today()).items:
+        for it in src.search(
+            coll, (min_lng, min_lat, max_lng, max_lat), date(2017, 1, 1), date.today()
+        ).items:
             counts[week_key_of(it.datetime.date())] += 1
     return counts
 
@@ -215,8 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="tiny sample, 3 and 8 scenes, one repeat")
-    ap.add_argument("--sizes", default=None, help="comma-separated scene counts (default 10,40,160)")
-    ap.add_argument("--repeats", type=int, default=None, help="repeats of the smallest size (default 3)")
+    ap.add_argument(
+        "--sizes", default=None, help="comma-separated scene counts (default 10,40,160)"
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=None, help="repeats of the smallest size (default 3)"
+    )
     ap.add_argument("--size", choices=("demo", "tiny"), default=None)
     ap.add_argument("--json", help="write results as JSON here")
     args = ap.parse_args(argv)
@@ -272,7 +278,12 @@ def main(argv: list[str] | None = None) -> int:
                 "p90": ti_t.p90 / n,
                 "n": ti_t.n,
                 "baseline_case": "stack_week S2 + S1 (find, read, reproject, indices; no write, no Dagster)",
-                "baseline": {"median": tb_t.median / n, "p10": tb_t.p10 / n, "p90": tb_t.p90 / n, "n": tb_t.n},
+                "baseline": {
+                    "median": tb_t.median / n,
+                    "p10": tb_t.p10 / n,
+                    "p90": tb_t.p90 / n,
+                    "n": tb_t.n,
+                },
                 "ratio": ratio,
                 "ratio_def": "ingest rate / baseline rate",
                 "target": ">= 0.8",
@@ -301,7 +312,12 @@ def main(argv: list[str] | None = None) -> int:
                 "p90": tw_t.p90 / n,
                 "n": tw_t.n,
                 "baseline_case": "stack_week S2 + S1 (no write, no Dagster)",
-                "baseline": {"median": tb_t.median / n, "p10": tb_t.p10 / n, "p90": tb_t.p90 / n, "n": tb_t.n},
+                "baseline": {
+                    "median": tb_t.median / n,
+                    "p10": tb_t.p10 / n,
+                    "p90": tb_t.p90 / n,
+                    "n": tb_t.n,
+                },
                 "ratio": tb_t.median / tw_t.median,
                 "ratio_def": "rate / baseline rate",
                 "target": "(info: splits write cost from Dagster overhead)",

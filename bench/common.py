@@ -32,8 +32,8 @@ __all__ = [
     "AREA_VERSION",
     "CACHE_DIR",
     "DATA_ENV",
-    "SAMPLE_ENV",
     "REPO",
+    "SAMPLE_ENV",
     "DemoArea",
     "Timing",
     "demo_area",
@@ -141,12 +141,10 @@ def _blas() -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     try:
-        cfg = np.show_config(mode="dicts")  # type: ignore[func-returns-value]
-        blas = cfg["Build Dependencies"]["blas"]  # type: ignore[index]
+        cfg: Any = np.show_config(mode="dicts")
+        blas = cfg["Build Dependencies"]["blas"]
         out["numpy_blas"] = f"{blas.get('name')} {blas.get('version', '')}".strip()
-        out["numpy_simd"] = ",".join(
-            cfg.get("SIMD Extensions", {}).get("found", [])  # type: ignore[union-attr]
-        )
+        out["numpy_simd"] = ",".join(cfg.get("SIMD Extensions", {}).get("found", []))
     except Exception as exc:  # show_config's dict layout is not a stable API
         out["numpy_blas"] = f"unknown ({type(exc).__name__})"
     try:
@@ -275,8 +273,13 @@ def demo_area(size: str = "demo", cache_dir: Path | None = None) -> DemoArea:
 
     _log(f"ingesting the {size} sample through Dagster into {data} (once)")
     with DagsterInstance.ephemeral() as instance:
-        rep = ingest_area(data, sample / "catalog.json", sample / "manifest.json",
-                          instance=instance, progress=progress)
+        rep = ingest_area(
+            data,
+            sample / "catalog.json",
+            sample / "manifest.json",
+            instance=instance,
+            progress=progress,
+        )
     if rep.failed:
         raise RuntimeError(f"demo ingest failed for partitions {rep.failed[:5]}")
     report = {

@@ -52,7 +52,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     if length is not None:
         return status, await reader.readexactly(length)
     if chunked:
-        parts = []
+        parts: list[bytes] = []
         while True:
             size = int((await reader.readuntil(b"\r\n")).strip(), 16)
             if size == 0:

@@ -91,7 +91,9 @@ def run_one(bench: Bench, quick: bool, workdir: Path) -> dict[str, Any]:
     status = "ok"
     with log.open("wb") as f:
         try:
-            rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            rc = subprocess.run(
+                cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout
+            ).returncode
             if rc != 0:
                 status = f"exit status {rc}"
         except subprocess.TimeoutExpired:
@@ -176,20 +178,24 @@ def _row_line(r: dict[str, Any]) -> str:
     ratio = _num(r.get("ratio"))
     if r.get("ratio_def") and r.get("ratio") is not None:
         ratio += f" ({r['ratio_def']})"
-    return "| " + " | ".join(
-        _cell(x)
-        for x in (
-            r.get("case", ""),
-            r.get("data", ""),
-            _spread(r),
-            r.get("unit", ""),
-            r.get("baseline_case") or "—",
-            _spread(r.get("baseline")),
-            ratio,
-            r.get("target", ""),
-            _met(r.get("met")),
+    return (
+        "| "
+        + " | ".join(
+            _cell(x)
+            for x in (
+                r.get("case", ""),
+                r.get("data", ""),
+                _spread(r),
+                r.get("unit", ""),
+                r.get("baseline_case") or "—",
+                _spread(r.get("baseline")),
+                ratio,
+                r.get("target", ""),
+                _met(r.get("met")),
+            )
         )
-    ) + " |"
+        + " |"
+    )
 
 
 # ---------------------------------------------------------------------- adapters
@@ -242,14 +248,14 @@ def _rows_knn(doc: dict[str, Any]) -> list[dict[str, Any]]:
     for n in sizes:
         at = [r for r in rows if r["n"] == n]
         by = {r["case"]: r for r in at}
-        summary = next((r for r in at if r["case"] == "summary"), {})
+        summary: dict[str, Any] = next((r for r in at if r["case"] == "summary"), {})
         judged = n == _KNN_TARGET_N
         data = f"{n:,} cells x 128-D int8, k=10"
         flat = next((r for c, r in by.items() if "FAISS IndexFlatIP" in c), None)
         binary = next((r for c, r in by.items() if "FAISS IndexBinaryFlat" in c), None)
         cos = next((r for c, r in by.items() if c.startswith("cosine (earthmem")), None)
 
-        def tgt(text: str) -> str:
+        def tgt(text: str, judged: bool = judged) -> str:
             return text if judged else f"(info; target {text} at 10^7)"
 
         if cos and flat:
@@ -319,7 +325,11 @@ def _rows_knn(doc: dict[str, Any]) -> list[dict[str, Any]]:
             )
         multiple = summary.get("chosen_rerank_multiple")
         rr = next(
-            (r for c, r in by.items() if c.startswith(f"hamming_then_rerank x{multiple} (earthmem")),
+            (
+                r
+                for c, r in by.items()
+                if c.startswith(f"hamming_then_rerank x{multiple} (earthmem")
+            ),
             None,
         )
         recall = (summary.get("recall_at_10") or {}).get(f"rerank x{multiple}")
@@ -426,7 +436,9 @@ def render(docs: dict[str, dict[str, Any]], mode: str, started: str, seconds: fl
     }
     for name, m in extra.items():
         keys = ("threads", "numba", "numba_threading_layer", "faiss")
-        lines.append(f"{name} bench libraries: " + ", ".join(f"{k} {m.get(k)}" for k in keys if k in m))
+        lines.append(
+            f"{name} bench libraries: " + ", ".join(f"{k} {m.get(k)}" for k in keys if k in m)
+        )
         lines.append("")
     summary: list[tuple[str, dict[str, Any]]] = []
     sections: list[str] = []
@@ -444,7 +456,9 @@ def render(docs: dict[str, dict[str, Any]], mode: str, started: str, seconds: fl
             rows = _rows(name, doc)
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
             rows = []
-            sec.append(f"(could not read this bench's rows: {type(exc).__name__}: {exc}; raw JSON below)")
+            sec.append(
+                f"(could not read this bench's rows: {type(exc).__name__}: {exc}; raw JSON below)"
+            )
             sec += ["```json", json.dumps(doc.get("rows"), indent=1, default=str)[:20000], "```"]
         if rows:
             sec += TABLE_HEAD
@@ -467,12 +481,19 @@ def render(docs: dict[str, dict[str, Any]], mode: str, started: str, seconds: fl
             sec.append(f"\n> {note}")
         sec.append("")
         sections += sec
-    lines += ["## Targets", "", "| bench | case | measured | target | met |", "|---|---|---|---|---|"]
+    lines += [
+        "## Targets",
+        "",
+        "| bench | case | measured | target | met |",
+        "|---|---|---|---|---|",
+    ]
     for name, r in summary:
         measured = f"{_num(r.get('median'))} {r.get('unit', '')}"
         if r.get("ratio") is not None:
             measured += f"; ratio {_num(r['ratio'])}"
-        lines.append(f"| {name} | {_cell(r['case'])} | {_cell(measured)} | {_cell(r['target'])} | {_met(r['met'])} |")
+        lines.append(
+            f"| {name} | {_cell(r['case'])} | {_cell(measured)} | {_cell(r['target'])} | {_met(r['met'])} |"
+        )
     failed = [n for n, d in docs.items() if d["_run"]["status"] != "ok"]
     if failed:
         lines += ["", f"Benches that did not finish: {', '.join(failed)} (see their sections)."]
@@ -511,9 +532,19 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="smoke check (tiny sample, small tables)")
-    ap.add_argument("--only", default=None, help="comma-separated bench names: " + ",".join(b.name for b in BENCHES))
-    ap.add_argument("--out", default=None, help="report path (default bench/RESULTS.md; quick: bench/.cache/RESULTS-quick.md)")
-    ap.add_argument("--workdir", default=None, help="where JSON and logs go (default bench/.cache/run[-quick])")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated bench names: " + ",".join(b.name for b in BENCHES),
+    )
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="report path (default bench/RESULTS.md; quick: bench/.cache/RESULTS-quick.md)",
+    )
+    ap.add_argument(
+        "--workdir", default=None, help="where JSON and logs go (default bench/.cache/run[-quick])"
+    )
     args = ap.parse_args(argv)
     names = [b.name for b in BENCHES]
     only = args.only.split(",") if args.only else names
@@ -522,7 +553,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown bench(es) {sorted(unknown)}; valid: {names}")
     mode = "quick" if args.quick else "default"
     out = Path(args.out) if args.out else (QUICK_RESULTS if args.quick else RESULTS)
-    workdir = Path(args.workdir) if args.workdir else CACHE_DIR / ("run-quick" if args.quick else "run")
+    workdir = (
+        Path(args.workdir) if args.workdir else CACHE_DIR / ("run-quick" if args.quick else "run")
+    )
     workdir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     t0 = time.perf_counter()
@@ -532,7 +565,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         _log(f"{b.name}: python -m {b.module} ... (log in {workdir / 'logs' / (b.name + '.log')})")
         docs[b.name] = run_one(b, args.quick, workdir)
-        _log(f"{b.name}: {docs[b.name]['_run']['status']} in {docs[b.name]['_run']['seconds']:.0f} s")
+        _log(
+            f"{b.name}: {docs[b.name]['_run']['status']} in {docs[b.name]['_run']['seconds']:.0f} s"
+        )
     text = render(docs, mode, started, time.perf_counter() - t0)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

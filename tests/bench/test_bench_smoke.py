@@ -1,0 +1,233 @@
+"""The bench harness works: report rendering (pure) and a quick run of every bench (subprocess).
+
+No timing is asserted: only that each bench ran, produced its rows with a
+baseline measured in the same run, and that the report holds them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.run import BENCHES, render
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run_meta(name: str) -> dict:
+    return {
+        "status": "ok",
+        "seconds": 1.0,
+        "command": f"-m bench.bench_{name} --json x.json",
+        "log": f"bench/.cache/logs/{name}.log",
+        "load_before": [0.1, 0.1, 0.1],
+        "load_after": [0.2, 0.1, 0.1],
+    }
+
+
+def _knn_doc(n: int) -> dict:
+    def row(case: str, med: float, pct: float = 10.0) -> dict:
+        return {
+            "n": n,
+            "case": case,
+            "median_ms": med,
+            "min_ms": med * 0.9,
+            "max_ms": med * 1.2,
+            "GBps": 1.0,
+            "pct_bw": pct,
+        }
+
+    return {
+        "bench": "knn",
+        "bandwidth": {"numba_read_GBps": 30.0, "numpy_sum_GBps": 10.0},
+        "machine": {"threads": 2, "faiss": "1.x"},
+        "rows": [
+            row("cosine (earthmem, int8)", 10.0, pct=70.0),
+            row("cosine inline float query (earthmem, f32 x int8)", 20.0),
+            row("hamming (earthmem)", 1.0),
+            row("hamming_then_rerank x32 (earthmem)", 1.5),
+            row("hamming_then_rerank x16 (default)", 1.2),
+            row("cosine baseline: FAISS IndexFlatIP f32", 100.0),
+            row("hamming baseline: FAISS IndexBinaryFlat", 2.0),
+            {
+                "n": n,
+                "case": "summary",
+                "recall_at_10": {"hamming": 0.4, "rerank x32": 0.97},
+                "recall_queries": 20,
+                "chosen_rerank_multiple": 32,
+            },
+        ],
+        "_run": _run_meta("knn"),
+    }
+
+
+def test_render_pairs_each_row_with_its_baseline_and_judges_targets_at_1e7() -> None:
+    common_row = {
+        "case": "did_change p50, in process, warm context",
+        "unit": "ms",
+        "median": 0.9,
+        "p10": 0.8,
+        "p90": 1.1,
+        "n": 100,
+        "baseline_case": "CubeReader.cell_series",
+        "baseline": {"median": 7.0, "p10": 6.0, "p90": 8.0, "n": 100},
+        "ratio": 0.13,
+        "ratio_def": "earthmem / baseline",
+        "target": "p50 <= 2 ms",
+        "met": True,
+        "data": "1 cell",
+    }
+    docs = {
+        "address": {
+            "bench": "address",
+            "rows": [
+                {
+                    "case": "encode (numpy baseline)",
+                    "n": 10,
+                    "median_s": 2e-3,
+                    "spread_s": 1e-4,
+                    "rate_per_s": 5e3,
+                    "ratio_vs_baseline": 1.0,
+                },
+                {
+                    "case": "encode (earthmem)",
+                    "n": 10,
+                    "median_s": 1e-3,
+                    "spread_s": 1e-4,
+                    "rate_per_s": 1e4,
+                    "ratio_vs_baseline": 0.5,
+                },
+            ],
+            "_run": _run_meta("address"),
+        },
+        "knn": _knn_doc(10_000_000),
+        "queries": {
+            "title": "Queries",
+            "rows": [common_row],
+            "_run": _run_meta("queries"),
+            "notes": ["a note"],
+        },
+        "ingest": {
+            "rows": [],
+            "_run": {**_run_meta("ingest"), "status": "exit status 1", "log_tail": ["Traceback"]},
+        },
+    }
+    text = render(docs, "default", "2026-01-01 00:00 UTC", 60.0)
+    assert "## Machine" in text
+    assert "numpy BLAS" in text
+    lines = text.splitlines()
+    enc = next(line for line in lines if line.startswith("| encode (earthmem)"))
+    assert "encode (numpy baseline)" in enc
+    assert "| 2 (speed-up vs baseline)" in enc
+    cos = next(line for line in lines if line.startswith("| find_like cosine: cosine (earthmem"))
+    assert "FAISS IndexFlatIP" in cos
+    assert "0.1 (earthmem / FAISS)" in cos
+    assert "**met**" in cos
+    ham = next(line for line in lines if line.startswith("| find_like hamming: hamming (earthmem"))
+    assert "**met**" in ham  # 1.0 / 2.0 = 0.5 <= 0.6
+    bw = next(
+        line
+        for line in lines
+        if "share of the read-bandwidth limit" in line and line.startswith("| find")
+    )
+    assert "**met**" in bw
+    rr = next(
+        line
+        for line in lines
+        if line.startswith("| find_like hamming_then_rerank: hamming_then_rerank x32")
+    )
+    assert "**met**" in rr  # 1.5 / 10 = 0.15 <= 0.2 and recall 0.97
+    assert any(
+        line.startswith("| did_change p50") and "CubeReader.cell_series" in line for line in lines
+    )
+    targets = text.split("## Targets", 1)[1].split("\n## ", 1)[0]
+    assert "did_change p50" in targets
+    assert "find_like cosine" in targets
+    assert "Benches that did not finish: ingest" in text
+    assert "Traceback" in text
+    assert "> a note" in text
+
+    small = render({"knn": _knn_doc(100_000)}, "quick", "2026-01-01 00:00 UTC", 1.0)
+    cos_small = next(
+        line
+        for line in small.splitlines()
+        if line.startswith("| find_like cosine: cosine (earthmem")
+    )
+    assert "at 10^7" in cos_small
+    assert "**met**" not in cos_small
+
+
+EXPECTED_ROWS = {
+    "address": ["encode lat/lng -> int (earthmem)"],
+    "knn": [
+        "find_like cosine: cosine (earthmem",
+        "find_like hamming: hamming (earthmem",
+        "find_like hamming_then_rerank",
+    ],
+    "queries": [
+        "did_change p50, in process, warm context",
+        "did_change over HTTP, 16 keep-alive connections",
+        "area_over_time ~1 km^2 x 1 year, cold context",
+        "area_over_time means vs exactextract weighted_mean on the cube",
+        "query server peak RSS (VmHWM), find_similar all modes",
+    ],
+    "ingest": [
+        "Dagster ingest, ",
+        "read + compute + CubeWriter commits without Dagster",
+        "cost per scene",
+    ],
+}
+
+
+@pytest.mark.slow  # subprocesses: every bench's --quick variant, ~1 min on 2 idle cores
+def test_quick_harness_runs_every_bench_and_reports_every_row(tiny_store, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        # the test suite's tiny area, already ingested: the quick run does not rebuild one
+        "EARTHMEM_BENCH_SAMPLE": str(tiny_store.sample),
+        "EARTHMEM_BENCH_DATA": str(tiny_store.data),
+    }
+    out = tmp_path / "RESULTS.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.run",
+            "--quick",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    merged = json.loads((tmp_path / "work" / "merged.json").read_text())
+    statuses = {name: doc["_run"]["status"] for name, doc in merged.items()}
+    assert proc.returncode == 0, (statuses, proc.stderr[-3000:])
+    assert set(merged) == {b.name for b in BENCHES}
+    text = out.read_text()
+    for name, rows in EXPECTED_ROWS.items():
+        for row in rows:
+            assert any(line.startswith(f"| {row}") for line in text.splitlines()), (name, row)
+    # every judged row of our own benches carries a baseline measured in the same run
+    for name in ("queries", "ingest"):
+        for r in merged[name]["rows"]:
+            assert r["baseline_case"], r["case"]
+            if r["ratio"] is not None:
+                assert r["baseline"]["median"] is not None, r["case"]
+            if r["met"] is not None:
+                assert r["target"], r["case"]
+    ee = next(r for r in merged["queries"]["rows"] if "exactextract" in r["case"])
+    assert ee["met"], ee  # correctness, not speed: the means agree within 1e-6
+    assert "## Targets" in text
+    assert "load average" in text
