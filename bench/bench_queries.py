@@ -491,6 +491,44 @@ def _exactextract_means(
     return out
 
 
+def _area_args(area: DemoArea, km: float, year: int) -> dict[str, Any]:
+    min_lng, min_lat, max_lng, max_lat = _edges(_km_box(area, km))
+    return {
+        "bbox": [min_lat, min_lng, max_lat, max_lng],
+        "start_date": f"{year}-01-01",
+        "end_date": f"{year}-12-31",
+        "index": "ndvi",
+        "max_scenes": 24,
+        "chart": False,
+    }
+
+
+def area_warm_single_blas(area: DemoArea, km: float, year: int, repeats: int) -> Timing:
+    """Warm area_over_time timed in a child process with ``OPENBLAS_NUM_THREADS=1`` (diagnostic)."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    code = (
+        "import json, sys\n"
+        "from bench.common import DemoArea, time_calls\n"
+        "from bench.bench_queries import _area_args\n"
+        "from api.context import ServiceContext\n"
+        "from api.service import run\n"
+        "from pathlib import Path\n"
+        "s, d, km, year, reps, out = sys.argv[1:]\n"
+        "area = DemoArea('x', Path(s), Path(d), {})\n"
+        "args = _area_args(area, float(km), int(year))\n"
+        "ctx = ServiceContext(area.data)\n"
+        "t = time_calls(lambda _: run(ctx, 'area_over_time', args), int(reps), warmup=3)\n"
+        "json.dump(t.as_dict(), open(out, 'w'))\n"
+    )
+    env = {**ENV, "OPENBLAS_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", code, str(area.sample), str(area.data), str(km), str(year)]
+    subprocess.run([*cmd, str(repeats), out], cwd=REPO, env=env, check=True, timeout=600)
+    d = json.loads(Path(out).read_text())
+    os.unlink(out)
+    return Timing(**d)
+
+
 def bench_area(
     area: DemoArea, km: float, year: int, repeats: int, baseline_repeats: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -499,15 +537,7 @@ def bench_area(
     from api.service import run
 
     box = _km_box(area, km)
-    min_lng, min_lat, max_lng, max_lat = _edges(box)
-    args = {
-        "bbox": [min_lat, min_lng, max_lat, max_lng],
-        "start_date": f"{year}-01-01",
-        "end_date": f"{year}-12-31",
-        "index": "ndvi",
-        "max_scenes": 24,
-        "chart": False,
-    }
+    args = _area_args(area, km, year)
     ctx = ServiceContext(area.data)
     ans = run(ctx, "area_over_time", args).model_dump(mode="json")
     a0 = ans["areas"][0]
@@ -529,6 +559,7 @@ def bench_area(
         base_means, n_files = _baseline_area(area, box, tslots)
 
     t_base = time_calls(baseline, baseline_repeats, warmup=1 if baseline_repeats > 1 else 0)
+    single = area_warm_single_blas(area, km, year, repeats)
     ours = [s["mean"] for s in scenes]
     ee = _exactextract_means(area, box, tslots)
     ee_diff = max(abs(a - b) for a, b in zip(ours, ee, strict=True))
@@ -562,6 +593,17 @@ def bench_area(
             ratio_def="baseline time / earthmem time (speed-up)",
             target=">= 100x",
             met=t_base.median / warm.median >= 100,
+            data=data,
+        ),
+        _row(
+            "area_over_time ~1 km^2 x 1 year, warm, OPENBLAS_NUM_THREADS=1 (diagnostic)",
+            "ms",
+            _scale(single, ms),
+            baseline_case="same rioxarray baseline (default threads)",
+            baseline=_scale(t_base, ms),
+            ratio=t_base.median / single.median,
+            ratio_def="baseline time / earthmem time (speed-up)",
+            target="(info: threaded BLAS on a busy 2-core machine)",
             data=data,
         ),
         _row(

@@ -173,6 +173,17 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "kernel": platform.release(),
         "numpy": np.__version__,
+        "thread_env": {
+            k: os.environ[k]
+            for k in (
+                "OPENBLAS_NUM_THREADS",
+                "OMP_NUM_THREADS",
+                "MKL_NUM_THREADS",
+                "NUMBA_NUM_THREADS",
+            )
+            if k in os.environ
+        }
+        or "unset (libraries choose)",
     }
     info.update(_blas())
     return info

@@ -422,6 +422,7 @@ def render(docs: dict[str, dict[str, Any]], mode: str, started: str, seconds: fl
         f"| numpy | {mach['numpy']} |",
         f"| numpy BLAS | {mach.get('numpy_blas')} (SIMD: {mach.get('numpy_simd', '?')}) |",
         f"| threadpools (threadpoolctl) | {_cell(mach.get('threadpools'))} |",
+        f"| thread environment | {_cell(mach.get('thread_env'))} |",
         f"| load average (1, 5, 15 min) at the end | {mach['load_average']} |",
         "",
         "The machine is shared (other jobs may run): the load average before and after each bench "

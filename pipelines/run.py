@@ -33,7 +33,11 @@ from pipelines.tessera.assets import (
 __all__ = ["IngestReport", "ingest_area", "resources_for"]
 
 SCENE_ASSETS = [s2_items, s2_indices, s1_items, s1_backscatter]
-"""The assets of one scene partition, materialised together in one run."""
+"""The assets of the scene partitions, materialised together."""
+
+RANGE_WEEKS = 13
+"""Weeks of one block per run: a Dagster run costs ~0.5-1 s, so runs take a quarter of weeks
+(single-run backfill ranges) and the per-run cost is shared by ~10 scenes."""
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 """Run config: keep Dagster's per-event DEBUG lines off the terminal (they stay in the instance)."""
@@ -46,7 +50,7 @@ class IngestReport:
     """What one ingest run did."""
 
     partitions: int = 0
-    """Scene partitions (week x block) materialised."""
+    """Scene partitions (week x block) materialised (weeks with scenes)."""
     years: list[int] = field(default_factory=list)
     """Tessera vintages materialised."""
     failed: list[str] = field(default_factory=list)
@@ -113,8 +117,10 @@ def ingest_area(
     blocks = register_area_blocks(inst, bbox)
     weeks, n_scenes, found_years = _plan(resources, start, end or date.today())
     report = IngestReport(scenes=n_scenes)
-    todo = [str(scene_key(w, b)) for w in weeks for b in blocks]
+    todo = [(b, chunk[0], chunk[-1]) for b in blocks for chunk in _chunks(weeks, RANGE_WEEKS)]
+    n_weeks = {(b, w0, w1): sum(1 for w in weeks if w0 <= w <= w1) for b, w0, w1 in todo}
     parallel = workers > 1 and not inst.is_ephemeral and len(todo) > 1
+    done = 0
     if parallel:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(
@@ -123,25 +129,20 @@ def ingest_area(
             initializer=_worker_init,
             initargs=(str(data_dir), str(catalog), str(area)),
         ) as pool:
-            futures = [pool.submit(_worker_materialize, key) for key in todo]
-            for i, fut in enumerate(as_completed(futures)):
+            futures = {pool.submit(_worker_materialize, *r): r for r in todo}
+            for fut in as_completed(futures):
                 key, ok, failed_checks = fut.result()
-                _record(report, key, ok, failed_checks)
+                _record(report, key, ok, failed_checks, n_weeks[futures[fut]])
+                done += n_weeks[futures[fut]]
                 if progress:
-                    progress("scene partitions (week x block)", i + 1, len(todo))
+                    progress("scene partitions (week x block)", done, sum(n_weeks.values()))
     else:
-        for i, key in enumerate(todo):
-            result = materialize(
-                SCENE_ASSETS,
-                partition_key=key,
-                resources=resources,
-                instance=inst,
-                raise_on_error=False,
-                run_config=QUIET,
-            )
-            _collect(result, key, report)
+        for r in todo:
+            key, ok, failed_checks = _materialize_range(resources, inst, *r)
+            _record(report, key, ok, failed_checks, n_weeks[r])
+            done += n_weeks[r]
             if progress:
-                progress("scene partitions (week x block)", i + 1, len(todo))
+                progress("scene partitions (week x block)", done, sum(n_weeks.values()))
     tessera_years = years if years is not None else found_years
     for j, year in enumerate(tessera_years):
         result = materialize(
@@ -178,8 +179,10 @@ def _failed_checks(result: Any) -> list[str]:
     return out
 
 
-def _record(report: IngestReport, key: str, ok: bool, failed_checks: list[str]) -> None:
-    report.partitions += 1 if "|" in key else 0
+def _record(
+    report: IngestReport, key: str, ok: bool, failed_checks: list[str], partitions: int = 0
+) -> None:
+    report.partitions += partitions
     if not ok:
         report.failed.append(key)
     report.failed_checks.extend(f"{key}: {c}" for c in failed_checks)
@@ -197,13 +200,34 @@ def _worker_init(data_dir: str, catalog: str, area: str) -> None:
     _WORKER["instance"] = DagsterInstance.get()
 
 
-def _worker_materialize(key: str) -> tuple[str, bool, list[str]]:
+def _worker_materialize(block: str, first_week: str, last_week: str) -> tuple[str, bool, list[str]]:
+    return _materialize_range(
+        _WORKER["resources"], _WORKER["instance"], block, first_week, last_week
+    )
+
+
+def _chunks(weeks: list[str], size: int) -> list[list[str]]:
+    return [weeks[i : i + size] for i in range(0, len(weeks), size)]
+
+
+def _materialize_range(
+    resources: dict[str, Any],
+    instance: DagsterInstance,
+    block: str,
+    first_week: str,
+    last_week: str,
+) -> tuple[str, bool, list[str]]:
+    """One run over a block's weeks ``first_week..last_week`` (a single-run backfill range)."""
+    start, end = str(scene_key(first_week, block)), str(scene_key(last_week, block))
     result = materialize(
         SCENE_ASSETS,
-        partition_key=key,
-        resources=_WORKER["resources"],
-        instance=_WORKER["instance"],
+        resources=resources,
+        instance=instance,
         raise_on_error=False,
         run_config=QUIET,
+        tags={
+            "dagster/asset_partition_range_start": start,
+            "dagster/asset_partition_range_end": end,
+        },
     )
-    return key, bool(result.success), _failed_checks(result)
+    return f"{start}..{last_week}", bool(result.success), _failed_checks(result)

@@ -1,19 +1,19 @@
-"""Sentinel-1 RTC assets: discovery and backscatter per (week, block)."""
+"""Sentinel-1 RTC assets: discovery and backscatter per (week, block); single-run backfills as Sentinel-2."""
 
 import numpy as np
 from dagster import (
     AssetCheckResult,
     AssetCheckSpec,
     AssetExecutionContext,
+    BackfillPolicy,
     MaterializeResult,
     asset,
 )
 
 from pipelines.partitions import SCENE_PARTITIONS
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
-from pipelines.scenes import discover, scene_partition
+from pipelines.scenes import discover, merge_check_results, scene_partitions
 from pipelines.sentinel1.ingest import S1_BANDS, stack_week
-from pipelines.sources.models import SceneItem
 from store.inventory import InventoryRow
 
 __all__ = ["s1_backscatter", "s1_items"]
@@ -22,26 +22,31 @@ COLLECTION = "sentinel-1-rtc"
 _BAND_NAME = {"vv": "s1.vv", "vh": "s1.vh", "vh_vv": "indices.vh_vv"}
 
 
-@asset(partitions_def=SCENE_PARTITIONS, group_name="sentinel1", kinds={"stac"})
+@asset(
+    partitions_def=SCENE_PARTITIONS,
+    backfill_policy=BackfillPolicy.single_run(),
+    group_name="sentinel1",
+    kinds={"stac"},
+)
 def s1_items(
     context: AssetExecutionContext, scenes: SceneSourceResource, area: AreaResource
-) -> list[SceneItem]:
-    """Sentinel-1 RTC items of the partition's week over the area's part of its block."""
-    part = scene_partition(context, area)
-    found = discover(COLLECTION, part, scenes)
-    context.add_output_metadata(
-        {
-            "item_ids": [i.id for i in found.items],
+) -> MaterializeResult:
+    """Sentinel-1 RTC items of each partition's week over the area's part of its block (ids recorded)."""
+    found = discover(COLLECTION, scene_partitions(context, area), scenes)
+    return MaterializeResult(
+        metadata={
+            "items_by_week": found.ids(),
             "skipped": [f"{s.item_id}: {s.reason}" for s in found.skipped],
         }
     )
-    return list(found.items)
 
 
 @asset(
     partitions_def=SCENE_PARTITIONS,
+    backfill_policy=BackfillPolicy.single_run(),
     group_name="sentinel1",
     kinds={"zarr", "icechunk"},
+    deps=[s1_items],
     check_specs=[
         AssetCheckSpec(
             "backscatter_positive",
@@ -52,33 +57,38 @@ def s1_items(
 )
 def s1_backscatter(
     context: AssetExecutionContext,
-    s1_items: list[SceneItem],
+    scenes: SceneSourceResource,
     store: StoreResource,
     area: AreaResource,
 ) -> MaterializeResult:
-    """s1.vv, s1.vh (linear gamma0) and indices.vh_vv, one cube transaction."""
-    part = scene_partition(context, area)
-    if part.window is None:
-        return MaterializeResult(
-            metadata={"note": "block outside the area"},
-            check_results=[AssetCheckResult(check_name="backscatter_positive", passed=True)],
-        )
-    win = part.window
-    week = stack_week(s1_items, win, part.t0)
-    ok = week.valid == 1
-    vv = week.values["vv"][ok]
-    bad = int(((vv <= 0) | (vv >= 10)).sum())
-    check = AssetCheckResult(
-        check_name="backscatter_positive", passed=bad == 0, metadata={"bad_cells": bad}
-    )
-    snapshot = None
-    if bad == 0:
+    """s1.vv, s1.vh (linear gamma0) and indices.vh_vv; one cube transaction per week."""
+    parts = scene_partitions(context, area)
+    found = discover(COLLECTION, parts, scenes)
+    writer, inventory = store.writer(), store.inventory()
+    per_week: dict[str, list[AssetCheckResult]] = {}
+    written: dict[str, str] = {}
+    for part in parts:
+        items = found.by_week.get(part.week, [])
+        win = part.window
+        if win is None or not items:
+            inventory.write_partition(f"s1|{part.key}", [])
+            continue
+        week = stack_week(items, win, part.t0)
+        vv = week.values["vv"][week.valid == 1]
+        bad = int(((vv <= 0) | (vv >= 10)).sum())
+        per_week[part.week] = [
+            AssetCheckResult(
+                check_name="backscatter_positive", passed=bad == 0, metadata={"bad_cells": bad}
+            )
+        ]
+        if bad:
+            continue
         tslots = np.arange(part.t0, part.t0 + 7)
-        with store.writer().transaction(part.key, metadata={"asset": "s1_backscatter"}) as tx:
+        with writer.transaction(part.key, metadata={"asset": "s1_backscatter"}) as tx:
             for k in S1_BANDS:
                 tx.write(_BAND_NAME[k], tslots, win.lat_q0, win.lng_q0, week.values[k])
             tx.write("s1.valid", tslots, win.lat_q0, win.lng_q0, week.valid)
-        snapshot = tx.snapshot_id
+        written[part.week] = str(tx.snapshot_id)
         rows = [
             InventoryRow(
                 band="s1",
@@ -90,8 +100,14 @@ def s1_backscatter(
             )
             for slot, ids in sorted(week.item_ids.items())
         ]
-        store.inventory().write_partition(f"s1|{part.key}", rows, snapshot_id=snapshot)
+        inventory.write_partition(f"s1|{part.key}", rows, snapshot_id=tx.snapshot_id)
+    results = merge_check_results(per_week) or [
+        AssetCheckResult(
+            check_name="backscatter_positive",
+            passed=True,
+            metadata={"note": "no scenes in these partitions"},
+        )
+    ]
     return MaterializeResult(
-        metadata={"days": sorted(week.item_ids), "snapshot_id": snapshot or "not written"},
-        check_results=[check],
+        metadata={"weeks_written": sorted(written), "snapshots": written}, check_results=results
     )

@@ -1,55 +1,66 @@
-"""Sentinel-2 assets: discovery and indices per (week, block), with their checks."""
+"""Sentinel-2 assets: discovery and indices per (week, block), with their checks.
 
-import numpy as np
+Both assets take single-run backfills: Dagster runs one block's range of weeks
+in one run (``context.partition_keys``), and each week still commits its own
+cube snapshot with its partition key, so a run killed mid-range keeps every
+week it finished.
+"""
+
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    BackfillPolicy,
     MaterializeResult,
     asset,
 )
 
 from pipelines.partitions import SCENE_PARTITIONS
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
-from pipelines.scenes import discover, scene_partition
-from pipelines.sentinel2.checks import evaluate_checks
-from pipelines.sentinel2.compute import CLEAR, INDEX_NAMES
-from pipelines.sentinel2.ingest import stack_week
-from pipelines.sources.models import SceneItem
-from store.inventory import InventoryRow
+from pipelines.scenes import ScenePartition, discover, merge_check_results, scene_partitions
+from pipelines.sentinel2.checks import CHECK_NAMES, evaluate_checks
+from pipelines.sentinel2.compute import INDEX_NAMES
+from pipelines.sentinel2.ingest import WeekStack, stack_week
+from store.cube import CubeWriter
+from store.inventory import Inventory, InventoryRow
 
 __all__ = ["s2_indices", "s2_items"]
 
 COLLECTION = "sentinel-2-l2a"
 
 
-@asset(partitions_def=SCENE_PARTITIONS, group_name="sentinel2", kinds={"stac"})
+@asset(
+    partitions_def=SCENE_PARTITIONS,
+    backfill_policy=BackfillPolicy.single_run(),
+    group_name="sentinel2",
+    kinds={"stac"},
+)
 def s2_items(
     context: AssetExecutionContext, scenes: SceneSourceResource, area: AreaResource
-) -> list[SceneItem]:
-    """Sentinel-2 L2A items of the partition's week over the area's part of its block."""
-    part = scene_partition(context, area)
-    found = discover(COLLECTION, part, scenes)
-    context.add_output_metadata(
-        {
-            "item_ids": [i.id for i in found.items],
-            "n_items": len(found.items),
+) -> MaterializeResult:
+    """Sentinel-2 L2A items of each partition's week over the area's part of its block (ids recorded)."""
+    found = discover(COLLECTION, scene_partitions(context, area), scenes)
+    return MaterializeResult(
+        metadata={
+            "items_by_week": found.ids(),
+            "n_items": sum(len(v) for v in found.by_week.values()),
             "skipped": [f"{s.item_id}: {s.reason}" for s in found.skipped],
         }
     )
-    return list(found.items)
 
 
 @asset(
     partitions_def=SCENE_PARTITIONS,
+    backfill_policy=BackfillPolicy.single_run(),
     group_name="sentinel2",
     kinds={"zarr", "icechunk"},
+    deps=[s2_items],
     check_specs=[
         AssetCheckSpec(
             "index_range",
             asset="s2_indices",
-            description="every index value within [-1, 1] (EVI within [-3, 3])",
+            description="every index within [-1, 1] (EVI within [-3, 3])",
         ),
         AssetCheckSpec(
             "clear_cells_finite", asset="s2_indices", description="no NaN in clear cells"
@@ -73,69 +84,72 @@ def s2_items(
 )
 def s2_indices(
     context: AssetExecutionContext,
-    s2_items: list[SceneItem],
+    scenes: SceneSourceResource,
     store: StoreResource,
     area: AreaResource,
 ) -> MaterializeResult:
-    """ndvi, ndwi, ndmi, lswi, evi and the clear flag, written as one cube transaction."""
-    part = scene_partition(context, area)
-    if part.window is None:
-        return MaterializeResult(
-            metadata={"note": "block outside the area"},
-            check_results=[
-                AssetCheckResult(check_name=c, passed=True, metadata={"note": "nothing to check"})
-                for c in (
-                    "index_range",
-                    "clear_cells_finite",
-                    "reflectance_sanity",
-                    "clear_fraction",
-                    "chunk_coverage",
-                )
-            ],
+    """ndvi, ndwi, ndmi, lswi, evi and the clear flag; one cube transaction per week."""
+    parts = scene_partitions(context, area)
+    found = discover(COLLECTION, parts, scenes)
+    writer, inventory = store.writer(), store.inventory()
+    per_week: dict[str, list[AssetCheckResult]] = {}
+    written: dict[str, str] = {}
+    for part in parts:
+        items = found.by_week.get(part.week, [])
+        if part.window is None or not items:
+            inventory.write_partition(f"s2|{part.key}", [])
+            continue
+        stack = stack_week(items, part.window, part.t0)
+        checks = evaluate_checks(stack, part.window)
+        per_week[part.week] = checks
+        if any(not c.passed and c.severity == AssetCheckSeverity.ERROR for c in checks):
+            context.log.warning(f"s2 {part.key}: checks failed, week not written")
+            continue
+        written[part.week] = _write_week(
+            writer, inventory, part, stack, sorted(i.id for i in items)
         )
-    win = part.window
-    stack = stack_week(s2_items, win, part.t0)
-    checks = evaluate_checks(stack, win)
-    failed = [
-        c.check_name for c in checks if not c.passed and c.severity == AssetCheckSeverity.ERROR
+    results = merge_check_results(per_week) or [
+        AssetCheckResult(
+            check_name=c, passed=True, metadata={"note": "no scenes in these partitions"}
+        )
+        for c in CHECK_NAMES
     ]
-    tslots = np.arange(part.t0, part.t0 + 7)
-    snapshot = None
-    if not failed:
-        writer = store.writer()
-        with writer.transaction(
-            part.key, metadata={"asset": "s2_indices", "items": sorted(i.id for i in s2_items)}
-        ) as tx:
-            for name in INDEX_NAMES:
-                tx.write(f"indices.{name}", tslots, win.lat_q0, win.lng_q0, stack.values[name])
-            tx.write("s2.clear", tslots, win.lat_q0, win.lng_q0, stack.clear)
-        snapshot = tx.snapshot_id
-        rows = []
-        for slot, day in sorted(stack.days.items()):
-            observed = day.n_observed
-            rows.append(
-                InventoryRow(
-                    band="s2",
-                    tslot=slot,
-                    block=part.block,
-                    item_ids=day.item_ids,
-                    clear_cells=day.n_clear,
-                    total_cells=observed,
-                    cloud_fraction=(1 - day.n_clear / observed) if observed else None,
-                )
-            )
-        store.inventory().write_partition(f"s2|{part.key}", rows, snapshot_id=snapshot)
-    context.log.info(
-        f"s2 {part.key}: {len(stack.days)} day(s), {len(s2_items)} item(s), failed checks: {failed}"
-    )
-    n_clear = int((stack.clear == CLEAR).sum())
     return MaterializeResult(
         metadata={
-            "days": sorted(stack.days),
-            "n_items": len(s2_items),
-            "clear_cells": n_clear,
-            "snapshot_id": snapshot or "not written (failed checks)",
-            "skipped": [f"{s.item_id}: {s.reason}" for s in stack.skipped],
+            "weeks_written": sorted(written),
+            "snapshots": written,
+            "skipped": [f"{s.item_id}: {s.reason}" for s in found.skipped],
         },
-        check_results=checks,
+        check_results=results,
     )
+
+
+def _write_week(
+    writer: CubeWriter,
+    inventory: Inventory,
+    part: ScenePartition,
+    stack: WeekStack,
+    item_ids: list[str],
+) -> str:
+    """Commit one week's stack (all 7 days, so the partition owns its chunks) and its inventory rows."""
+    win = part.window
+    assert win is not None
+    tslots = list(range(part.t0, part.t0 + 7))
+    with writer.transaction(part.key, metadata={"asset": "s2_indices", "items": item_ids}) as tx:
+        for name in INDEX_NAMES:
+            tx.write(f"indices.{name}", tslots, win.lat_q0, win.lng_q0, stack.values[name])
+        tx.write("s2.clear", tslots, win.lat_q0, win.lng_q0, stack.clear)
+    rows = [
+        InventoryRow(
+            band="s2",
+            tslot=slot,
+            block=part.block,
+            item_ids=day.item_ids,
+            clear_cells=day.n_clear,
+            total_cells=day.n_observed,
+            cloud_fraction=(1 - day.n_clear / day.n_observed) if day.n_observed else None,
+        )
+        for slot, day in sorted(stack.days.items())
+    ]
+    inventory.write_partition(f"s2|{part.key}", rows, snapshot_id=tx.snapshot_id)
+    return str(tx.snapshot_id)

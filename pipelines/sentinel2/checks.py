@@ -13,7 +13,16 @@ from pipelines.lattice import LatticeWindow
 from pipelines.sentinel2.compute import CLEAR, INDEX_NAMES, NO_OBSERVATION
 from pipelines.sentinel2.ingest import WeekStack
 
-__all__ = ["evaluate_checks"]
+__all__ = ["CHECK_NAMES", "evaluate_checks"]
+
+CHECK_NAMES = (
+    "index_range",
+    "clear_cells_finite",
+    "reflectance_sanity",
+    "clear_fraction",
+    "chunk_coverage",
+)
+"""The checks of ``s2_indices``, in the order they are reported."""
 
 
 def evaluate_checks(stack: WeekStack, window: LatticeWindow) -> list[AssetCheckResult]:

@@ -437,7 +437,9 @@ def test_tampering_fails(ctx: ServiceContext, clearing_cell: str) -> None:
     assert verify_answer(doc).ok
     for mutate in (
         lambda d: d["points"][0].__setitem__("value", d["points"][0]["value"] + 1e-6),
-        lambda d: d.__setitem__("snapshot_id", "X" + d["snapshot_id"][1:]),
+        lambda d: d.__setitem__(
+            "snapshot_id", ("Y" if d["snapshot_id"][0] == "X" else "X") + d["snapshot_id"][1:]
+        ),
         lambda d: d["receipt"]["query"].__setitem__("band", "indices.ndwi"),
         lambda d: d["receipt"]["cells"].append("zzz"),
     ):
