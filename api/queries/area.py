@@ -16,9 +16,9 @@ Definitions
   ``max_scenes`` chosen evenly in time keeping both ends.
 * Anomaly: latest kept median minus the median of the medians of earlier
   years' overpasses within +-30 days of year (same threshold applied); z =
-  difference / std of those medians (>= 2 of them), or / the robust spatial
-  spread (IQR / 1.349) of the single baseline overpass; null with a reason
-  otherwise.
+  difference / max(std of those medians, mean robust spatial spread
+  (IQR / 1.349) of those overpasses), so a handful of near-equal baseline
+  medians cannot make z explode; null with a reason when both are zero.
 * Trend: Theil-Sen slope (per year) of the kept medians and a two-sided
   Mann-Kendall p-value (tie-corrected variance, continuity correction), when
   at least :data:`MIN_TREND_SCENES` overpasses are kept.
@@ -546,17 +546,21 @@ def _anomaly(
     z = None
     basis = None
     reason = None
-    if medians.size >= 2:
-        sd = float(np.std(medians, ddof=1))
-        if sd > 0:
-            z, basis = diff / sd, f"std of the {medians.size} baseline medians"
-    else:
-        spread = (stats[0]["p75"] - stats[0]["p25"]) / 1.349
-        if spread > 0:
-            z, basis = (
-                diff / spread,
-                "robust spatial spread (IQR/1.349) of the single baseline overpass",
+    # A std of two or three baseline medians can be ~0 by chance (z in the
+    # hundreds of thousands); the within-area spread of the baseline overpasses
+    # is a floor, so z is never sharper than the area's own heterogeneity.
+    between = float(np.std(medians, ddof=1)) if medians.size >= 2 else 0.0
+    spatial = float(np.mean([(s["p75"] - s["p25"]) / 1.349 for s in stats]))
+    sd = max(between, spatial)
+    if sd > 0:
+        if between >= spatial:
+            basis = f"std of the {medians.size} baseline medians"
+        else:
+            basis = (
+                f"robust spatial spread (IQR/1.349) of the {medians.size} baseline overpass(es), "
+                f"larger than the std of their medians ({between:.4g})"
             )
+        z = diff / sd
     if z is None:
         reason = "baseline spread is zero: z undefined"
     return {

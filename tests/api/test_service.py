@@ -261,6 +261,9 @@ def test_flood_raises_ndwi_with_anomaly(ctx: ServiceContext, tiny_store: Any) ->
         assert an.difference > 0.3
         assert an.z is not None
         assert an.z > 2
+        # z is bounded by the baseline's within-area spread, not by a near-zero
+        # std of one or two baseline medians
+        assert an.z < 1000
         assert an.z_basis
     else:
         assert an.reason
