@@ -83,9 +83,14 @@ def _summary(answer: dict[str, Any]) -> str:
         return f"{r['band']} {r['start']['value']:.2f} -> {r['end']['value']:.2f} (delta {r['delta']:+.2f}, significant={r['significant']})"
     if t == "area_over_time":
         a = r["areas"][0]
-        return f"{len(a['scenes'])} overpasses, {len(a['excluded'])} excluded; anomaly {a.get('anomaly')}"[
-            :160
-        ]
+        an, tr = a["anomaly"], a["trend"]
+        text = f"{r['index']}: {len(a['scenes'])} overpasses kept, {len(a['excluded'])} excluded (clear fraction under the threshold)"
+        if an.get("difference") is not None:
+            text += f"; latest median {an['latest_median']:.2f} vs same-season baseline {an['baseline_median']:.2f}"
+            text += f" (z {an['z']:.1f})" if an.get("z") is not None else ""
+        if tr.get("slope_per_year") is not None:
+            text += f"; trend {tr['slope_per_year']:+.2f}/yr (Mann-Kendall p {tr['mann_kendall_p']:.2f})"
+        return text
     if t == "find_like":
         return (
             f"{r['returned_k']}/{r['requested_k']} neighbours, best {r['neighbours'][0]['score']:.3f}"
