@@ -108,7 +108,8 @@ def weighted_stats(x: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> di
         x: Values (finite).
         w: Positive weights, same shape.
     """
-    order = np.argsort(x, kind="stable")
+    # equal values may come in any order: the interpolated quantile is the same value
+    order = np.argsort(x)
     xs, ws = x[order], w[order]
     total = float(ws.sum())
     mean = float(np.dot(xs, ws) / total)
