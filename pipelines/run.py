@@ -30,7 +30,7 @@ from pipelines.tessera.assets import (
     tessera_items,
 )
 
-__all__ = ["IngestReport", "ingest_area", "resources_for"]
+__all__ = ["IngestReport", "ingest_area", "materialize_range", "resources_for"]
 
 SCENE_ASSETS = [s2_items, s2_indices, s1_items, s1_backscatter]
 """The assets of the scene partitions, materialised together."""
@@ -138,7 +138,7 @@ def ingest_area(
                     progress("scene partitions (week x block)", done, sum(n_weeks.values()))
     else:
         for r in todo:
-            key, ok, failed_checks = _materialize_range(resources, inst, *r)
+            key, ok, failed_checks = materialize_range(resources, inst, *r)
             _record(report, key, ok, failed_checks, n_weeks[r])
             done += n_weeks[r]
             if progress:
@@ -201,7 +201,7 @@ def _worker_init(data_dir: str, catalog: str, area: str) -> None:
 
 
 def _worker_materialize(block: str, first_week: str, last_week: str) -> tuple[str, bool, list[str]]:
-    return _materialize_range(
+    return materialize_range(
         _WORKER["resources"], _WORKER["instance"], block, first_week, last_week
     )
 
@@ -210,7 +210,7 @@ def _chunks(weeks: list[str], size: int) -> list[list[str]]:
     return [weeks[i : i + size] for i in range(0, len(weeks), size)]
 
 
-def _materialize_range(
+def materialize_range(
     resources: dict[str, Any],
     instance: DagsterInstance,
     block: str,
