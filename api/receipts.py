@@ -62,10 +62,11 @@ import math
 import os
 import re
 import struct
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,107 @@ def _mark_floats(tree: Any) -> Any:
     return tree
 
 
+def _canonical_cbor_slow(value: Any) -> bytes:
+    return cbor2.dumps(_mark_floats(normalise(value)), canonical=True, default=_encode_marker)
+
+
+# Fast path: one pass that normalises and encodes plain values (exact types dict, list,
+# tuple, str, int within 64 bits, finite float, bool, None, bytes). Anything else
+# (numpy values, subclasses, non-string keys, NaN, big ints, unencodable strings, deep
+# nesting) raises _Slow and the caller takes the reference path above, so both paths
+# give the same bytes and the same errors. Map keys are sorted length-first, then
+# bytewise, as ``cbor2.dumps(canonical=True)`` does; the order of a key set is cached.
+
+
+class _Slow(Exception):
+    """The value needs the reference (normalise + cbor2) path."""
+
+
+_HEAD_SMALL = [bytes([i]) for i in range(256)]
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+_KEY_ORDER: dict[tuple[str, ...], tuple[tuple[str, bytes], ...]] = {}
+_KEY_ORDER_MAX = 4096
+
+
+def _head(major: int, n: int) -> bytes:
+    m = major << 5
+    if n < 24:
+        return _HEAD_SMALL[m | n]
+    if n < 0x100:
+        return bytes((m | 24, n))
+    if n < 0x10000:
+        return _HEAD_SMALL[m | 25] + _U16.pack(n)
+    if n < 0x100000000:
+        return _HEAD_SMALL[m | 26] + _U32.pack(n)
+    return _HEAD_SMALL[m | 27] + _U64.pack(n)
+
+
+def _key_order(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
+    order = _KEY_ORDER.get(keys)
+    if order is None:
+        for k in keys:
+            if type(k) is not str:
+                raise _Slow
+        encoded = [(k, k.encode("utf-8")) for k in keys]
+        encoded.sort(key=lambda kb: (len(kb[1]), kb[1]))
+        order = tuple((k, _head(3, len(b)) + b) for k, b in encoded)
+        if len(_KEY_ORDER) >= _KEY_ORDER_MAX:
+            _KEY_ORDER.clear()
+        _KEY_ORDER[keys] = order
+    return order
+
+
+def _encode_fast(value: Any, out: list[bytes], allow_bytes: bool, drop_none: bool) -> None:
+    t = type(value)
+    if t is str:
+        data = value.encode("utf-8")
+        out.append(_head(3, len(data)))
+        out.append(data)
+    elif t is float:
+        if value - value != 0.0:  # NaN or infinity
+            raise _Slow
+        out.append(b"\xfb" + _F64.pack(value))
+    elif t is dict:
+        order = _key_order(tuple(value))
+        if drop_none:
+            order = tuple(kb for kb in order if value[kb[0]] is not None)
+        out.append(_head(5, len(order)))
+        for k, kb in order:
+            out.append(kb)
+            _encode_fast(value[k], out, allow_bytes, drop_none)
+    elif t is int:
+        if 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+            out.append(_head(0, value))
+        elif -0x10000000000000000 <= value < 0:
+            out.append(_head(1, -1 - value))
+        else:
+            raise _Slow
+    elif value is None:
+        out.append(b"\xf6")
+    elif t is bool:
+        out.append(b"\xf5" if value else b"\xf4")
+    elif t is list or t is tuple:
+        out.append(_head(4, len(value)))
+        for v in value:
+            _encode_fast(v, out, allow_bytes, drop_none)
+    elif t is bytes and allow_bytes:
+        out.append(_head(2, len(value)))
+        out.append(value)
+    else:
+        raise _Slow
+
+
+def _fast_cbor(value: Any, *, allow_bytes: bool, drop_none: bool = False) -> bytes | None:
+    """Canonical CBOR of a plain value in one pass, or None when the slow path is needed."""
+    out: list[bytes] = []
+    try:
+        _encode_fast(value, out, allow_bytes, drop_none)
+    except (_Slow, UnicodeEncodeError, RecursionError):
+        return None
+    return b"".join(out)
+
+
 def canonical_cbor(value: Any) -> bytes:
     """Canonical CBOR bytes of ``normalise(value)``, floats as float64.
 
@@ -220,7 +322,8 @@ def canonical_cbor(value: Any) -> bytes:
     Raises:
         InvalidArgument: As :func:`normalise`.
     """
-    return cbor2.dumps(_mark_floats(normalise(value)), canonical=True, default=_encode_marker)
+    fast = _fast_cbor(value, allow_bytes=True)
+    return fast if fast is not None else _canonical_cbor_slow(value)
 
 
 def _digest(data: bytes) -> bytes:
@@ -265,7 +368,7 @@ def fact_id(
         "cell": cell,
         "band": band,
         "tslot": int(tslot),
-        "value": normalise(value),
+        "value": value,  # canonical_cbor normalises it
         "sources": sorted(set(source_ids)),
         "derivation": derivation,
     }
@@ -285,6 +388,10 @@ def query_digest(primitive: str, args: Mapping[str, Any]) -> bytes:
     Returns:
         32 raw bytes.
     """
+    if type(args) is dict and type(primitive) is str:
+        fast = _fast_cbor({"primitive": primitive, "args": args}, allow_bytes=True, drop_none=True)
+        if fast is not None:
+            return _digest(fast)
     return _digest(
         canonical_cbor({"primitive": primitive, "args": normalise(dict(args), drop_none=True)})
     )
@@ -312,8 +419,13 @@ def answer_digest(answer: Mapping[str, Any]) -> bytes:
     Raises:
         InvalidArgument: The answer is not JSON-serialisable or holds NaN/inf.
     """
-    body = _json_round_trip({k: v for k, v in answer.items() if k != "receipt"}, "answer")
-    return _digest(canonical_cbor(body))
+    body = {k: v for k, v in answer.items() if k != "receipt"}
+    # Plain JSON values come back from a JSON round trip unchanged, so the fast path
+    # encodes them directly (bytes are not JSON: they take the slow path, which refuses them).
+    fast = _fast_cbor(body, allow_bytes=False)
+    if fast is not None:
+        return _digest(fast)
+    return _digest(canonical_cbor(_json_round_trip(body, "answer")))
 
 
 # --------------------------------------------------------------------------- preimage
@@ -442,12 +554,12 @@ class Signer:
             )
         return seed
 
-    @property
+    @cached_property
     def public_key(self) -> bytes:
         """Raw 32-byte ed25519 public key."""
         return bytes(self.signing_key.verify_key)
 
-    @property
+    @cached_property
     def key_id(self) -> str:
         """First 16 hex characters of blake3(public key)."""
         return key_id_of(self.public_key)
@@ -477,9 +589,17 @@ class Signer:
 # --------------------------------------------------------------------------- sign / verify
 
 
+_second: tuple[int, str] = (-1, "")  # (unix second, its "YYYY-MM-DDTHH:MM:SS." text)
+
+
 def _served_at_now() -> str:
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    global _second
+    sec, ns = divmod(time.time_ns(), 1_000_000_000)
+    cached = _second  # one tuple: threads never see a second with another's text
+    if cached[0] != sec:
+        cached = (sec, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(sec)))
+        _second = cached
+    return f"{cached[1]}{ns // 1_000_000:03d}Z"
 
 
 def _sorted_unique(items: Iterable[str], what: str) -> list[str]:

@@ -14,12 +14,25 @@ The handlers hold no logic: they validate the body against the input model,
 call the primitive (in a worker thread) and send ``model_dump(mode="json")``
 unchanged, so the receipt verifies byte for byte. Request bodies above
 ``max_body_bytes`` (256 kB by default) are refused with 413 before parsing.
+
+Fast path: ``POST /v1/<primitive>`` with ``Content-Type: application/json`` and
+a body that fits the input model is answered by :class:`FastPrimitiveRoutes`
+without FastAPI's routing, dependency and response machinery (the same
+``json.loads`` + model validation, the same call, the same ``JSONResponse``
+bytes and error bodies); anything else (a bad body, another content type)
+falls through to the FastAPI route, which produces the usual answer or error.
+The FastAPI routes stay registered, so the OpenAPI schema is unchanged.
+
+:func:`app_from_env` builds the app of ``earthmem serve --workers N`` in each
+worker process; with several workers MCP runs stateless (no session survives
+between requests, so a client's requests may land on any worker).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -45,11 +58,36 @@ from api.intent import (
     run_intent,
     validation_error_body,
 )
-from api.mcp_server import StreamableHttpEndpoint, _version, build_server, make_provider
+from api.mcp_server import (
+    StreamableHttpEndpoint,
+    _local_security,
+    _version,
+    build_server,
+    make_provider,
+)
 from api.registry import PRIMITIVES, Primitive
 from store.errors import StoreError
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "ErrorBody", "ErrorInfo", "create_app"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "ENV_DATA",
+    "ENV_HOST",
+    "ENV_MCP_STATELESS",
+    "ErrorBody",
+    "ErrorInfo",
+    "FastPrimitiveRoutes",
+    "app_from_env",
+    "create_app",
+]
+
+ENV_DATA = "EARTHMEM_SERVE_DATA"
+"""Data directory of the app built by :func:`app_from_env` (set by ``earthmem serve``)."""
+
+ENV_HOST = "EARTHMEM_SERVE_HOST"
+"""Bound host of the app built by :func:`app_from_env` (MCP DNS-rebinding protection)."""
+
+ENV_MCP_STATELESS = "EARTHMEM_SERVE_MCP_STATELESS"
+"""``"1"``: the app built by :func:`app_from_env` serves MCP stateless."""
 
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
 """Largest request body accepted (bytes); larger bodies get 413."""
@@ -164,6 +202,115 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replay
 
 
+# --------------------------------------------------------------------------- fast path
+
+
+class FastPrimitiveRoutes:
+    """ASGI layer answering ``POST /v1/<primitive>`` JSON requests directly.
+
+    Does what the FastAPI route does (``json.loads`` of the body, validation
+    against the input model, the primitive in a worker thread, a
+    ``JSONResponse`` of the answer; API and store errors as the installed
+    handlers send them, anything else a 500 ``internal`` body and the
+    exception re-raised, as Starlette's ServerErrorMiddleware does) in one
+    step, ahead of FastAPI's middleware stack. A request it does not take as
+    is (other method, path or content type, no ``Content-Length`` or one above
+    ``max_body_bytes``, a body that is not a JSON object fitting the model) is
+    passed, body replayed, to ``fallback`` (the FastAPI app), whose routes and
+    middleware answer it or report the error as usual.
+
+    Args:
+        fallback: The full app.
+        provider: The context provider the routes use.
+        max_body_bytes: Largest body taken here (larger ones get the app's 413).
+    """
+
+    def __init__(self, fallback: ASGIApp, provider: ContextProvider, max_body_bytes: int) -> None:
+        self.fallback = fallback
+        self.provider = provider
+        self.max_body_bytes = max_body_bytes
+        self.routes = {f"/v1/{prim.name}": prim for prim in list(PRIMITIVES.values())}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        prim = self.routes.get(scope["path"]) if scope["type"] == "http" else None
+        if prim is None or scope["method"] != "POST" or scope.get("root_path"):
+            await self.fallback(scope, receive, send)
+            return
+        content_type = length = None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value
+            elif name == b"content-length":
+                length = value
+        if (
+            content_type is None
+            or content_type.lower() != b"application/json"
+            or length is None
+            or not length.isdigit()
+            or int(length) > self.max_body_bytes
+        ):
+            await self.fallback(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.fallback(scope, _replay([message], receive), send)
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        model = _parse_body(prim, body)
+        if model is None:
+            replay: Message = {"type": "http.request", "body": body, "more_body": False}
+            await self.fallback(scope, _replay([replay], receive), send)
+            return
+        try:
+            answer = await run_in_threadpool(_call, self.provider, prim.name, model)
+        except (ApiError, StoreError, ValidationError) as exc:
+            described = describe_error(exc)
+            assert described is not None
+            response: Response = _json_error(*described)
+        except Exception:
+            await _simple_error(500, "internal", "internal error")(scope, receive, send)
+            raise
+        else:
+            response = JSONResponse(answer)
+        await response(scope, receive, send)
+
+
+class _EarthmemApi(FastAPI):
+    """FastAPI with :class:`FastPrimitiveRoutes` in front of its middleware stack."""
+
+    fast: FastPrimitiveRoutes | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.fast is not None:
+            await self.fast(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    async def _full(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+
+
+def _parse_body(prim: Primitive, body: bytes) -> BaseModel | None:
+    """The input model of a JSON object body, or None (the route then handles the request)."""
+    if not body:
+        return None
+    try:
+        payload = json.loads(body)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return None
+    if not isinstance(payload, dict):
+        return None
+    try:
+        return prim.input_model.model_validate(payload)
+    except ValidationError:
+        return None
+
+
 # --------------------------------------------------------------------------- routes
 
 
@@ -207,12 +354,58 @@ def _intent_openapi() -> dict[str, Any]:
     }
 
 
+class _StatelessMcpEndpoint(StreamableHttpEndpoint):
+    """MCP streamable HTTP without sessions (every request stands alone).
+
+    Used when several worker processes share the port: a session made in one
+    worker would be unknown to the others.
+    """
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        """Run a stateless session manager for the duration of the context."""
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        manager = StreamableHTTPSessionManager(
+            app=self.server,
+            security_settings=_local_security(self.host),
+            max_request_body_size=self.max_body_bytes,
+            stateless=True,
+        )
+        async with manager.run():
+            self._manager = manager
+            try:
+                yield
+            finally:
+                self._manager = None
+
+
+def app_from_env() -> FastAPI:
+    """The app of one ``earthmem serve`` worker, configured by environment variables.
+
+    Reads :data:`ENV_DATA` (data directory, required), :data:`ENV_HOST` (default
+    127.0.0.1) and :data:`ENV_MCP_STATELESS`. Used as uvicorn's app factory
+    (``api.rest:app_from_env``) when serving with several worker processes.
+    """
+    from api.context import ServiceContext
+
+    data = os.environ.get(ENV_DATA)
+    if not data:
+        raise RuntimeError(f"{ENV_DATA} is not set (start the server with `earthmem serve`)")
+    return create_app(
+        ServiceContext(data),
+        host=os.environ.get(ENV_HOST) or "127.0.0.1",
+        mcp_stateless=os.environ.get(ENV_MCP_STATELESS) == "1",
+    )
+
+
 def create_app(
     source: Any,
     *,
     host: str = "127.0.0.1",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     mount_mcp: bool = True,
+    mcp_stateless: bool = False,
 ) -> FastAPI:
     """The earthmem HTTP app: REST routes for every registered primitive, plus MCP at ``/mcp``.
 
@@ -227,14 +420,17 @@ def create_app(
         max_body_bytes: Largest request body accepted (413 above).
         mount_mcp: Serve MCP streamable HTTP at ``/mcp`` (its session manager
             runs in the app lifespan).
+        mcp_stateless: Serve MCP without sessions (needed when several worker
+            processes share the port).
 
     Returns:
         The FastAPI app.
     """
     ensure_primitives()
     provider = make_provider(source)
+    endpoint_cls = _StatelessMcpEndpoint if mcp_stateless else StreamableHttpEndpoint
     mcp_endpoint = (
-        StreamableHttpEndpoint(build_server(provider), host=host, max_body_bytes=max_body_bytes)
+        endpoint_cls(build_server(provider), host=host, max_body_bytes=max_body_bytes)
         if mount_mcp
         else None
     )
@@ -247,7 +443,7 @@ def create_app(
         async with mcp_endpoint.run():
             yield
 
-    app = FastAPI(
+    app = _EarthmemApi(
         title="earthmem",
         version=_version(),
         summary="A shared, materialised memory of the Earth's surface for AI agents.",
@@ -352,6 +548,7 @@ def create_app(
         )
 
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    app.fast = FastPrimitiveRoutes(app._full, provider, max_body_bytes)
     return app
 
 

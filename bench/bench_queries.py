@@ -198,7 +198,9 @@ class Server:
     With ``quiet=True`` the same app runs with uvicorn's access log off.
     """
 
-    def __init__(self, data: Path, log: Path, *, quiet: bool = False) -> None:
+    def __init__(
+        self, data: Path, log: Path, *, quiet: bool = False, workers: int | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log.open("wb")
@@ -214,6 +216,7 @@ class Server:
                 str(data),
                 "--port",
                 str(self.port),
+                *(["--workers", str(workers)] if workers else []),
             ]
         )
         self.proc = subprocess.Popen(
@@ -690,7 +693,8 @@ def _serve_and_query(data: Path, cells: list[str], modes: tuple[str, ...]) -> di
     log.parent.mkdir(parents=True, exist_ok=True)
     peaks = {"RssAnon": 0, "RssFile": 0}
     times: dict[str, list[float]] = {m: [] for m in modes}
-    with Server(data, log) as srv:
+    # one worker: /proc/<pid>/status of a multi-worker server's parent holds no data
+    with Server(data, log, workers=1) as srv:
         idle = srv.status()
         stop = threading.Event()
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
@@ -26,6 +28,7 @@ __all__ = [
     "finish",
     "make_fact",
     "parse_cell_arg",
+    "signed_dump",
     "slot_date",
     "store_errors",
 ]
@@ -77,9 +80,15 @@ def parse_cell_arg(value: Any, name: str = "cell") -> CellRef:
             f"{name} must be a cell64 string, got {value!r}"[:200], code="invalid_cell"
         )
     try:
-        return CellRef(address.parse_cell(value.strip()))
+        return _cell_ref(value.strip())
     except StoreError as exc:
         raise InvalidArgument(f"{name}: {exc}", code="invalid_cell") from exc
+
+
+@functools.lru_cache(maxsize=4096)
+def _cell_ref(text: str) -> CellRef:
+    # Parsed cells are cached (errors are not); CellRef is never mutated.
+    return CellRef(address.parse_cell(text))
 
 
 def canonical_scalar_band(band: Any, *, allow_flags: bool = False) -> str:
@@ -128,9 +137,14 @@ def check_window(window: Any, *, tempo: str = "day") -> tuple[int, int]:
 
 def slot_date(tslot: int, tempo: str = "day") -> str:
     """ISO date of a slot."""
+    return _slot_date(int(tslot), tempo)
+
+
+@functools.lru_cache(maxsize=65536)
+def _slot_date(tslot: int, tempo: str) -> str:
     if tempo == "day":
-        return (dt.date(1970, 1, 1) + dt.timedelta(days=int(tslot))).isoformat()
-    return dt.date(1970 + int(tslot), 1, 1).isoformat()
+        return (dt.date(1970, 1, 1) + dt.timedelta(days=tslot)).isoformat()
+    return dt.date(1970 + tslot, 1, 1).isoformat()
 
 
 def clear_info(band: str) -> tuple[str, int]:
@@ -193,7 +207,26 @@ def finish(
     fact_ids = [f["fact_id"] for f in body.get("facts", [])]
     query = args.model_dump(mode="json", exclude_none=True)
     signed = sign_answer(ctx.signer, primitive, query, body, cells, fact_ids, snapshot_id)
-    return answer_model.model_validate(signed)
+    model = answer_model.model_validate(signed)
+    _last_signed.value = (model, signed)
+    return model
+
+
+_last_signed = threading.local()
+
+
+def signed_dump(answer: BaseModel) -> dict[str, Any] | None:
+    """The signed dict :func:`finish` made ``answer`` from, if it was this thread's last one.
+
+    Equal to ``answer.model_dump(mode="json")`` (that is what was signed), so an
+    adapter can send it without dumping the model again. Taken once: a second
+    call returns None.
+    """
+    last = getattr(_last_signed, "value", None)
+    if last is None or last[0] is not answer:
+        return None
+    _last_signed.value = None
+    return dict(last[1])
 
 
 class store_errors:

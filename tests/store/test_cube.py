@@ -243,8 +243,15 @@ def _commit_partition(data_dir: str, block_x: int) -> str:
 def test_two_processes_commit_partitions_concurrently(writer: CubeWriter, data_dir: Path) -> None:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(2)
-    with ctx.Pool(2, initializer=_init_worker, initargs=(barrier,)) as pool:
+    pool = ctx.Pool(2, initializer=_init_worker, initargs=(barrier,))
+    try:
         ids = pool.starmap(_commit_partition, [(str(data_dir), BX), (str(data_dir), BX + 1)])
+    finally:
+        # close + join lets the workers exit on their own; Pool.__exit__ terminates
+        # them with SIGTERM, which a worker holding icechunk's runtime threads
+        # occasionally never acted on (seen once: the test hung in join)
+        pool.close()
+        pool.join()
     assert len(set(ids)) == 2
     reader = CubeReader(data_dir)
     assert reader.cell_series("indices.ndvi", Y0 + 5, X0 + 5)[1].tolist() == [float(BX % 100)]
