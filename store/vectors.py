@@ -34,6 +34,7 @@ Scoring (see :mod:`store._kernels` for the scan loops):
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
 import mmap
@@ -110,6 +111,23 @@ _WRITE_CHUNK = 1 << 18  # rows per chunk when deriving norms / codes (bounds flo
 _ARRAYS = ("cells", "vectors", "scales", "norms")
 SCAN_BLOCK_BYTES = 128 << 20
 """Bytes of a table a cosine scan keeps resident at once (see :meth:`KnnTable._cosine_blockwise`)."""
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_c_pread = _libc.pread
+_c_pread.restype = ctypes.c_ssize_t
+_c_pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
+
+
+@numba.njit(nogil=True, cache=False)
+def _pread_rows(
+    fd: int, rows: Any, d: int, base: int, out: Any
+) -> int:  # pragma: no cover - compiled
+    """``pread`` each row into ``out``; index of the first short read, or -1."""
+    for i in range(rows.shape[0]):
+        if _c_pread(fd, out[i:].ctypes.data, d, base + rows[i] * d) != d:
+            return i
+    return -1
 
 
 def _advise(arr: Any, advice: str) -> None:
@@ -805,25 +823,50 @@ class KnnTable:
                 return hamming_topk(self.bin128, code, k, mask=mask, exclude_row=exclude_row)
             finally:
                 _release(self.bin128, 0, self.n)
-        _advise(self.vectors, "MADV_RANDOM")  # candidate rows are scattered: no read-ahead
+        multiple = self.rerank_multiple if rerank_multiple is None else rerank_multiple
+        if (
+            isinstance(multiple, bool)
+            or not isinstance(multiple, (int, np.integer))
+            or multiple < 1
+        ):
+            raise InvalidVectorQuery(f"multiple must be a positive integer, got {multiple!r}")
+        k = _check_k(k)
         try:
-            return hamming_then_rerank(
-                self.vectors,
-                self.norms,
-                self.bin128,
-                q,
-                k,
-                multiple=self.rerank_multiple if rerank_multiple is None else rerank_multiple,
-                mask=mask,
-                exclude_row=exclude_row,
-                query_code=code,
+            _, cand, scanned = _hamming_candidates(
+                self.bin128, code, min(_MAX_CANDIDATES, int(multiple) * k), mask, exclude_row
             )
         finally:
-            # the rerank reads a few thousand random rows, each pulling in the
-            # kernel's read-ahead around it; hand those pages back
-            _release(self.vectors, 0, self.n)
             _release(self.bin128, 0, self.n)
-            _advise(self.vectors, "MADV_NORMAL")
+        if cand.size == 0:
+            return KnnResult(np.empty(0, np.int64), np.empty(0), scanned, "hamming_then_rerank", 0)
+        cand = np.sort(cand)
+        # Read the candidates with pread, not through the mapping: a page fault on a
+        # hot file maps the whole (large) page-cache folio around it, so a few
+        # thousand scattered rows would make ~1 GB resident (measured).
+        vectors = self._read_rows(cand)
+        norms = int8_norms(vectors)  # equal to the stored norms; avoids faulting those pages in
+        exact = cosine_topk(vectors, norms, q, k)
+        return KnnResult(
+            cand[exact.rows], exact.scores, scanned, "hamming_then_rerank", int(cand.size)
+        )
+
+    def _read_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
+        """Rows of ``vectors`` read with ``pread`` (one syscall per row, in a compiled loop)."""
+        out = np.empty((rows.size, self.d), dtype=np.int8)
+        fd = os.open(self.path / "vectors.npy", os.O_RDONLY)
+        try:
+            bad = _pread_rows(
+                fd,
+                np.ascontiguousarray(rows, np.int64),
+                self.d,
+                int(getattr(self.vectors, "offset", 0)),
+                out,
+            )
+        finally:
+            os.close(fd)
+        if bad >= 0:
+            raise VectorTableError(f"{self.path}/vectors.npy: short read at row {int(rows[bad])}")
+        return out
 
     def _cosine_blockwise(
         self, query: npt.ArrayLike, k: int, mask: npt.ArrayLike | None, exclude_row: int | None
