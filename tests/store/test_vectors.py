@@ -325,3 +325,34 @@ def test_blockwise_cosine_equals_one_scan_and_releases_pages(tmp_path, monkeypat
     # releasing pages is harmless: the mapping still reads the same bytes
     sv._release(table.vectors, 0, n)
     np.testing.assert_array_equal(np.asarray(table.vectors[123]), vecs[123])
+
+
+def test_table_rerank_reads_rows_with_pread_and_matches_the_mapped_path(tmp_path) -> None:
+    import store.vectors as sv
+
+    rng = np.random.default_rng(11)
+    n, d = 3000, 128
+    vecs = rng.integers(-127, 128, size=(n, d), dtype=np.int8)
+    cells = np.arange(n, dtype=np.uint64) + np.uint64(1 << 60)
+    sv.write_table(
+        tmp_path / "t",
+        cells,
+        vecs,
+        np.ones(n, np.float32),
+        {"band": "geotessera", "tslot": 54},
+        calibrate=False,
+    )
+    table = sv.KnnTable.open(tmp_path / "t")
+    rows = np.array([0, 1, 2, 57, 2999], dtype=np.int64)
+    np.testing.assert_array_equal(table._read_rows(rows), vecs[rows])
+    for m in (1, 8, 64):
+        got = table.search(
+            vecs[5], k=10, mode="hamming_then_rerank", rerank_multiple=m, exclude_row=5
+        )
+        ref = sv.hamming_then_rerank(
+            table.vectors, table.norms, table.bin128, vecs[5], 10, multiple=m, exclude_row=5
+        )
+        np.testing.assert_array_equal(got.rows, ref.rows)
+        np.testing.assert_allclose(got.scores, ref.scores)
+        assert got.reranked == ref.reranked
+        assert 5 not in got.rows
