@@ -108,8 +108,10 @@ def weighted_stats(x: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> di
         x: Values (finite).
         w: Positive weights, same shape.
     """
-    # equal values may come in any order: the interpolated quantile is the same value
-    order = np.argsort(x)
+    # Sort on float32 keys when that loses nothing (cube values are float32): ~2x
+    # faster; equal values may come in any order, the interpolated quantile is the same.
+    keys = x.astype(np.float32)
+    order = np.argsort(keys if np.array_equal(keys, x) else x)
     xs, ws = x[order], w[order]
     total = float(ws.sum())
     # elementwise sums, not np.dot: a BLAS dot on ~10^4 values spins up OpenBLAS
