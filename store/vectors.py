@@ -109,7 +109,7 @@ _SPARSE_MASK = 0.25  # below this mask density, gather the eligible rows instead
 _INT8_TOL = 2e-5  # in quantisation steps: float32 rounding of int8 * scale stays far below
 _WRITE_CHUNK = 1 << 18  # rows per chunk when deriving norms / codes (bounds float temporaries)
 _ARRAYS = ("cells", "vectors", "scales", "norms")
-SCAN_BLOCK_BYTES = 128 << 20
+SCAN_BLOCK_BYTES = 64 << 20
 """Bytes of a table a cosine scan keeps resident at once (see :meth:`KnnTable._cosine_blockwise`)."""
 
 
@@ -819,10 +819,12 @@ class KnnTable:
             raise InvalidVectorQuery(f"query must have dimension {self.d}, got shape {q.shape}")
         code = binarize(q) if query_code is None else np.asarray(query_code, np.uint8)
         if mode == "hamming":
-            try:
-                return hamming_topk(self.bin128, code, k, mask=mask, exclude_row=exclude_row)
-            finally:
-                _release(self.bin128, 0, self.n)
+            kk = _check_k(k)
+            keys, top, scanned = self._hamming_blockwise(code, kk, mask, exclude_row)
+            bits = self.bin128.shape[1] * 8
+            return KnnResult(
+                rows=top, scores=1.0 + 2.0 * keys / bits, scanned=scanned, mode="hamming"
+            )
         multiple = self.rerank_multiple if rerank_multiple is None else rerank_multiple
         if (
             isinstance(multiple, bool)
@@ -831,12 +833,9 @@ class KnnTable:
         ):
             raise InvalidVectorQuery(f"multiple must be a positive integer, got {multiple!r}")
         k = _check_k(k)
-        try:
-            _, cand, scanned = _hamming_candidates(
-                self.bin128, code, min(_MAX_CANDIDATES, int(multiple) * k), mask, exclude_row
-            )
-        finally:
-            _release(self.bin128, 0, self.n)
+        _, cand, scanned = self._hamming_blockwise(
+            code, min(_MAX_CANDIDATES, int(multiple) * k), mask, exclude_row
+        )
         if cand.size == 0:
             return KnnResult(np.empty(0, np.int64), np.empty(0), scanned, "hamming_then_rerank", 0)
         cand = np.sort(cand)
@@ -849,6 +848,43 @@ class KnnTable:
         return KnnResult(
             cand[exact.rows], exact.scores, scanned, "hamming_then_rerank", int(cand.size)
         )
+
+    def _hamming_blockwise(
+        self,
+        code: npt.NDArray[np.uint8],
+        n_keep: int,
+        mask: npt.ArrayLike | None,
+        exclude_row: int | None,
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], int]:
+        """Best ``n_keep`` rows by Hamming distance, scanning the codes block by block.
+
+        Each block's pages are released after its scan (as :meth:`_cosine_blockwise`
+        does), so the codes never sit resident whole. Returns ``(-distance, rows,
+        scanned)``, best first, ties by lower row.
+        """
+        assert self.bin128 is not None
+        n = self.n
+        block = max(1, SCAN_BLOCK_BYTES // 4 // BIN_BYTES)
+        m = None if mask is None else np.asarray(mask)
+        keys: list[npt.NDArray[np.float64]] = []
+        rows: list[npt.NDArray[np.int64]] = []
+        scanned = 0
+        for a in range(0, n, block):
+            b = min(n, a + block)
+            ex = None if exclude_row is None or not a <= exclude_row < b else exclude_row - a
+            try:
+                kb, rb, sc = _hamming_candidates(
+                    self.bin128[a:b], code, n_keep, None if m is None else m[a:b], ex
+                )
+            finally:
+                _release(self.bin128, a, b)
+            keys.append(np.asarray(kb, dtype=np.float64))
+            rows.append(np.asarray(rb, dtype=np.int64) + a)
+            scanned += sc
+        all_keys = np.concatenate(keys) if keys else np.empty(0)
+        all_rows = np.concatenate(rows) if rows else np.empty(0, np.int64)
+        order = np.lexsort((all_rows, -all_keys))[:n_keep]
+        return all_keys[order], all_rows[order], scanned
 
     def _read_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
         """Rows of ``vectors`` read with ``pread`` (one syscall per row, in a compiled loop)."""

@@ -322,6 +322,12 @@ def test_blockwise_cosine_equals_one_scan_and_releases_pages(tmp_path, monkeypat
     masked = table.search(vecs[10], k=25, mask=mask)
     ref = sv.cosine_topk(table.vectors, table.norms, vecs[10], 25, mask=mask)
     np.testing.assert_array_equal(masked.rows, ref.rows)
+    for ex in (None, 10, 4999):
+        hb = table.search(vecs[10], k=25, mode="hamming", exclude_row=ex, mask=mask)
+        hr = sv.hamming_topk(table.bin128, sv.binarize(vecs[10]), 25, exclude_row=ex, mask=mask)
+        np.testing.assert_array_equal(hb.rows, hr.rows)
+        np.testing.assert_allclose(hb.scores, hr.scores)
+        assert hb.scanned == hr.scanned
     # releasing pages is harmless: the mapping still reads the same bytes
     sv._release(table.vectors, 0, n)
     np.testing.assert_array_equal(np.asarray(table.vectors[123]), vecs[123])
