@@ -98,6 +98,8 @@ def _summary(answer: dict[str, Any]) -> str:
             else r.get("note", "")
         )
     if t == "is_like":
+        if r.get("cosine") is None:
+            return str(r.get("note") or "no vintage holds vectors for both cells")
         return f"cosine {r['cosine']:.3f} over vintages {r['vintages_compared']}"
     if t == "confirm":
         return f"verdict {r['verdict']}: {r.get('reason', '')}"[:160]
@@ -124,7 +126,11 @@ def run_examples(
             continue
         answers.append(answer)
         (out_dir / f"{kind}.json").write_text(json.dumps(answer.get("result", answer), indent=1))
-        print(f"  {kind:15} {_summary(answer)}")
+        try:
+            line = _summary(answer)
+        except (KeyError, TypeError, ValueError, IndexError):  # a partial answer: show its fields
+            line = ", ".join(sorted(answer.get("result", answer)))[:160]
+        print(f"  {kind:15} {line}")
     print(
         f"  answers with signed receipts saved in {out_dir}/ (check one: earthmem verify {out_dir}/did_change.json)"
     )

@@ -138,7 +138,9 @@ def build_sample(
     """
     if size not in SIZES:
         raise InvalidSampleSize(f"unknown sample size {size!r}; expected 'tiny' or 'demo'")
-    root = Path(root)
+    # absolute: pystac makes asset hrefs relative to each item only from absolute paths
+    # (a relative root gave hrefs relative to the working directory)
+    root = Path(root).resolve()
     if (root / "catalog.json").exists():
         if not overwrite:
             raise SampleExists(f"{root} already holds a sample (catalog.json); pass overwrite=True")

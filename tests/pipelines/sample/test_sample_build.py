@@ -148,3 +148,15 @@ def test_tiny_dates_bracket_the_events(tiny):
     assert any(d[5:7] in ("01", "02") for d in dates)
     s1 = [d.isoformat() for d in s1_dates("tiny")]
     assert any("2024-08-01" <= d <= "2024-08-25" for d in s1)
+
+
+def test_relative_root_gives_item_relative_hrefs(tmp_path, monkeypatch) -> None:
+    import json as _json
+
+    from pipelines.sample import build_sample as _build
+
+    monkeypatch.chdir(tmp_path)
+    _build(Path("rel/sample"), size="tiny", seed=0)
+    item = sorted((tmp_path / "rel/sample/sentinel-2-l2a").glob("*/*.json"))[0]
+    href = _json.loads(item.read_text())["assets"]["red"]["href"]
+    assert href == "./B04.tif"
