@@ -21,7 +21,14 @@ from pipelines.partitions import week_key_of, week_t0
 from pipelines.resources import AreaResource, SceneSourceResource
 from pipelines.sources.models import SceneItem, Skip
 
-__all__ = ["Discovery", "ScenePartition", "discover", "merge_check_results", "scene_partitions"]
+__all__ = [
+    "Discovery",
+    "ScenePartition",
+    "discover",
+    "discovery_metadata",
+    "merge_check_results",
+    "scene_partitions",
+]
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,15 @@ def discover(
             if week in weeks:
                 by_week[week].append(item)
     return Discovery(dict(by_week), tuple(skipped))
+
+
+def discovery_metadata(found: Discovery) -> dict[str, Any]:
+    """Asset metadata of a discovery: item ids per week, their count and the skips with reasons."""
+    return {
+        "items_by_week": found.ids(),
+        "n_items": sum(len(v) for v in found.by_week.values()),
+        "skipped": [f"{s.item_id}: {s.reason}" for s in found.skipped],
+    }
 
 
 def merge_check_results(per_week: dict[str, list[AssetCheckResult]]) -> list[AssetCheckResult]:

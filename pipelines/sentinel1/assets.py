@@ -12,7 +12,7 @@ from dagster import (
 
 from pipelines.partitions import SCENE_PARTITIONS
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
-from pipelines.scenes import discover, merge_check_results, scene_partitions
+from pipelines.scenes import discover, discovery_metadata, merge_check_results, scene_partitions
 from pipelines.sentinel1.ingest import S1_BANDS, stack_week
 from store.inventory import InventoryRow
 
@@ -33,12 +33,7 @@ def s1_items(
 ) -> MaterializeResult:
     """Sentinel-1 RTC items of each partition's week over the area's part of its block (ids recorded)."""
     found = discover(COLLECTION, scene_partitions(context, area), scenes)
-    return MaterializeResult(
-        metadata={
-            "items_by_week": found.ids(),
-            "skipped": [f"{s.item_id}: {s.reason}" for s in found.skipped],
-        }
-    )
+    return MaterializeResult(metadata=discovery_metadata(found))
 
 
 @asset(

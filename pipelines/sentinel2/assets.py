@@ -18,7 +18,13 @@ from dagster import (
 
 from pipelines.partitions import SCENE_PARTITIONS
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
-from pipelines.scenes import ScenePartition, discover, merge_check_results, scene_partitions
+from pipelines.scenes import (
+    ScenePartition,
+    discover,
+    discovery_metadata,
+    merge_check_results,
+    scene_partitions,
+)
 from pipelines.sentinel2.checks import CHECK_NAMES, evaluate_checks
 from pipelines.sentinel2.compute import INDEX_NAMES
 from pipelines.sentinel2.ingest import WeekStack, stack_week
@@ -41,13 +47,7 @@ def s2_items(
 ) -> MaterializeResult:
     """Sentinel-2 L2A items of each partition's week over the area's part of its block (ids recorded)."""
     found = discover(COLLECTION, scene_partitions(context, area), scenes)
-    return MaterializeResult(
-        metadata={
-            "items_by_week": found.ids(),
-            "n_items": sum(len(v) for v in found.by_week.values()),
-            "skipped": [f"{s.item_id}: {s.reason}" for s in found.skipped],
-        }
-    )
+    return MaterializeResult(metadata=discovery_metadata(found))
 
 
 @asset(

@@ -294,22 +294,22 @@ def test_write_validates_inputs(tmp_path, small):
         V.write_table(tmp_path / "plain", cells, vec, scales, META, replace=True)
 
 
+def _random_table(tmp_path, n: int, *, seed: int):
+    """A written and reopened table of ``n`` random 128-D int8 rows (no rerank calibration)."""
+    import store.vectors as sv
+
+    vecs = np.random.default_rng(seed).integers(-127, 128, size=(n, 128), dtype=np.int8)
+    cells = np.arange(n, dtype=np.uint64) + np.uint64(1 << 60)
+    meta = {"band": "geotessera", "tslot": 54}
+    sv.write_table(tmp_path / "t", cells, vecs, np.ones(n, np.float32), meta, calibrate=False)
+    return sv.KnnTable.open(tmp_path / "t"), vecs
+
+
 def test_blockwise_cosine_equals_one_scan_and_releases_pages(tmp_path, monkeypatch) -> None:
     import store.vectors as sv
 
-    rng = np.random.default_rng(7)
     n, d = 5000, 128
-    vecs = rng.integers(-127, 128, size=(n, d), dtype=np.int8)
-    cells = np.arange(n, dtype=np.uint64) + np.uint64(1 << 60)
-    sv.write_table(
-        tmp_path / "t",
-        cells,
-        vecs,
-        np.ones(n, np.float32),
-        {"band": "geotessera", "tslot": 54},
-        calibrate=False,
-    )
-    table = sv.KnnTable.open(tmp_path / "t")
+    table, vecs = _random_table(tmp_path, n, seed=7)
     whole = sv.cosine_topk(table.vectors, table.norms, vecs[10], 25, exclude_row=10)
     monkeypatch.setattr(sv, "SCAN_BLOCK_BYTES", 700 * (d + 4))  # 8 blocks, last one short
     mask = np.ones(n, bool)
@@ -336,19 +336,8 @@ def test_blockwise_cosine_equals_one_scan_and_releases_pages(tmp_path, monkeypat
 def test_table_rerank_reads_rows_with_pread_and_matches_the_mapped_path(tmp_path) -> None:
     import store.vectors as sv
 
-    rng = np.random.default_rng(11)
-    n, d = 3000, 128
-    vecs = rng.integers(-127, 128, size=(n, d), dtype=np.int8)
-    cells = np.arange(n, dtype=np.uint64) + np.uint64(1 << 60)
-    sv.write_table(
-        tmp_path / "t",
-        cells,
-        vecs,
-        np.ones(n, np.float32),
-        {"band": "geotessera", "tslot": 54},
-        calibrate=False,
-    )
-    table = sv.KnnTable.open(tmp_path / "t")
+    n = 3000
+    table, vecs = _random_table(tmp_path, n, seed=11)
     rows = np.array([0, 1, 2, 57, 2999], dtype=np.int64)
     np.testing.assert_array_equal(table._read_rows(rows), vecs[rows])
     for m in (1, 8, 64):
