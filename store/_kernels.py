@@ -32,16 +32,22 @@ from numba.extending import intrinsic
 __all__ = [
     "BLOCK",
     "cosine_scan",
+    "cosine_scan_file",
     "cosine_scan_rows",
     "cosine_scan_serial",
     "hamming_scan",
+    "hamming_scan_file",
     "hamming_scan_rows",
     "hamming_scan_serial",
     "popcount64",
+    "sys_pread",
 ]
 
 BLOCK = 32
 """Rows per block: small enough for the block buffer to stay in L1."""
+
+HBLOCK = 256
+"""Rows per block of the Hamming scans (a 1 kB int32 distance buffer, in L1)."""
 
 _FASTMATH = {"reassoc", "contract"}
 # Only reassociation (so float reductions vectorise) and FMA contraction: no
@@ -61,6 +67,43 @@ def popcount64(typingctx, x):  # type: ignore[no-untyped-def]
 
 
 _popcnt: Any = popcount64  # untyped alias for mypy; numba resolves it to the intrinsic
+
+
+@intrinsic
+def sys_pread(typingctx, fd, ptr, count, offset):  # type: ignore[no-untyped-def]
+    """libc ``pread(fd, (void *) ptr, count, offset)``; returns bytes read or -1.
+
+    Declared by name in the generated code (resolved from the process's libc when
+    the code is loaded), so kernels calling it can be cached, unlike a ctypes
+    function pointer. The GIL is never held: kernels call it from any thread.
+    """
+    sig = types.int64(types.int64, types.uintp, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+        fn = builder.module.globals.get("pread")
+        if fn is None:
+            fn = ir.Function(builder.module, ir.FunctionType(i64, [i32, i8p, i64, i64]), "pread")
+        return builder.call(
+            fn, [builder.trunc(args[0], i32), builder.inttoptr(args[1], i8p), args[2], args[3]]
+        )
+
+    return sig, codegen
+
+
+_pread: Any = sys_pread
+
+
+@njit(inline="always")
+def _read_full(fd, ptr, count, offset):  # type: ignore[no-untyped-def]
+    """``pread`` until ``count`` bytes are in (short reads are legal); False at EOF or error."""
+    done = 0
+    while done < count:
+        got = _pread(fd, ptr + done, count - done, offset + done)
+        if got <= 0:
+            return False
+        done += got
+    return True
 
 
 # --------------------------------------------------------------------------- heap
@@ -113,12 +156,19 @@ def _heap_offer(keys, rows, size: int, k: int, key: float, row: int) -> int:  # 
 
 @njit(inline="always", fastmath=_FASTMATH)
 def _dot_i8(vec, r: int, q):  # type: ignore[no-untyped-def]
-    """Exact int8 x int8 dot product, int32 accumulate (cannot overflow for D <= 2^17)."""
+    """Exact int8 row x int16 query (holding int8 values) dot product, int32 accumulate.
+
+    Cannot overflow for D <= 2^17. The int16 operands let LLVM use 16 x 16 -> 32-bit
+    multiply-adds (vpmaddwd); a literal trip count of 128 (Tessera's D) unrolls the
+    row completely: ~2x the rows/s of the generic loop (measured in L2).
+    """
     acc = np.int32(0)
-    for j in range(vec.shape[1]):
-        acc += np.int32(vec[r, j]) * np.int32(q[j])
-    # numba widens the sum to int64; truncating to int32 lets LLVM narrow the whole
-    # reduction to 16 x 16 -> 32-bit multiply-adds (vpmaddwd) instead of 64-bit multiplies.
+    if vec.shape[1] == 128:
+        for j in range(128):
+            acc += np.int16(vec[r, j]) * q[j]
+    else:
+        for j in range(vec.shape[1]):
+            acc += np.int16(vec[r, j]) * q[j]
     return np.float64(np.int32(acc))
 
 
@@ -139,10 +189,24 @@ def _key(dot: float, norm: np.float32) -> float:
 
 @njit(inline="always", fastmath=_FASTMATH)
 def _cosine_chunk(vec, norms, qi, qf, use_float, mask, use_mask, exclude, lo, hi, keys, rows):  # type: ignore[no-untyped-def]
-    """Scan rows lo..hi into the heap (keys, rows); returns the heap size."""
+    """Scan rows lo..hi into the empty heap (keys, rows); returns the heap size."""
+    return _cosine_block_scan(
+        vec, norms, qi, qf, use_float, mask, use_mask, exclude, lo, hi, 0, 0, keys, rows
+    )
+
+
+@njit(inline="always", fastmath=_FASTMATH)
+def _cosine_block_scan(  # type: ignore[no-untyped-def]
+    vec, norms, qi, qf, use_float, mask, use_mask, exclude, lo, hi, base, size, keys, rows
+):
+    """Scan local rows lo..hi of ``vec`` (table row = ``base`` + local row) into a heap.
+
+    ``size`` is the heap's current size (the heap carries over between the buffers
+    of a file scan); ``mask`` and ``exclude`` are indexed by table row. Returns the
+    new heap size.
+    """
     k = keys.shape[0]
     buf = np.empty(BLOCK, np.float64)
-    size = 0
     for b0 in range(lo, hi, BLOCK):
         b1 = min(b0 + BLOCK, hi)
         if use_float:
@@ -160,9 +224,10 @@ def _cosine_chunk(vec, norms, qi, qf, use_float, mask, use_mask, exclude, lo, hi
             continue
         for r in range(b0, b1):
             # cheap reject first: most rows of a walked block are below the root
-            if (size == k and buf[r - b0] < keys[0]) or r == exclude or (use_mask and not mask[r]):
+            g = base + r
+            if (size == k and buf[r - b0] < keys[0]) or g == exclude or (use_mask and not mask[g]):
                 continue
-            size = _heap_offer(keys, rows, size, k, buf[r - b0], r)
+            size = _heap_offer(keys, rows, size, k, buf[r - b0], g)
     return size
 
 
@@ -181,8 +246,42 @@ def _cosine_rows_chunk(vec, norms, qi, qf, use_float, cand, exclude, lo, hi, key
 
 
 @njit(inline="always", fastmath=_FASTMATH)
-def _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, n_keep, keys, rows):  # type: ignore[no-untyped-def]
-    """Hamming scan of rows lo..hi keeping the best ``n_keep``; returns the buffer length.
+def _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, n_keep, keys, rows, shared):  # type: ignore[no-untyped-def]
+    """Hamming scan of rows lo..hi keeping the best ``n_keep``; returns the buffer length."""
+    st = _hamming_state(codes.shape[1])
+    hist = np.zeros(64 * codes.shape[1] + 2, np.int64)
+    _hamming_block_scan(
+        codes, q, mask, use_mask, exclude, lo, hi, 0, n_keep, keys, rows, st, hist, shared
+    )
+    return _hamming_finish(keys, rows, st)
+
+
+@njit(inline="always")
+def _hamming_state(w):  # type: ignore[no-untyped-def]
+    """Fresh scan state: [buffer length, limit, kept rows with distance <= limit]."""
+    st = np.zeros(3, np.int64)
+    st[1] = 64 * w + 1  # accept everything until n_keep rows are kept
+    return st
+
+
+@njit(inline="always")
+def _hamming_finish(keys, rows, st):  # type: ignore[no-untyped-def]
+    """Drop kept rows beyond the final limit; returns the buffer length."""
+    limit = st[1]
+    m = 0
+    for i in range(st[0]):
+        if -keys[i] <= limit:
+            keys[m] = keys[i]
+            rows[m] = rows[i]
+            m += 1
+    return m
+
+
+@njit(inline="always", fastmath=_FASTMATH)
+def _hamming_block_scan(  # type: ignore[no-untyped-def]
+    codes, q, mask, use_mask, exclude, lo, hi, base, n_keep, keys, rows, st, hist, shared
+):
+    """Hamming scan of local rows lo..hi (table row = ``base`` + local) into a kept buffer.
 
     Distances are small integers, so instead of a heap this keeps an append-only
     buffer and a histogram of the kept distances. ``limit`` is the smallest
@@ -190,39 +289,52 @@ def _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, n_keep, keys, rows
     increasing row order, so a later row at distance >= limit ranks below n_keep
     kept rows and is rejected with one compare; accepted rows cost an append.
     The buffer is compacted (rows with distance > limit dropped) when full; it
-    then holds at most 2 * n_keep rows. Output keys are -distance, unsorted.
+    then holds at most 2 * n_keep rows. ``st`` and ``hist`` carry the state over
+    calls (the buffers of a file scan); :func:`_hamming_finish` ends a scan.
+    Output keys are -distance, unsorted.
+
+    ``shared[0]`` is a bound all chunks of one scan share: every chunk's limit
+    bounds the global ``n_keep``-th distance D* (that chunk alone holds n_keep rows
+    at distance <= its limit), so a row farther than the smallest limit published
+    so far cannot be in the answer, whichever chunk it is in. Ties at that bound
+    are kept (a row of an earlier chunk wins a tie). Chunks publish their limit
+    as it tightens; a stale read only means a looser bound. Without it every
+    chunk keeps ~n_keep * (1 + ln(rows / n_keep)) rows before its own limit
+    settles (measured: 5,120 candidates cost 2.8x the scan of 10).
     """
     cap = keys.shape[0]
     w = codes.shape[1]
-    bits = 64 * w
-    hist = np.zeros(bits + 2, np.int64)
-    limit = bits + 1  # accept everything until n_keep rows are kept
-    kept_le_limit = 0  # kept rows with distance <= limit
-    hblock = 8 * BLOCK
-    buf = np.empty(hblock, np.int64)
-    size = 0
+    size = st[0]
+    limit = st[1]
+    kept_le_limit = st[2]
+    hblock = HBLOCK
+    buf = np.empty(hblock, np.int32)
+    flat = codes.reshape(-1)  # contiguous rows: word j of row r is flat[w * r + j]
+    q0 = q[0]
+    q1 = q[1 % w]
     for b0 in range(lo, hi, hblock):
         b1 = min(b0 + hblock, hi)
-        best = np.int64(1 << 30)
+        bound = min(limit, shared[0] + 1)  # reject distances >= bound
+        best = np.int32(1 << 30)
         if w == 2:
-            q0 = q[0]
-            q1 = q[1]
+            # flat int32 form: ~2x the rows/s of codes[r, j] with int64 sums (measured in L2)
             for r in range(b0, b1):
-                dist = np.int64(_popcnt(codes[r, 0] ^ q0) + _popcnt(codes[r, 1] ^ q1))
+                dist = np.int32(_popcnt(flat[2 * r] ^ q0)) + np.int32(_popcnt(flat[2 * r + 1] ^ q1))
                 buf[r - b0] = dist
                 best = min(best, dist)
         else:
             for r in range(b0, b1):
-                dist = np.int64(0)
+                acc = np.int32(0)
                 for j in range(w):
-                    dist += np.int64(_popcnt(codes[r, j] ^ q[j]))
-                buf[r - b0] = dist
-                best = min(best, dist)
-        if best >= limit:
+                    acc += np.int32(_popcnt(flat[w * r + j] ^ q[j]))
+                buf[r - b0] = acc
+                best = min(best, acc)
+        if best >= bound:
             continue
         for r in range(b0, b1):
             dist = buf[r - b0]
-            if dist >= limit or r == exclude or (use_mask and not mask[r]):
+            g = base + r
+            if dist >= bound or dist >= limit or g == exclude or (use_mask and not mask[g]):
                 continue
             if size == cap:  # compact: drop rows now beyond the limit
                 m = 0
@@ -233,20 +345,18 @@ def _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, n_keep, keys, rows
                         m += 1
                 size = m
             keys[size] = -np.float64(dist)
-            rows[size] = r
+            rows[size] = g
             size += 1
             hist[dist] += 1
             kept_le_limit += 1
             while limit > 0 and kept_le_limit - hist[limit] >= n_keep:
                 kept_le_limit -= hist[limit]
                 limit -= 1
-    m = 0
-    for i in range(size):
-        if -keys[i] <= limit:
-            keys[m] = keys[i]
-            rows[m] = rows[i]
-            m += 1
-    return m
+            if kept_le_limit >= n_keep and limit < shared[0]:
+                shared[0] = limit
+    st[0] = size
+    st[1] = limit
+    st[2] = kept_le_limit
 
 
 @njit(inline="always")
@@ -338,13 +448,16 @@ def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk):  # type: ignore[
     """
     n = codes.shape[0]
     cap = 4 * k + 64
+    shared = np.full(1, 64 * codes.shape[1] + 1, np.int64)
     out_k = np.empty((nchunk, cap), np.float64)
     out_r = np.empty((nchunk, cap), np.int64)
     sizes = np.zeros(nchunk, np.int64)
     for c in prange(nchunk):
         lo = n * c // nchunk
         hi = n * (c + 1) // nchunk
-        sizes[c] = _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, k, out_k[c], out_r[c])
+        sizes[c] = _hamming_chunk(
+            codes, q, mask, use_mask, exclude, lo, hi, k, out_k[c], out_r[c], shared
+        )
     return out_k, out_r, sizes
 
 
@@ -355,8 +468,9 @@ def hamming_scan_serial(codes, q, mask, use_mask, exclude, k):  # type: ignore[n
     out_k = np.empty((1, cap), np.float64)
     out_r = np.empty((1, cap), np.int64)
     sizes = np.zeros(1, np.int64)
+    shared = np.full(1, 64 * codes.shape[1] + 1, np.int64)
     sizes[0] = _hamming_chunk(
-        codes, q, mask, use_mask, exclude, 0, codes.shape[0], k, out_k[0], out_r[0]
+        codes, q, mask, use_mask, exclude, 0, codes.shape[0], k, out_k[0], out_r[0], shared
     )
     return out_k, out_r, sizes
 
@@ -369,3 +483,91 @@ def hamming_scan_rows(codes, q, cand, exclude, k):  # type: ignore[no-untyped-de
     sizes = np.zeros(1, np.int64)
     sizes[0] = _hamming_rows_chunk(codes, q, cand, exclude, 0, cand.shape[0], out_k[0], out_r[0])
     return out_k, out_r, sizes
+
+
+# File scans: each chunk reads its rows with pread into its own small buffers
+# (FILE_BUF_BYTES of rows, in L2) and scans them there. Nothing is mapped, so a
+# scan of a table larger than memory limits never raises the resident set; the
+# page cache still serves repeated scans. Both return the chunk results as above
+# plus ``errs`` (nchunk,): 0, or 1 + the first row a short read hit.
+
+FILE_BUF_BYTES = 1 << 18
+"""Bytes of rows per pread in the file scans (fits L2 beside the kernel's state)."""
+
+
+@njit(parallel=True, cache=True, fastmath=_FASTMATH)
+def cosine_scan_file(  # type: ignore[no-untyped-def]
+    fdv, voff, fdn, noff, n, d, qi, qf, use_float, mask, use_mask, exclude, k, nchunk
+):
+    """:func:`cosine_scan` over rows read from files (``vectors.npy`` / ``norms.npy``).
+
+    Args:
+        fdv, voff: open descriptor of the (N, D) int8 rows and the data offset in it.
+        fdn, noff: the same for the (N,) float32 norms.
+        n, d: rows and dimension.
+        Others as in :func:`cosine_scan`.
+    """
+    out_k = np.empty((nchunk, k), np.float64)
+    out_r = np.empty((nchunk, k), np.int64)
+    sizes = np.zeros(nchunk, np.int64)
+    errs = np.zeros(nchunk, np.int64)
+    step = max(BLOCK, FILE_BUF_BYTES // (d + 4) // BLOCK * BLOCK)
+    for c in prange(nchunk):
+        lo = n * c // nchunk
+        hi = n * (c + 1) // nchunk
+        vbuf = np.empty((step, d), np.int8)
+        nbuf = np.empty(step, np.float32)
+        size = 0
+        for a in range(lo, hi, step):
+            m = min(step, hi - a)
+            if not _read_full(fdv, vbuf.ctypes.data, m * d, voff + a * d) or not _read_full(
+                fdn, nbuf.ctypes.data, m * 4, noff + a * 4
+            ):
+                errs[c] = a + 1
+                break
+            size = _cosine_block_scan(
+                vbuf,
+                nbuf,
+                qi,
+                qf,
+                use_float,
+                mask,
+                use_mask,
+                exclude,
+                0,
+                m,
+                a,
+                size,
+                out_k[c],
+                out_r[c],
+            )
+        sizes[c] = size
+    return out_k, out_r, sizes, errs
+
+
+@njit(parallel=True, cache=True, fastmath=_FASTMATH)
+def hamming_scan_file(fd, off, n, w, q, mask, use_mask, exclude, k, nchunk):  # type: ignore[no-untyped-def]
+    """:func:`hamming_scan` over (N, W) uint64 codes read from a file at ``off``."""
+    cap = 4 * k + 64
+    out_k = np.empty((nchunk, cap), np.float64)
+    out_r = np.empty((nchunk, cap), np.int64)
+    sizes = np.zeros(nchunk, np.int64)
+    errs = np.zeros(nchunk, np.int64)
+    shared = np.full(1, 64 * w + 1, np.int64)
+    step = max(HBLOCK, FILE_BUF_BYTES // (8 * w) // HBLOCK * HBLOCK)
+    for c in prange(nchunk):
+        lo = n * c // nchunk
+        hi = n * (c + 1) // nchunk
+        buf = np.empty((step, w), np.uint64)
+        st = _hamming_state(w)
+        hist = np.zeros(64 * w + 2, np.int64)
+        for a in range(lo, hi, step):
+            m = min(step, hi - a)
+            if not _read_full(fd, buf.ctypes.data, m * 8 * w, off + a * 8 * w):
+                errs[c] = a + 1
+                break
+            _hamming_block_scan(
+                buf, q, mask, use_mask, exclude, 0, m, a, k, out_k[c], out_r[c], st, hist, shared
+            )
+        sizes[c] = _hamming_finish(out_k[c], out_r[c], st)
+    return out_k, out_r, sizes, errs

@@ -109,8 +109,27 @@ _SPARSE_MASK = 0.25  # below this mask density, gather the eligible rows instead
 _INT8_TOL = 2e-5  # in quantisation steps: float32 rounding of int8 * scale stays far below
 _WRITE_CHUNK = 1 << 18  # rows per chunk when deriving norms / codes (bounds float temporaries)
 _ARRAYS = ("cells", "vectors", "scales", "norms")
-SCAN_BLOCK_BYTES = 64 << 20
-"""Bytes of a table a cosine scan keeps resident at once (see :meth:`KnnTable._cosine_blockwise`)."""
+FILE_SCAN_BYTES = 8 << 20
+"""Tables with more bytes than this (per scanned array) are scanned from their files by pread."""
+_GATHER_ROWS = 1 << 16  # a sparse mask with at most this many rows is gathered by pread
+
+
+@contextlib.contextmanager
+def _open_ro(path: Path) -> Any:
+    """A read-only file descriptor for the kernels' pread, closed on exit."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise VectorTableError(f"cannot open {path}: {e}") from e
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _data_offset(arr: Any) -> int:
+    """Byte offset of a mapped ``.npy`` array's data in its file."""
+    return int(getattr(arr, "offset", 0))
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -436,7 +455,10 @@ def _check_k(k: int) -> int:
 
 
 def _prep_query(query: npt.ArrayLike, d: int) -> tuple[np.ndarray, np.ndarray, bool, float]:
-    """Split a query into (int8, float32, use_float, norm); int8 path when exact."""
+    """Split a query into (int8 values as int16, float32, use_float, norm); int8 path when exact.
+
+    The int8 query travels as int16 (same values): the kernels multiply int16 x int16.
+    """
     q = np.asarray(query)
     if q.ndim != 1 or q.shape[0] != d:
         raise InvalidVectorQuery(f"query must have dimension {d}, got shape {q.shape}")
@@ -445,7 +467,7 @@ def _prep_query(query: npt.ArrayLike, d: int) -> tuple[np.ndarray, np.ndarray, b
         norm = float(np.sqrt(np.dot(qi.astype(np.int64), qi.astype(np.int64))))
         if norm == 0:
             raise InvalidVectorQuery("query vector is all zeros (cosine undefined)")
-        return qi, np.zeros(d, np.float32), False, norm
+        return qi.astype(np.int16), np.zeros(d, np.float32), False, norm
     qf64 = q.astype(np.float64)
     if not np.all(np.isfinite(qf64)):
         raise InvalidVectorQuery("query vector has non-finite values")
@@ -461,9 +483,9 @@ def _prep_query(query: npt.ArrayLike, d: int) -> tuple[np.ndarray, np.ndarray, b
     if hit.size:
         qi64 = np.rint(ratio[hit[0]])
         norm = float(np.sqrt(np.dot(qi64, qi64)))
-        return qi64.astype(np.int8), np.zeros(d, np.float32), False, norm
+        return qi64.astype(np.int16), np.zeros(d, np.float32), False, norm
     qf = qf64.astype(np.float32)
-    return np.zeros(d, np.int8), qf, True, float(np.sqrt(np.dot(qf64, qf64)))
+    return np.zeros(d, np.int16), qf, True, float(np.sqrt(np.dot(qf64, qf64)))
 
 
 def _prep_mask(mask: npt.ArrayLike | None, n: int) -> np.ndarray | None:
@@ -856,35 +878,47 @@ class KnnTable:
         mask: npt.ArrayLike | None,
         exclude_row: int | None,
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], int]:
-        """Best ``n_keep`` rows by Hamming distance, scanning the codes block by block.
+        """Best ``n_keep`` rows by Hamming distance; ``(-distance, rows, scanned)``, best first.
 
-        Each block's pages are released after its scan (as :meth:`_cosine_blockwise`
-        does), so the codes never sit resident whole. Returns ``(-distance, rows,
-        scanned)``, best first, ties by lower row.
+        Small tables and sparse masks use the mapped codes; a large table is
+        scanned from the file (:func:`store._kernels.hamming_scan_file`: pread into
+        small per-chunk buffers), so the codes never become resident in this process.
         """
         assert self.bin128 is not None
         n = self.n
-        block = max(1, SCAN_BLOCK_BYTES // 4 // BIN_BYTES)
-        m = None if mask is None else np.asarray(mask)
-        keys: list[npt.NDArray[np.float64]] = []
-        rows: list[npt.NDArray[np.int64]] = []
-        scanned = 0
-        for a in range(0, n, block):
-            b = min(n, a + block)
-            ex = None if exclude_row is None or not a <= exclude_row < b else exclude_row - a
+        m = _prep_mask(mask, n)
+        if n * BIN_BYTES <= FILE_SCAN_BYTES or (m is not None and m.mean() < _SPARSE_MASK):
             try:
-                kb, rb, sc = _hamming_candidates(
-                    self.bin128[a:b], code, n_keep, None if m is None else m[a:b], ex
-                )
+                return _hamming_candidates(self.bin128, code, n_keep, m, exclude_row)
             finally:
-                _release(self.bin128, a, b)
-            keys.append(np.asarray(kb, dtype=np.float64))
-            rows.append(np.asarray(rb, dtype=np.int64) + a)
-            scanned += sc
-        all_keys = np.concatenate(keys) if keys else np.empty(0)
-        all_rows = np.concatenate(rows) if rows else np.empty(0, np.int64)
-        order = np.lexsort((all_rows, -all_keys))[:n_keep]
-        return all_keys[order], all_rows[order], scanned
+                _release(self.bin128, 0, n)
+        q = np.ascontiguousarray(np.asarray(code, dtype=np.uint8))
+        if q.shape != (BIN_BYTES,):
+            raise InvalidVectorQuery(f"query code must have {BIN_BYTES} bytes, got shape {q.shape}")
+        marr = m if m is not None else np.ones(1, np.bool_)
+        exclude = -1 if exclude_row is None else int(exclude_row)
+        with _open_ro(self.path / "bin128.npy") as fd:
+            out = _run(
+                _kernels.hamming_scan_file,
+                fd,
+                _data_offset(self.bin128),
+                n,
+                BIN_BYTES // 8,
+                q.view(np.uint64),
+                marr,
+                m is not None,
+                exclude,
+                n_keep,
+                _nchunk(n),
+            )
+        self._check_errs(out[3], "bin128.npy")
+        keys, rows = _merge(out[:3], n_keep)
+        return keys, rows, n
+
+    def _check_errs(self, errs: npt.NDArray[np.int64], name: str) -> None:
+        bad = errs[errs > 0]
+        if bad.size:
+            raise VectorTableError(f"{self.path}/{name}: short read at row {int(bad.min()) - 1}")
 
     def _read_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
         """Rows of ``vectors`` read with ``pread`` (one syscall per row, in a compiled loop)."""
@@ -907,49 +941,59 @@ class KnnTable:
     def _cosine_blockwise(
         self, query: npt.ArrayLike, k: int, mask: npt.ArrayLike | None, exclude_row: int | None
     ) -> KnnResult:
-        """Exact cosine over the table in blocks of :data:`SCAN_BLOCK_BYTES`, releasing each block.
+        """Exact cosine over the whole table, never holding it resident.
 
-        A memory-mapped scan otherwise leaves every page it touched resident in
-        the process (a 10^7-row table: 1.3 GB of RSS). Scanning block by block
-        and dropping each block's pages (``MADV_DONTNEED``; they stay in the page
-        cache, shared) bounds the resident set to one block, at the cost of a
-        parallel-region start per block. Results equal one whole-table scan:
-        per-block top-k merged by (score desc, row asc).
+        A memory-mapped scan would leave every page it touched resident in the
+        process (a 10^7-row table: 1.3 GB of RSS), and dropping pages after each
+        block costs a page fault per page on every query. Instead a large table is
+        read with ``pread`` into small per-chunk buffers that stay in cache
+        (:func:`store._kernels.cosine_scan_file`), in parallel chunks; the page
+        cache serves repeated scans. Small tables (<= :data:`FILE_SCAN_BYTES`) are
+        scanned through the mapping. A sparse mask (< 25 % eligible, at most
+        2^16 rows) reads only the eligible rows. Results equal one whole-table
+        :func:`cosine_topk` scan (ties by lower row).
         """
-        n = self.n
-        block = max(1, SCAN_BLOCK_BYTES // max(1, self.d + 4))
-        if n <= block:
+        k = _check_k(k)
+        n, d = self.n, self.d
+        if n * (d + 4) <= FILE_SCAN_BYTES:
             try:
                 return cosine_topk(
                     self.vectors, self.norms, query, k, mask=mask, exclude_row=exclude_row
                 )
             finally:
                 _release(self.vectors, 0, n)
-        m = None if mask is None else np.asarray(mask)
-        rows: list[npt.NDArray[np.int64]] = []
-        scores: list[npt.NDArray[np.float64]] = []
-        scanned = 0
-        for a in range(0, n, block):
-            b = min(n, a + block)
-            ex = None if exclude_row is None or not a <= exclude_row < b else exclude_row - a
-            try:
-                part = cosine_topk(
-                    self.vectors[a:b],
-                    self.norms[a:b],
-                    query,
-                    k,
-                    mask=None if m is None else m[a:b],
-                    exclude_row=ex,
-                )
-            finally:
-                _release(self.vectors, a, b)
-            rows.append(part.rows + a)
-            scores.append(part.scores)
-            scanned += part.scanned
-        all_rows = np.concatenate(rows)
-        all_scores = np.concatenate(scores)
-        order = np.lexsort((all_rows, -all_scores))[: _check_k(k)]
-        return KnnResult(all_rows[order], all_scores[order], scanned, "cosine")
+        qi, qf, use_float, qnorm = _prep_query(query, d)
+        m = _prep_mask(mask, n)
+        exclude = -1 if exclude_row is None else int(exclude_row)
+        if m is not None and m.mean() < _SPARSE_MASK:
+            cand = np.flatnonzero(m).astype(np.int64)
+            cand = cand[cand != exclude]
+            if cand.size <= _GATHER_ROWS:
+                vectors = self._read_rows(cand)
+                part = cosine_topk(vectors, int8_norms(vectors), query, k)
+                return KnnResult(cand[part.rows], part.scores, int(cand.size), "cosine")
+        marr = m if m is not None else np.ones(1, np.bool_)
+        with _open_ro(self.path / "vectors.npy") as fdv, _open_ro(self.path / "norms.npy") as fdn:
+            out = _run(
+                _kernels.cosine_scan_file,
+                fdv,
+                _data_offset(self.vectors),
+                fdn,
+                _data_offset(self.norms),
+                n,
+                d,
+                qi,
+                qf,
+                use_float,
+                marr,
+                m is not None,
+                exclude,
+                k,
+                _nchunk(n),
+            )
+        self._check_errs(out[3], "vectors.npy or norms.npy")
+        keys, top = _merge(out[:3], k)
+        return KnnResult(rows=top, scores=keys / qnorm, scanned=n, mode="cosine")
 
     def search_row(self, row: int, **kwargs: Any) -> KnnResult:
         """Neighbours of a stored row (the row itself is excluded).
