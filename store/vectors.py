@@ -785,20 +785,62 @@ class KnnTable:
     def row_of(self, cell_raw: int) -> int | None:
         """Row of a raw cell64 id, or None when the table has no vector for it."""
         c = np.uint64(cell_raw)
-        i = int(np.searchsorted(self.cells, c))
-        return i if i < self.n and self.cells[i] == c else None
+        try:
+            i = int(np.searchsorted(self.cells, c))
+            return i if i < self.n and self.cells[i] == c else None
+        finally:
+            _release(self.cells, 0, self.n)
 
     def rows_of(self, cells_raw: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Vectorised :meth:`row_of`; -1 where a cell is absent."""
         c = np.asarray(cells_raw, dtype=np.uint64)
-        i = np.searchsorted(self.cells, c)
-        ok = i < self.n
-        ok[ok] = self.cells[i[ok]] == c[ok]
+        try:
+            i = np.searchsorted(self.cells, c)
+            ok = i < self.n
+            ok[ok] = self.cells[i[ok]] == c[ok]
+        finally:
+            _release(self.cells, 0, self.n)
         return np.where(ok, i, -1).astype(np.int64)
+
+    # Point reads copy out of the mapping and then drop the touched pages: a fault
+    # on a hot page-cache file maps the whole large folio around the page (measured:
+    # ~16 MB of RSS per row read of a 10^7-row table), so a server answering many
+    # queries would otherwise grow towards the table's size.
+
+    def vector(self, row: int) -> npt.NDArray[np.int8]:
+        """The int8 vector of one row (a copy)."""
+        return self._point(self.vectors, row)
+
+    def scale(self, row: int) -> float:
+        """The dequantisation scale of one row."""
+        return float(self._point(self.scales, row))
+
+    def norm(self, row: int) -> float:
+        """The int8 L2 norm of one row."""
+        return float(self._point(self.norms, row))
+
+    def cells_at(self, rows: npt.ArrayLike) -> npt.NDArray[np.uint64]:
+        """Raw cell64 ids of the given rows (a copy)."""
+        r = np.asarray(rows, dtype=np.int64)
+        if r.size == 0:
+            return np.zeros(0, np.uint64)
+        try:
+            return np.array(self.cells[r])
+        finally:
+            _release(self.cells, 0, self.n)
+
+    def _point(self, arr: Any, row: int) -> Any:
+        r = int(row)
+        if not 0 <= r < self.n:
+            raise InvalidVectorQuery(f"row {row} outside 0..{self.n - 1}")
+        try:
+            return np.array(arr[r])
+        finally:
+            _release(arr, r, r + 1)
 
     def dequantised(self, row: int) -> npt.NDArray[np.float32]:
         """The float32 embedding of one row (int8 * scale)."""
-        return self.vectors[row].astype(np.float32) * self.scales[row]
+        return self.vector(row).astype(np.float32) * np.float32(self.scale(row))
 
     def search(
         self,
@@ -1004,5 +1046,5 @@ class KnnTable:
         if not 0 <= int(row) < self.n:
             raise InvalidVectorQuery(f"row {row} outside 0..{self.n - 1}")
         r = int(row)
-        code = None if self.bin128 is None else np.array(self.bin128[r])
-        return self.search(np.array(self.vectors[r]), exclude_row=r, query_code=code, **kwargs)
+        code = None if self.bin128 is None else self._point(self.bin128, r)
+        return self.search(self.vector(r), exclude_row=r, query_code=code, **kwargs)

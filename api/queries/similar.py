@@ -83,8 +83,8 @@ def _vector_value(table: KnnTable, row: int) -> dict[str, Any]:
     Hex keeps the fact JSON-safe and cheap to hash (value = int8 * scale).
     """
     return {
-        "int8_hex": np.ascontiguousarray(table.vectors[row]).tobytes().hex(),
-        "scale": float(table.scales[row]),
+        "int8_hex": table.vector(row).tobytes().hex(),
+        "scale": table.scale(row),
     }
 
 
@@ -313,7 +313,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
                     details={"cell": cell.cell, "vintages_with_vector": held},
                 )
             exclude_row = row
-            query = np.array(table.vectors[row])
+            query = table.vector(row)
             cells_read.append(cell.cell)
             facts.append(
                 make_fact(
@@ -349,7 +349,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
                 query, k=k, mode=mode, mask=mask, exclude_row=exclude_row, rerank_multiple=multiple
             )
             rows, scores, scanned, reranked = res.rows, res.scores, res.scanned, res.reranked
-        raws = np.asarray(table.cells)[rows] if rows.size else np.zeros(0, np.uint64)
+        raws = table.cells_at(rows)
         lats, lngs = address.decode_array(raws) if raws.size else (np.zeros(0), np.zeros(0))
         texts = address.format_cells(raws).tolist() if raws.size else []
         fact_band = "geotessera" if band == "geotessera.bin128" else band
@@ -444,9 +444,9 @@ def is_like(ctx: ServiceContext, args: IsLikeIn) -> IsLikeAnswer:
             ra, rb = table.row_of(a.raw), table.row_of(b.raw)
             cos = None
             if ra is not None and rb is not None:
-                va = np.asarray(table.vectors[ra], np.int64)
-                vb = np.asarray(table.vectors[rb], np.int64)
-                den = float(table.norms[ra]) * float(table.norms[rb])
+                va = table.vector(ra).astype(np.int64)
+                vb = table.vector(rb).astype(np.int64)
+                den = table.norm(ra) * table.norm(rb)
                 if den > 0:
                     cos = float(np.dot(va, vb)) / den
                     cosines.append((year, cos))
