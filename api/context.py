@@ -10,9 +10,14 @@ everything lazily and read-only, and caches:
   (snapshot, band, chunk column) it reads that block's whole time column
   (every existing time chunk) once into a numpy array ``(t, side, side[, d])``
   with its tslot vector, dropping all-fill slots; later per-cell reads are
-  numpy indexing (microseconds). Bounded LRU by bytes
-  (:data:`DEFAULT_CACHE_BYTES`, 512 MiB), keyed by snapshot so a new snapshot
-  never serves stale values;
+  numpy indexing (microseconds);
+* a **tile cache** for area queries (:meth:`ServiceContext.tiles`): single
+  decoded chunks (one time chunk of one block), fetched only for the time
+  chunks a query needs, all missing ones of a call concurrently, and decoded
+  straight from the store's bytes when the band's codecs are the plain
+  ``bytes`` + ``blosc``/``zstd`` chain (else read through Zarr). Columns and
+  tiles share one LRU bounded by bytes (:data:`DEFAULT_CACHE_BYTES`,
+  512 MiB), keyed by snapshot so a new snapshot never serves stale values;
 * the k-NN tables (memory-mapped, reopened when their symlink moves);
 * the scene inventory (reloaded when its directory changes) and an index of
   source item ids per (band family, tslot) for fact ids;
@@ -33,6 +38,7 @@ threads may load the same column once each; the second insert wins).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import json
@@ -40,7 +46,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,7 +188,8 @@ class ServiceContext:
         self._reader: CubeReader | None = None
         self._tip_checked = 0.0
         self._as_of: OrderedDict[str, CubeReader] = OrderedDict()
-        self._columns: OrderedDict[tuple[str, str, int, int], Column] = OrderedDict()
+        # columns (key: snapshot, band, cy, cx) and tiles (key: + time chunk) in one LRU
+        self._columns: OrderedDict[tuple[Any, ...], Column | npt.NDArray[Any]] = OrderedDict()
         self._column_bytes = 0
         self._chunk_index: dict[tuple[str, str], dict[tuple[int, int], npt.NDArray[np.int64]]] = {}
         self._tables: dict[str, tuple[str, KnnTable]] = {}
@@ -190,7 +198,9 @@ class ServiceContext:
         self._inv_stamp: int | None = None
         self._inv_checked = 0.0
         self._inv_table: Any = None
+        self._inv_table_stamp: int | None = None
         self._sources: dict[str, dict[int, list[_SourceRow]]] = {}
+        self._sources_stamp: int | None = None
         self.manifest_path: Path | None = (
             Path(manifest_path) if manifest_path is not None else _find_manifest(self.data_dir)
         )
@@ -415,13 +425,13 @@ class ServiceContext:
         key = (self.snapshot_id(reader), band, cy, cx)
         with self._lock:
             col = self._columns.get(key)
-            if col is not None:
+            if isinstance(col, Column):
                 self._columns.move_to_end(key)
                 return col
         with self._single_flight(("column", key)):
             with self._lock:
                 col = self._columns.get(key)
-            return col if col is not None else self._load_column(reader, band, key)
+            return col if isinstance(col, Column) else self._load_column(reader, band, key)
 
     def _load_column(self, reader: CubeReader, band: str, key: tuple[str, str, int, int]) -> Column:
         spec = band_spec(band)
@@ -451,14 +461,74 @@ class ServiceContext:
             else:
                 keep = ~(flat == fill).all(axis=1)
             col = Column(slots[keep], np.ascontiguousarray(values[keep]), y0, x0)
+        self._cache_put([(key, col)])
+        return col
+
+    def _cache_put(
+        self, entries: Sequence[tuple[tuple[Any, ...], Column | npt.NDArray[Any]]]
+    ) -> None:
         with self._lock:
-            if key not in self._columns:
-                self._columns[key] = col
-                self._column_bytes += col.nbytes
+            for key, value in entries:
+                if key not in self._columns:
+                    self._columns[key] = value
+                    self._column_bytes += int(value.nbytes)
             while self._column_bytes > self.cache_bytes and len(self._columns) > 1:
                 _, old = self._columns.popitem(last=False)
-                self._column_bytes -= old.nbytes
-        return col
+                self._column_bytes -= int(old.nbytes)
+
+    def tiles(
+        self, reader: CubeReader, band: str, keys: Sequence[tuple[int, int, int]]
+    ) -> list[npt.NDArray[Any] | None]:
+        """Decoded chunks of a band: one time chunk of one block each, cached.
+
+        The chunks missing from the cache are fetched together (concurrently)
+        and decoded straight from the stored bytes when the band's codecs allow
+        it (see the module docstring).
+
+        Args:
+            reader: Reader whose snapshot to read.
+            band: Band name (3-D bands; extra dimensions read at chunk 0).
+            keys: ``(chunk row, chunk column, time chunk)`` per wanted chunk.
+
+        Returns:
+            Per key the read-only chunk ``(time_chunk, side, side[, d])``, or
+            None when the chunk does not exist (all fill).
+        """
+        band_spec(band)  # raises for an unknown band
+        sid = self.snapshot_id(reader)
+        index = self._index(reader, band)
+        out: list[npt.NDArray[Any] | None] = [None] * len(keys)
+        missing: dict[tuple[int, int, int], list[int]] = {}
+        stored: dict[tuple[int, int], set[int]] = {}
+        with self._lock:
+            for i, (cy, cx, tc) in enumerate(keys):
+                present = stored.get((cy, cx))
+                if present is None:
+                    tcs = index.get((cy, cx))
+                    present = stored[(cy, cx)] = set() if tcs is None else set(tcs.tolist())
+                if tc not in present:
+                    continue  # no such chunk: fill
+                ck = (sid, band, cy, cx, tc)
+                hit = self._columns.get(ck)
+                if hit is not None and not isinstance(hit, Column):
+                    self._columns.move_to_end(ck)
+                    out[i] = hit
+                else:
+                    missing.setdefault((cy, cx, tc), []).append(i)
+        if missing:
+            wanted = list(missing)
+            got = _read_chunks(reader, band, [(tc, cy, cx) for cy, cx, tc in wanted])
+            for k, arr in zip(wanted, got, strict=True):
+                for i in missing[k]:
+                    out[i] = arr
+            self._cache_put(
+                [
+                    ((sid, band, *k), arr)
+                    for k, arr in zip(wanted, got, strict=True)
+                    if arr is not None
+                ]
+            )
+        return out
 
     def cell_series(
         self, reader: CubeReader, band: str, lat_q: int, lng_q: int
@@ -471,10 +541,12 @@ class ServiceContext:
         return col.tslots, col.cell(lat_q, lng_q)
 
     def cache_info(self) -> dict[str, int]:
-        """Entries and bytes of the column cache."""
+        """Entries (columns, tiles) and bytes of the column and tile cache."""
         with self._lock:
+            columns = sum(isinstance(v, Column) for v in self._columns.values())
             return {
-                "columns": len(self._columns),
+                "columns": columns,
+                "tiles": len(self._columns) - columns,
                 "bytes": self._column_bytes,
                 "limit": self.cache_bytes,
             }
@@ -483,10 +555,26 @@ class ServiceContext:
 
     def inventory_table(self) -> Any:
         """The inventory as a pyarrow table (reloaded when the directory changes)."""
+        stamp = self._inventory_stamp()
+        with self._lock:
+            if self._inv_table is not None and stamp == self._inv_table_stamp:
+                return self._inv_table
+        with self._single_flight("inventory_table"):
+            with self._lock:
+                if self._inv_table is not None and stamp == self._inv_table_stamp:
+                    return self._inv_table  # loaded by the thread this one waited for
+            table = self._inventory.table()
+            with self._lock:
+                self._inv_table = table
+                self._inv_table_stamp = stamp
+            return table
+
+    def _inventory_stamp(self) -> int:
+        """The inventory directory's mtime, looked at most every ``tip_check_seconds``."""
         now = time.monotonic()
         with self._lock:
-            if self._inv_table is not None and now - self._inv_checked < self.tip_check_seconds:
-                return self._inv_table
+            if self._inv_stamp is not None and now - self._inv_checked < self.tip_check_seconds:
+                return self._inv_stamp
         root = self._inventory.root
         try:
             stamp = root.stat().st_mtime_ns if root.exists() else -1
@@ -494,43 +582,30 @@ class ServiceContext:
             stamp = -1
         with self._lock:
             self._inv_checked = now
-            if self._inv_table is not None and stamp == self._inv_stamp:
-                return self._inv_table
+            self._inv_stamp = stamp
+        return stamp
+
+    def _source_rows(self) -> dict[str, dict[int, list[_SourceRow]]]:
+        """Inventory rows per band family and tslot (reloaded when the directory changes)."""
+        stamp = self._inventory_stamp()
+        with self._lock:
+            if stamp == self._sources_stamp:
+                return self._sources
         with self._single_flight("inventory"):
             with self._lock:
-                if self._inv_table is not None and stamp == self._inv_stamp:
-                    return self._inv_table  # loaded by the thread this one waited for
-            return self._load_inventory(stamp)
-
-    def _load_inventory(self, stamp: int) -> Any:
-        table = self._inventory.table()
-        sources: dict[str, dict[int, list[_SourceRow]]] = {}
-        for fam, tslot, block, items in zip(
-            table["band"].to_pylist(),
-            table["tslot"].to_pylist(),
-            table["block"].to_pylist(),
-            table["item_ids"].to_pylist(),
-            strict=True,
-        ):
-            try:
-                box: tuple[int, int, int, int] | None = block_q_range(Block.parse(block))
-            except StoreError:
-                box = None
-            sources.setdefault(fam, {}).setdefault(int(tslot), []).append(
-                _SourceRow(box, tuple(items or ()))
-            )
-        with self._lock:
-            self._inv_table = table
-            self._inv_stamp = stamp
-            self._sources = sources
-        return table
+                if stamp == self._sources_stamp:
+                    return self._sources  # loaded by the thread this one waited for
+            sources = _load_sources(self._inventory)
+            with self._lock:
+                self._sources = sources
+                self._sources_stamp = stamp
+            return sources
 
     def sources(self, band: str, tslot: int, lat_q: int, lng_q: int) -> list[str]:
         """Source item ids of the inventory rows covering a cell at a tslot (sorted)."""
-        self.inventory_table()
         fam = BAND_FAMILY.get(band, band.split(".", 1)[0])
         out: set[str] = set()
-        for row in self._sources.get(fam, {}).get(int(tslot), ()):
+        for row in self._source_rows().get(fam, {}).get(int(tslot), ()):
             if row.box is None or (
                 row.box[0] <= lat_q < row.box[1] and row.box[2] <= lng_q < row.box[3]
             ):
@@ -555,9 +630,8 @@ class ServiceContext:
         Returns:
             ``[(tslot, sorted source item ids)]`` ascending by tslot.
         """
-        self.inventory_table()
         out = []
-        for tslot, rows in sorted(self._sources.get(family, {}).items()):
+        for tslot, rows in sorted(self._source_rows().get(family, {}).items()):
             if (t0 is not None and tslot < t0) or (t1 is not None and tslot > t1):
                 continue
             items: set[str] = set()
@@ -575,10 +649,9 @@ class ServiceContext:
 
     def sources_any(self, band: str, tslot: int) -> list[str]:
         """Source item ids of every inventory row of a band family at a tslot."""
-        self.inventory_table()
         fam = BAND_FAMILY.get(band, band.split(".", 1)[0])
         out: set[str] = set()
-        for row in self._sources.get(fam, {}).get(int(tslot), ()):
+        for row in self._source_rows().get(fam, {}).get(int(tslot), ()):
             out.update(row.item_ids)
         return sorted(out)
 
@@ -629,6 +702,141 @@ class ServiceContext:
             self._tables[name] = (str(table.path), table)
             self._tables_checked[name] = now
         return table
+
+
+_SOURCE_COLUMNS = ("band", "tslot", "block", "item_ids")
+
+
+def _load_sources(inventory: Inventory) -> dict[str, dict[int, list[_SourceRow]]]:
+    """Inventory rows as ``{family: {tslot: [_SourceRow]}}``.
+
+    Reads only the four columns it needs, file by file (about 3x faster than
+    :meth:`Inventory.table` on a few hundred small partition files); falls back
+    to :meth:`Inventory.table` when a file cannot be read that way.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts: list[list[list[Any]]] = []
+    try:
+        root = inventory.root
+        files = (
+            sorted(p for p in root.glob("*.parquet") if not p.name.startswith("."))
+            if root.is_dir()
+            else []
+        )
+        for path in files:
+            with pa.OSFile(str(path)) as fh:
+                part = pq.ParquetFile(fh, pre_buffer=False).read(
+                    columns=list(_SOURCE_COLUMNS), use_threads=False
+                )
+            parts.append([part[c].to_pylist() for c in _SOURCE_COLUMNS])
+    except (OSError, KeyError, ValueError, pa.ArrowException):
+        table = inventory.table()
+        parts = [[table[c].to_pylist() for c in _SOURCE_COLUMNS]]
+    sources: dict[str, dict[int, list[_SourceRow]]] = {}
+    for fams, tslots, blocks, items_col in parts:
+        for fam, tslot, block, items in zip(fams, tslots, blocks, items_col, strict=True):
+            try:
+                box: tuple[int, int, int, int] | None = block_q_range(Block.parse(block))
+            except StoreError:
+                box = None
+            sources.setdefault(fam, {}).setdefault(int(tslot), []).append(
+                _SourceRow(box, tuple(items or ()))
+            )
+    return sources
+
+
+def _chunk_decoder(arr: Any) -> Callable[[bytes], npt.NDArray[Any]] | None:
+    """A direct decoder of an array's stored chunk bytes, or None to read through Zarr.
+
+    Only the plain chain ``[bytes, blosc | zstd]`` is decoded here (what the
+    cube writes); anything else (sharding, checksums, filters) goes through Zarr.
+    """
+    from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
+
+    codecs = tuple(getattr(arr.metadata, "codecs", ()) or ())
+    if len(codecs) != 2 or not isinstance(codecs[0], BytesCodec):
+        return None
+    dtype = np.dtype(arr.dtype)
+    if dtype.itemsize > 1:
+        endian = codecs[0].endian
+        if endian is None:
+            return None
+        dtype = dtype.newbyteorder("<" if endian.value == "little" else ">")
+    if isinstance(codecs[1], BloscCodec):
+        from numcodecs.blosc import decompress
+    elif isinstance(codecs[1], ZstdCodec):
+        from numcodecs.zstd import decompress
+    else:
+        return None
+    shape = tuple(int(c) for c in arr.chunks)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+
+    def decode(raw: bytes) -> npt.NDArray[Any]:
+        buf = decompress(raw)
+        if len(buf) != nbytes:
+            raise ValueError(f"chunk decoded to {len(buf)} bytes, expected {nbytes}")
+        return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+    return decode
+
+
+def _read_chunks(
+    reader: CubeReader, band: str, coords: Sequence[tuple[int, int, int]]
+) -> list[npt.NDArray[Any] | None]:
+    """Whole chunks ``(time chunk, chunk row, chunk column)`` of a band (None: not stored).
+
+    Fetches every chunk's bytes concurrently from the store and decodes them
+    here (:func:`_chunk_decoder`), or reads them through Zarr when the codecs
+    are not the plain chain. Extra dimensions are read at chunk 0.
+    """
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    arr = reader.array(band)
+    extra = (0,) * (len(arr.chunks) - 3)
+    full = [(*c, *extra) for c in coords]
+    decode = _chunk_decoder(arr)
+    if decode is None:
+        shape = arr.chunks
+        out: list[npt.NDArray[Any] | None] = []
+        for c in full:
+            sel = tuple(slice(i * s, (i + 1) * s) for i, s in zip(c, shape, strict=True))
+            out.append(np.asarray(arr[sel]))
+        return out
+    store, path = arr.store_path.store, arr.store_path.path
+    keys = [f"{path}/{arr.metadata.encode_chunk_key(c)}" for c in full]
+    proto = default_buffer_prototype()
+    pool = _decode_pool() if len(keys) >= _THREADED_DECODE_MIN else None
+
+    async def one(key: str) -> npt.NDArray[Any] | None:
+        raw = await store.get(key, proto)
+        if raw is None:
+            return None
+        if pool is None:
+            return decode(raw.to_bytes())
+        # decoders release the GIL: decode on the pool while other fetches proceed
+        return await asyncio.get_running_loop().run_in_executor(pool, decode, raw.to_bytes())
+
+    async def fetch() -> list[npt.NDArray[Any] | None]:
+        return list(await asyncio.gather(*(one(k) for k in keys)))
+
+    return sync(fetch())
+
+
+_THREADED_DECODE_MIN = 4  # chunks per call from which decoding runs on the pool
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _decode_pool() -> ThreadPoolExecutor:
+    """Process-wide threads decoding chunks (one per core, at most 4)."""
+    with _POOL_LOCK:
+        if not _POOL:
+            workers = max(1, min(4, os.cpu_count() or 1))
+            _POOL.append(ThreadPoolExecutor(workers, thread_name_prefix="earthmem-decode"))
+        return _POOL[0]
 
 
 MANIFEST_CANDIDATES = ("sample/manifest.json", "places.json")

@@ -32,12 +32,16 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import blake3
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 
 from api.charts import ChartSeries, render_area_chart
 from api.context import BAND_FAMILY, ServiceContext
@@ -60,6 +64,7 @@ __all__ = [
     "area_over_time",
     "mann_kendall",
     "pick_even",
+    "theil_sen",
     "weighted_stats",
 ]
 
@@ -101,34 +106,196 @@ class _Area:
 # --------------------------------------------------------------------------- pure statistics
 
 
+_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
+_PW_BLOCK = 128  # numpy's pairwise-summation block (PW_BLOCKSIZE)
+_PW_STACK = 256  # explicit recursion stack: 3 entries per level, ~log2(n / 128) levels
+
+
+@njit(cache=True, nogil=True)
+def _pairwise_leaf(a: Any, lo: int, n: int) -> float:  # pragma: no cover - numba
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    m = n - n % 8
+    while i < m:
+        b = lo + i
+        r0 += a[b]
+        r1 += a[b + 1]
+        r2 += a[b + 2]
+        r3 += a[b + 3]
+        r4 += a[b + 4]
+        r5 += a[b + 5]
+        r6 += a[b + 6]
+        r7 += a[b + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True, nogil=True)
+def _pairwise(a: Any, n: int) -> float:  # pragma: no cover - numba
+    """``a[:n].sum()`` exactly as numpy sums a contiguous float64 array.
+
+    numpy's add.reduce sums by pairwise recursion (halves rounded down to
+    multiples of 8) down to blocks of at most 128 summed with 8 accumulators;
+    doing the same additions in the same order gives the same bits. The
+    recursion runs on an explicit stack (numba cannot cache recursive functions).
+    """
+    if n <= _PW_BLOCK:
+        return _pairwise_leaf(a, 0, n)
+    los = np.empty(_PW_STACK, np.int64)
+    ns = np.empty(_PW_STACK, np.int64)
+    done = np.zeros(_PW_STACK, np.bool_)
+    vals = np.empty(_PW_STACK, np.float64)
+    top, nv = 1, 0
+    los[0], ns[0], done[0] = 0, n, False
+    while top > 0:
+        top -= 1
+        lo, m = los[top], ns[top]
+        if m <= _PW_BLOCK:
+            vals[nv] = _pairwise_leaf(a, lo, m)
+            nv += 1
+        elif done[top]:
+            nv -= 1
+            vals[nv - 1] = vals[nv - 1] + vals[nv]
+        else:
+            m2 = m // 2
+            m2 -= m2 % 8
+            done[top] = True  # combine after both halves
+            los[top + 1], ns[top + 1], done[top + 1] = lo + m2, m - m2, False
+            los[top + 2], ns[top + 2], done[top + 2] = lo, m2, False
+            top += 3
+    return vals[0]
+
+
+@njit(cache=True, nogil=True)
+def _compact(values: Any, ok: Any, weights: Any, x: Any, w: Any) -> int:  # pragma: no cover
+    """Copy the finite values where ``ok`` (row-major order) and their weights; return the count."""
+    n = 0
+    for i in range(values.size):
+        v = values[i]
+        if ok[i] and np.isfinite(v):
+            x[n] = v
+            w[n] = weights[i]
+            n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _sorted_stats(
+    x: Any, w: Any, order: Any, xs: Any, ws: Any, t: Any, out: Any
+) -> None:  # pragma: no cover - numba
+    """Weighted mean, std and quantiles of ``x`` taken in ``order`` (see :func:`weighted_stats`).
+
+    Reproduces the numpy expression order of the reference exactly: pairwise
+    sums of ``ws``, ``xs * ws`` and ``ws * (xs - mean) ** 2``; a running sum for
+    the cumulative mid-point weights; ``np.interp``'s arithmetic.
+    """
+    n = order.size  # xs, ws, t: float64 scratch of at least n
+    for i in range(n):
+        k = order[i]
+        xs[i] = np.float64(x[k])
+        ws[i] = w[k]
+    total = _pairwise(ws, n)
+    for i in range(n):
+        t[i] = xs[i] * ws[i]
+    mean = _pairwise(t, n) / total
+    for i in range(n):
+        d = xs[i] - mean
+        t[i] = ws[i] * (d * d)
+    var = _pairwise(t, n) / total
+    out[0] = mean
+    out[1] = np.sqrt(max(0.0, var))
+    c = 0.0
+    for i in range(n):
+        c += ws[i]
+        t[i] = (c - ws[i] / 2.0) / total
+    for qi in range(5):
+        out[2 + qi] = _interp(_QUANTILES[qi], t[:n], xs[:n])
+
+
+@njit(cache=True, nogil=True)
+def _interp(q: float, xp: Any, fp: Any) -> float:  # pragma: no cover - numba
+    """``np.interp(q, xp, fp)`` for ascending ``xp`` (numpy's arithmetic, same bits)."""
+    n = xp.size
+    if n == 1:
+        return fp[0]
+    if q < xp[0]:
+        return fp[0]
+    if q > xp[n - 1]:
+        return fp[n - 1]
+    lo, hi = 0, n  # j = last index with xp[j] <= q
+    while lo < hi:
+        mid = lo + ((hi - lo) >> 1)
+        if q >= xp[mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    j = lo - 1
+    if j == n - 1 or xp[j] == q:
+        return fp[j]
+    slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+    r = slope * (q - xp[j]) + fp[j]
+    if np.isnan(r):
+        r = slope * (q - xp[j + 1]) + fp[j + 1]
+        if np.isnan(r) and fp[j] == fp[j + 1]:
+            r = fp[j]
+    return r
+
+
+def _sort_order(x: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
+    """numpy's argsort of the values as float32 keys when that loses nothing (cube
+    values are float32: ~2x faster than float64), else of the float64 values.
+
+    numpy's sort is not stable, and the order of equal values moves the
+    cumulative weights in their last bits; sorting the same keys with the same
+    call keeps the answers (and the fact ids bound to them) identical.
+    """
+    if x.dtype == np.float32:
+        return np.argsort(x)
+    x64 = x.astype(np.float64, copy=False)
+    keys = x64.astype(np.float32)
+    return np.argsort(keys if np.array_equal(keys, x64) else x64)
+
+
+def _stats_dict(out: npt.NDArray[np.float64]) -> dict[str, float]:
+    return {
+        "mean": float(out[0]),
+        "std": float(out[1]),
+        "p10": float(out[2]),
+        "p25": float(out[3]),
+        "median": float(out[4]),
+        "p75": float(out[5]),
+        "p90": float(out[6]),
+    }
+
+
 def weighted_stats(x: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> dict[str, float]:
     """Weighted mean, std (population) and quantiles p10 p25 median p75 p90.
+
+    ``mean = sum(w x) / sum(w)``; ``std = sqrt(sum(w (x - mean)^2) / sum(w))``;
+    quantiles interpolate linearly over the sorted values at the cumulative
+    mid-point weights ``(cumsum(w) - w / 2) / sum(w)`` (numpy's summation
+    order throughout, in a compiled kernel).
 
     Args:
         x: Values (finite).
         w: Positive weights, same shape.
     """
-    # Sort on float32 keys when that loses nothing (cube values are float32): ~2x
-    # faster; equal values may come in any order, the interpolated quantile is the same.
-    keys = x.astype(np.float32)
-    order = np.argsort(keys if np.array_equal(keys, x) else x)
-    xs, ws = x[order], w[order]
-    total = float(ws.sum())
-    # elementwise sums, not np.dot: a BLAS dot on ~10^4 values spins up OpenBLAS
-    # threads, which cost ~8 ms per call when the other core is busy (measured)
-    mean = float((xs * ws).sum() / total)
-    std = float(math.sqrt(max(0.0, float((ws * (xs - mean) ** 2).sum()) / total)))
-    cw = (np.cumsum(ws) - ws / 2.0) / total
-    q = np.interp([0.10, 0.25, 0.50, 0.75, 0.90], cw, xs)
-    return {
-        "mean": mean,
-        "std": std,
-        "p10": float(q[0]),
-        "p25": float(q[1]),
-        "median": float(q[2]),
-        "p75": float(q[3]),
-        "p90": float(q[4]),
-    }
+    xv = np.ascontiguousarray(np.asarray(x).ravel())
+    wv = np.ascontiguousarray(np.asarray(w, dtype=np.float64).ravel())
+    out = np.empty(7, np.float64)
+    scratch = np.empty((3, xv.size), np.float64)
+    _sorted_stats(xv, wv, _sort_order(xv), scratch[0], scratch[1], scratch[2], out)
+    return _stats_dict(out)
 
 
 def mann_kendall(y: npt.ArrayLike) -> tuple[int, float]:
@@ -152,6 +319,27 @@ def mann_kendall(y: npt.ArrayLike) -> tuple[int, float]:
         return s, 1.0
     z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
     return s, float(math.erfc(abs(z) / math.sqrt(2.0)))
+
+
+def theil_sen(y: npt.ArrayLike, x: npt.ArrayLike) -> tuple[float, float]:
+    """Theil-Sen slope and intercept (``median(y) - slope * median(x)``).
+
+    The same arithmetic as ``scipy.stats.theilslopes(y, x)`` (method
+    ``separate``), without its confidence interval.
+
+    Args:
+        y: Values.
+        x: Abscissae (not all equal), same length.
+    """
+    yv = np.asarray(y, dtype=np.float64).ravel()
+    xv = np.asarray(x, dtype=np.float64).ravel()
+    deltax = xv[:, None] - xv
+    deltay = yv[:, None] - yv
+    pos = deltax > 0
+    slopes = deltay[pos] / deltax[pos]
+    slopes.sort()
+    slope = float(np.median(slopes))
+    return slope, float(np.median(yv) - slope * np.median(xv))
 
 
 def pick_even(tslots: list[int], m: int) -> list[int]:
@@ -337,7 +525,12 @@ def _read(
     box: tuple[int, int, int, int],
     slots: list[int],
 ) -> npt.NDArray[Any]:
-    """Values ``(len(slots), h, w)`` of a band over a lattice box (fill where absent)."""
+    """Values ``(len(slots), h, w)`` of a band over a lattice box (fill where absent).
+
+    Small boxes read through the context's tile cache: only the time chunks
+    holding ``slots``, of the blocks the box touches, all missing chunks of
+    the call fetched together.
+    """
     from store.cube import band_spec
 
     spec = band_spec(band)
@@ -351,23 +544,21 @@ def _read(
     if len(cys) * len(cxs) > _DIRECT_READ_COLUMNS:
         arr = reader.array(band)
         return np.asarray(arr.oindex[(np.asarray(slots, np.int64), slice(y0, y1), slice(x0, x1))])
-    want = np.asarray(slots, np.int64)
-    for cy in cys:
-        for cx in cxs:
-            col = ctx.column(reader, band, cy * side, cx * side)
-            if col.tslots.size == 0:
-                continue
-            idx = np.searchsorted(col.tslots, want)
-            idx_c = np.minimum(idx, col.tslots.size - 1)
-            hit = col.tslots[idx_c] == want
-            if not hit.any():
-                continue
-            ya, yb = max(y0, cy * side), min(y1, (cy + 1) * side)
-            xa, xb = max(x0, cx * side), min(x1, (cx + 1) * side)
-            block = col.values[idx_c[hit]][
-                :, ya - col.lat_q0 : yb - col.lat_q0, xa - col.lng_q0 : xb - col.lng_q0
-            ]
-            out[np.flatnonzero(hit), ya - y0 : yb - y0, xa - x0 : xb - x0] = block
+    step = spec.time_chunk
+    tcs = sorted({t // step for t in slots})
+    blocks = [(cy, cx) for cy in cys for cx in cxs]
+    tiles = ctx.tiles(reader, band, [(cy, cx, tc) for cy, cx in blocks for tc in tcs])
+    at = {tc: k for k, tc in enumerate(tcs)}
+    for b, (cy, cx) in enumerate(blocks):
+        by0, bx0 = cy * side, cx * side
+        ya, yb = max(y0, by0), min(y1, by0 + side)
+        xa, xb = max(x0, bx0), min(x1, bx0 + side)
+        dst = out[:, ya - y0 : yb - y0, xa - x0 : xb - x0]
+        row = tiles[b * len(tcs) : (b + 1) * len(tcs)]
+        for i, t in enumerate(slots):
+            tile = row[at[t // step]]
+            if tile is not None:
+                dst[i] = tile[t % step, ya - by0 : yb - by0, xa - bx0 : xb - bx0]
     return out
 
 
@@ -378,23 +569,77 @@ def _clear_fractions(
     flags = _read(ctx, reader, flag_band, area.box, slots)
     ok = (flags == clear_value) & area.inside[None]
     n_total = max(1, int(area.inside.sum()))
-    return ok.reshape(len(slots), -1).sum(axis=1) / n_total, ok
+    return np.count_nonzero(ok.reshape(len(slots), -1), axis=1) / n_total, ok
 
 
-def _scene_stats(
-    values: npt.NDArray[Any], ok: npt.NDArray[np.bool_], area: _Area
-) -> dict[str, Any] | None:
-    v = values.astype(np.float64)
-    valid = ok & np.isfinite(v)
-    if not valid.any():
-        return None
-    stats = weighted_stats(v[valid], area.weights[valid])
+def _scenes_stats(
+    values: npt.NDArray[Any], oks: npt.NDArray[np.bool_], area: _Area
+) -> list[dict[str, Any] | None]:
+    """:func:`weighted_stats` and clear counts of each scene's clear finite values (None: none).
+
+    Scenes are split between the calling thread and a pool thread (the sort
+    and the kernels release the GIL); the result does not depend on the split.
+    """
+    weights = np.ascontiguousarray(area.weights, dtype=np.float64).ravel()
     n_total = int(area.inside.sum())
-    n_clear = int(valid.sum())
-    stats.update(
-        {"n_clear": n_clear, "n_total": n_total, "clear_fraction": n_clear / max(1, n_total)}
-    )
-    return stats
+    n_scenes = values.shape[0]
+    res = np.empty((n_scenes, 7), np.float64)
+    counts = np.zeros(n_scenes, np.int64)
+
+    def work(lo: int, hi: int) -> None:
+        xbuf = np.empty(weights.size, values.dtype)
+        wbuf = np.empty(weights.size, np.float64)
+        scratch = np.empty((3, weights.size), np.float64)
+        for i in range(lo, hi):
+            n = int(
+                _compact(
+                    np.ascontiguousarray(values[i]).ravel(),
+                    np.ascontiguousarray(oks[i]).ravel(),
+                    weights,
+                    xbuf,
+                    wbuf,
+                )
+            )
+            counts[i] = n
+            if n:
+                x = xbuf[:n]
+                _sorted_stats(
+                    x, wbuf[:n], _sort_order(x), scratch[0], scratch[1], scratch[2], res[i]
+                )
+
+    half = n_scenes // 2
+    if n_scenes >= _THREADED_SCENES and (pool := _stats_pool()) is not None:
+        other = pool.submit(work, half, n_scenes)
+        work(0, half)
+        other.result()
+    else:
+        work(0, n_scenes)
+    out: list[dict[str, Any] | None] = []
+    for i in range(n_scenes):
+        n = int(counts[i])
+        if n == 0:
+            out.append(None)
+            continue
+        stats: dict[str, Any] = _stats_dict(res[i])
+        stats.update({"n_clear": n, "n_total": n_total, "clear_fraction": n / max(1, n_total)})
+        out.append(stats)
+    return out
+
+
+_THREADED_SCENES = 4  # scenes per call from which half go to a pool thread
+_POOL: list[ThreadPoolExecutor | None] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _stats_pool() -> ThreadPoolExecutor | None:
+    """One process-wide helper thread for scene statistics (None on a single core)."""
+    with _POOL_LOCK:
+        if not _POOL:
+            cores = os.cpu_count() or 1
+            _POOL.append(
+                ThreadPoolExecutor(1, thread_name_prefix="earthmem-area") if cores > 1 else None
+            )
+        return _POOL[0]
 
 
 def _doy_distance(a: int, b: int) -> int:
@@ -422,8 +667,9 @@ def _series(
         slots = pick_even(slots, MAX_CANDIDATES)
     excluded = []
     above: list[int] = []
+    oks = np.zeros((0, *area.inside.shape), bool)
     if area.inside.any() and slots:
-        fractions, _ = _clear_fractions(ctx, reader, band, area, slots)
+        fractions, oks = _clear_fractions(ctx, reader, band, area, slots)
         for t, f in zip(slots, fractions.tolist(), strict=True):
             if f < threshold:
                 excluded.append(
@@ -442,9 +688,9 @@ def _series(
     facts: list[dict[str, Any]] = []
     if kept:
         values = _read(ctx, reader, band, area.box, kept)
-        _, oks = _clear_fractions(ctx, reader, band, area, kept)
-        for i, t in enumerate(kept):
-            st = _scene_stats(values[i], oks[i], area)
+        row = {t: i for i, t in enumerate(slots)}
+        all_stats = _scenes_stats(values, oks[[row[t] for t in kept]], area)
+        for t, st in zip(kept, all_stats, strict=True):
             if st is None:
                 excluded.append(
                     {
@@ -538,8 +784,7 @@ def _anomaly(
     values = _read(ctx, reader, band, area.box, [cand[i] for i in use])
     stats = []
     tslots = []
-    for j, i in enumerate(use):
-        st = _scene_stats(values[j], oks[i], area)
+    for i, st in zip(use, _scenes_stats(values, oks[use], area), strict=True):
         if st is not None:
             stats.append(st)
             tslots.append(cand[i])
@@ -590,15 +835,13 @@ def _trend(scenes: list[dict[str, Any]]) -> dict[str, Any]:
             "n": n,
             "reason": f"{n} overpasses kept; the trend needs at least {MIN_TREND_SCENES}",
         }
-    from scipy.stats import theilslopes
-
     x = np.array([s["tslot"] for s in scenes], dtype=np.float64) / 365.25
     y = np.array([s["median"] for s in scenes], dtype=np.float64)
-    res = theilslopes(y, x)
+    slope, intercept = theil_sen(y, x)
     s, p = mann_kendall(y)
     return {
-        "slope_per_year": float(res[0]),
-        "intercept": float(res[1]),
+        "slope_per_year": slope,
+        "intercept": intercept,
         "mann_kendall_p": p,
         "mann_kendall_s": s,
         "n": n,
