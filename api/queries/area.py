@@ -252,18 +252,26 @@ def _interp(q: float, xp: Any, fp: Any) -> float:  # pragma: no cover - numba
 
 
 def _sort_order(x: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
-    """numpy's argsort of the values as float32 keys when that loses nothing (cube
-    values are float32: ~2x faster than float64), else of the float64 values.
+    """Ascending order of the values, equal values by position: the same on every machine.
 
-    numpy's sort is not stable, and the order of equal values moves the
-    cumulative weights in their last bits; sorting the same keys with the same
-    call keeps the answers (and the fact ids bound to them) identical.
+    numpy's default sort is not stable and its tie order depends on the SIMD path
+    of the machine (AVX2 vs AVX-512); the order of equal values moves the
+    cumulative weights, hence the quantiles (by ~1e-9) and the fact ids bound to
+    them. Values exact in float32 (cube values are) are sorted as one uint64 per
+    value: the order-preserving uint32 image of the float32 bits above the
+    position, so every key is unique and any sort algorithm gives one answer
+    (numpy's SIMD sort of uint64: faster than an argsort). Other values use a
+    stable argsort.
     """
-    if x.dtype == np.float32:
-        return np.argsort(x)
-    x64 = x.astype(np.float64, copy=False)
-    keys = x64.astype(np.float32)
-    return np.argsort(keys if np.array_equal(keys, x64) else x64)
+    xv = np.asarray(x)
+    keys = xv.astype(np.float32)
+    if xv.size >= 1 << 32 or not np.array_equal(keys, xv):
+        return np.argsort(xv.astype(np.float64, copy=False), kind="stable")
+    bits = keys.view(np.uint32)
+    ordered = np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(1 << 31))
+    packed = (ordered.astype(np.uint64) << np.uint64(32)) | np.arange(xv.size, dtype=np.uint64)
+    packed.sort()
+    return (packed & np.uint64(0xFFFFFFFF)).astype(np.intp)
 
 
 def _stats_dict(out: npt.NDArray[np.float64]) -> dict[str, float]:

@@ -24,9 +24,9 @@ from store.inventory import Inventory
 
 
 def _reference_stats(x: np.ndarray, w: np.ndarray) -> dict[str, float]:
-    """The numpy implementation the kernels replaced (kept here as the oracle)."""
-    keys = x.astype(np.float32)
-    order = np.argsort(keys if np.array_equal(keys, x) else x)
+    """The numpy implementation the kernels replaced (kept here as the oracle), with
+    equal values in position order (a stable sort): the order every machine agrees on."""
+    order = np.argsort(x, kind="stable")
     xs, ws = x[order], w[order]
     total = float(ws.sum())
     mean = float((xs * ws).sum() / total)
