@@ -17,19 +17,29 @@ Rates: scenes/s counts S2 + S1 items per partition (an item over two blocks
 counts twice: it is read twice); cells/s counts lattice cells of the window x
 items read.
 
-    python -m bench.bench_ingest [--quick] [--sizes 10,40,160] [--json PATH]
+Flatness beyond the demo's 207 scenes: a bench-only "long" catalog (built once
+under ``bench/.cache``) holds the demo's S2 + S1 items plus a copy of each
+shifted by 104 weeks (same COGs, same weekday, dates up to today: the week
+partitions start 2022-12-29, so four years fit), about 400 scenes at the
+demo's density (weeks x blocks, scenes per week). The ``--flat-size`` prefix
+of it is ingested through Dagster once (no baseline passes) for the
+cost-per-scene row. 1,000 scenes at that density would need ten years of
+weeks or a larger area (new COGs); neither fits the partitions or the time.
+
+    python -m bench.bench_ingest [--quick] [--sizes 10,40,160] [--flat-size 400] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +78,69 @@ class Plan:
         return [(w, b) for w in self.weeks for b in self.blocks]
 
 
+LONG_SHIFT_DAYS = 7 * 104
+"""Shift of the long catalog's copies: 104 weeks keeps weekdays and week phase."""
+LONG_VERSION = 1
+
+
+def long_area(area: DemoArea) -> DemoArea:
+    """The demo's S2 + S1 items plus copies 104 weeks later, as a static catalog (built once).
+
+    Items are rewritten JSON only: their assets point at the demo's COGs.
+    Copies dated after today are left out (their weeks are not partitions yet).
+    """
+    from pipelines.sources.static import load_catalog_items
+
+    root = CACHE_DIR / f"ingest_long_{area.size}_v{LONG_VERSION}"
+    catalog = root / "catalog.json"
+    if not catalog.exists():
+        if root.exists():
+            shutil.rmtree(root)
+        tmp = root.with_name(root.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        today = date.today().isoformat()
+        by_coll: dict[str, list[dict[str, Any]]] = {S2: [], S1: []}
+        for _, item in load_catalog_items(area.catalog):
+            coll = item.get("collection")
+            if coll not in by_coll:
+                continue
+            by_coll[coll].append(item)
+            copy = json.loads(json.dumps(item))
+            props = copy["properties"]
+            for key in ("datetime", "start_datetime", "end_datetime"):
+                if isinstance(props.get(key), str):
+                    t = datetime.fromisoformat(props[key].replace("Z", "+00:00"))
+                    props[key] = (t + timedelta(days=LONG_SHIFT_DAYS)).strftime(
+                        "%Y-%m-%dT%H:%M:%SZ"
+                    )
+            if props["datetime"][:10] <= today:
+                copy["id"] = f"{item['id']}_p104w"
+                by_coll[coll].append(copy)
+        links = []
+        for coll, items in by_coll.items():
+            (tmp / coll).mkdir()
+            item_links = []
+            for it in items:
+                it["links"] = []
+                (tmp / coll / f"{it['id']}.json").write_text(json.dumps(it))
+                item_links.append({"rel": "item", "href": f"./{it['id']}.json"})
+            doc = json.loads((area.sample / coll / "collection.json").read_text())
+            doc["links"] = item_links
+            (tmp / coll / "collection.json").write_text(json.dumps(doc))
+            links.append({"rel": "child", "href": f"./{coll}/collection.json"})
+        cat: dict[str, Any] = {
+            "type": "Catalog",
+            "id": "earthmem-bench-long",
+            "stac_version": "1.1.0",
+        }
+        cat |= {"description": "bench-only: demo items + 104-week copies", "links": links}
+        shutil.copy(area.manifest_path, tmp / "manifest.json")
+        (tmp / "catalog.json").write_text(json.dumps(cat))
+        tmp.rename(root)
+    return DemoArea(f"{area.size}-long", root, area.data, {"built_from": str(area.sample)})
+
+
 def _weekly_counts(area: DemoArea) -> Counter[str]:
     from pipelines.partitions import week_key_of
     from pipelines.sources import SourceConfig, open_source
@@ -85,14 +158,18 @@ def _weekly_counts(area: DemoArea) -> Counter[str]:
 
 
 def _partition_items(area: DemoArea, week: str, block: str) -> tuple[Any, list[Any], list[Any]]:
-    """Window and S2 / S1 items of one partition, found as the discovery assets find them."""
-    from pipelines.resources import AreaResource
-    from pipelines.sources import SourceConfig, open_source
+    """Window and S2 / S1 items of one partition, found as the discovery assets find them.
+
+    The source is opened as the assets open it (``SceneSourceResource.open``: the
+    static catalog is parsed once per process), so the baseline pays a search
+    per partition, not a walk of the whole catalog per partition.
+    """
+    from pipelines.resources import AreaResource, SceneSourceResource
 
     win = AreaResource(path=str(area.manifest_path)).block_window(block)
     if win is None:
         return None, [], []
-    src = open_source(SourceConfig(kind="static", path=str(area.catalog)))
+    src = SceneSourceResource(kind="static", path=str(area.catalog)).open()
     d0 = date.fromisoformat(week)
     d1 = d0 + timedelta(days=6)
     s2 = list(src.search(S2, win.bounds(), d0, d1).items)
@@ -221,6 +298,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--repeats", type=int, default=None, help="repeats of the smallest size (default 3)"
     )
+    ap.add_argument(
+        "--flat-size",
+        type=int,
+        default=None,
+        help="scenes of the long catalog ingested once for the cost-per-scene row "
+        "(default 400; 0 = none; --quick: none)",
+    )
     ap.add_argument("--size", choices=("demo", "tiny"), default=None)
     ap.add_argument("--json", help="write results as JSON here")
     args = ap.parse_args(argv)
@@ -325,6 +409,19 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         _log(f"{plan.scenes} scenes done ({time.perf_counter() - t_start:.0f} s)")
+    flat_size = args.flat_size if args.flat_size is not None else (0 if quick else 400)
+    flat_note = ""
+    if flat_size and flat_size > max(per_scene):
+        longer = long_area(area)
+        plan = plans(longer, [flat_size])[0]
+        ti, _, failed = run_dagster(longer, plan, work / "long")
+        shutil.rmtree(work / "long", ignore_errors=True)
+        per_scene[plan.scenes] = ti / plan.scene_reads
+        flat_note = (
+            f" ({plan.scenes} scenes: long catalog, {len(plan.weeks)} weeks x "
+            f"{len(plan.blocks)} blocks, one Dagster pass{', FAILED ' + str(failed) if failed else ''})"
+        )
+        _log(f"{plan.scenes} scenes (long catalog) done ({time.perf_counter() - t_start:.0f} s)")
     shutil.rmtree(work, ignore_errors=True)
     lo, hi = min(per_scene), max(per_scene)
     flat = per_scene[hi] / per_scene[lo]
@@ -339,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
             "ratio_def": "s/scene at the largest size / s/scene at the smallest",
             "target": "flat: within 0.8..1.25",
             "met": 0.8 <= flat <= 1.25,
-            "data": ", ".join(f"{k} scenes: {v:.3f} s/scene" for k, v in sorted(per_scene.items())),
+            "data": ", ".join(f"{k} scenes: {v:.3f} s/scene" for k, v in sorted(per_scene.items()))
+            + flat_note,
         }
     )
     doc = {
@@ -352,9 +450,14 @@ def main(argv: list[str] | None = None) -> int:
             "Dagster's per-run overhead (run record, event log, asset checks; one run per block "
             "and range of up to 13 weeks) is part of the ingest time; the 'without Dagster' row "
             "isolates it.",
-            "Scenes are the demo sample's synthetic COGs (2 km area, 10/20 m UTM) on local disk; "
-            "the demo holds 207 S2 + S1 scenes in total, so scaling is measured up to 160 scenes, "
-            "not 1,000.",
+            "Scenes are the demo sample's synthetic COGs (2 km area, 10/20 m UTM) on local disk. "
+            "The demo holds 207 S2 + S1 scenes; the cost-per-scene row's largest size comes from "
+            "a bench-only catalog of the demo's items plus copies 104 weeks later (same COGs, same "
+            "density), about 400 scenes: the week partitions start 2022-12-29, so 1,000 scenes at "
+            "this density do not fit.",
+            "The baseline finds items through the source as the assets do (the static catalog "
+            "parsed once per process); before, it walked the whole catalog JSON per partition "
+            "(~60 ms, about 40% of its time).",
         ],
         "seconds": time.perf_counter() - t_start,
     }

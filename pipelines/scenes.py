@@ -4,14 +4,23 @@ A run materialises one partition or, in a single-run backfill, a range of
 weeks of one block (Dagster splits multi-partition backfills per block).
 Discovery searches the source once for the whole range and groups the items
 by week, so a range costs one search, not one per week.
+
+Writes run behind the reads (:class:`WriteBehind`): while week N is compressed
+and committed on a background thread, week N+1 is read and reprojected on the
+calling thread (GDAL's warp and the Blosc/Zstd codecs release the GIL, so on
+two cores the two overlap). Each week is still its own commit with its own
+partition key, in week order, and a write failure stops the run at the next
+week.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from types import TracebackType
 from typing import Any
 
 from dagster import AssetCheckResult, AssetExecutionContext, MultiPartitionKey
@@ -24,6 +33,7 @@ from pipelines.sources.models import SceneItem, Skip
 __all__ = [
     "Discovery",
     "ScenePartition",
+    "WriteBehind",
     "discover",
     "discovery_metadata",
     "merge_check_results",
@@ -151,3 +161,77 @@ def merge_check_results(per_week: dict[str, list[AssetCheckResult]]) -> list[Ass
             )
         )
     return merged
+
+
+class WriteBehind:
+    """Run a range's weekly cube writes on one background thread, behind the reads.
+
+    ``submit`` queues a week's write (a callable that commits it and returns
+    the snapshot id) and returns at once, so the caller reads the next week
+    while this one is compressed and committed. At most ``depth`` writes wait
+    or run at a time (memory stays bounded to ``depth + 1`` week stacks);
+    writes run one at a time, in submission order. A write that raised makes
+    the next ``submit`` (or the exit of the ``with`` block) raise it, so a
+    failing commit stops the range instead of being dropped. Leaving the block
+    waits for every queued write, also when the block raised: a week that was
+    handed over is committed or has failed before the asset returns.
+
+    Args:
+        depth: Writes that may be pending while the caller reads on (>= 1).
+    """
+
+    def __init__(self, depth: int = 1) -> None:
+        if depth < 1:
+            raise ValueError("depth must be >= 1")
+        self.depth = depth
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: deque[tuple[str, Future[str]]] = deque()
+        self._done: dict[str, str] = {}
+
+    def __enter__(self) -> WriteBehind:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="earthmem-write")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        pool, self._pool = self._pool, None
+        try:
+            if exc_type is None:
+                self._wait(0)
+            else:  # the block failed: let handed-over weeks finish, keep the block's error
+                while self._pending:
+                    week, fut = self._pending.popleft()
+                    if fut.exception() is None:
+                        self._done[week] = fut.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+    def submit(self, week: str, write: Callable[[], str]) -> None:
+        """Queue one week's write (waits first while ``depth`` writes are pending).
+
+        Args:
+            week: The week key (the key of :meth:`results`).
+            write: Commits the week; returns its snapshot id.
+
+        Raises:
+            RuntimeError: Used outside its ``with`` block.
+            Exception: Whatever an earlier write raised.
+        """
+        if self._pool is None:
+            raise RuntimeError("WriteBehind.submit outside its with block")
+        self._wait(self.depth - 1)
+        self._pending.append((week, self._pool.submit(write)))
+
+    def _wait(self, keep: int) -> None:
+        while len(self._pending) > keep:
+            week, fut = self._pending.popleft()
+            self._done[week] = fut.result()
+
+    def results(self) -> dict[str, str]:
+        """Week key -> snapshot id of the writes that finished (all of them after the block)."""
+        return dict(self._done)

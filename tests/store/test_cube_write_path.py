@@ -1,0 +1,149 @@
+"""The writer's chunk-by-chunk write path stores exactly what zarr's setitem stores."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import BloscCodec, ZstdCodec
+from zarr.core.buffer import default_buffer_prototype
+
+import store.cube as cube
+import store.layout as layout
+from store.cube import CubeReader, CubeWriter, band_spec
+
+SIDE = 128  # default block level 7
+Y0, X0 = 13_000 * SIDE, 22_000 * SIDE
+T0 = 19_796  # a Thursday: start of a time chunk
+
+
+def _raw_chunks(data_dir: Path, band: str) -> dict[str, bytes]:
+    """Every stored chunk of a band as raw (encoded) bytes, by key."""
+    reader = CubeReader(data_dir)
+    spec = band_spec(band)
+    arr = reader.array(band)
+    store = reader.session.store
+
+    async def fetch(keys: list[str]) -> list[Any]:
+        proto = default_buffer_prototype()
+        return list(await asyncio.gather(*(store.get(k, proto) for k in keys)))
+
+    keys = [
+        f"{spec.path}/{arr.metadata.encode_chunk_key(tuple(int(i) for i in c))}"
+        for c in reader.chunks(band)
+    ]
+    values = asyncio.run(fetch(keys))
+    return {k: v.to_bytes() for k, v in zip(keys, values, strict=True)}
+
+
+def _writes(rng: np.random.Generator) -> list[tuple[str, int, int, int, np.ndarray]]:
+    """A partial write over 2 x 3 chunks, an overwrite of part of it, a whole-chunk write, an all-fill clear."""
+    ndvi = rng.uniform(-1, 1, (7, 142, 231)).astype(np.float32)
+    ndvi[2:5] = np.nan  # days without a scene
+    again = rng.uniform(-1, 1, (7, 40, 50)).astype(np.float32)
+    whole = rng.uniform(-1, 1, (7, SIDE, SIDE)).astype(np.float32)
+    clear = rng.integers(0, 3, (7, 142, 231), dtype=np.uint8)
+    return [
+        ("indices.ndvi", T0, Y0 + 30, X0 + 70, ndvi),
+        ("indices.ndvi", T0, Y0 + 100, X0 + 100, again),  # read-modify-write of stored chunks
+        ("indices.ndvi", T0 + 7, Y0, X0, whole),  # exactly one chunk: no read
+        ("indices.ndvi", T0 + 7, Y0, X0, np.full((7, SIDE, SIDE), np.nan, np.float32)),  # deleted
+        ("s2.clear", T0, Y0 + 30, X0 + 70, clear),
+        ("s2.clear", T0, Y0 + 30, X0 + 70, np.zeros_like(clear)),  # all fill again: chunks removed
+        ("s2.clear", T0, Y0 + 30, X0 + 70, clear),
+    ]
+
+
+def _ingest(data_dir: Path, writes: list[tuple[str, int, int, int, np.ndarray]]) -> None:
+    writer = CubeWriter(data_dir)
+    for i, (band, t, y, x, values) in enumerate(writes):
+        with writer.transaction(f"p{i}") as tx:
+            tx.write(band, np.arange(t, t + values.shape[0]), y, x, values)
+
+
+@pytest.mark.parametrize("old_codecs", [False, True], ids=["zstd", "blosc-store"])
+def test_chunk_path_stores_the_bytes_zarr_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_codecs: bool
+) -> None:
+    if old_codecs:  # a store created before the codec change: Blosc on float day bands
+        monkeypatch.setattr(
+            layout,
+            "_compressor",
+            lambda spec: (
+                BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
+                if np.dtype(spec.dtype).kind == "f"
+                else ZstdCodec(level=3)
+            ),
+        )
+    writes = _writes(np.random.default_rng(3))
+    fast, slow = tmp_path / "fast", tmp_path / "slow"
+    calls: list[str] = []
+    chunked = cube.CubeTransaction._write_chunks
+
+    def spy(self: Any, codec: Any, *args: Any) -> None:
+        calls.append(codec.path)
+        chunked(self, codec, *args)
+
+    monkeypatch.setattr(cube.CubeTransaction, "_write_chunks", spy)
+    _ingest(fast, writes)
+    assert len(calls) == len(writes)  # every write took the chunk path
+    with monkeypatch.context() as m:  # zarr's own setitem for every write
+        m.setattr(cube._ChunkCodec, "__init__", _unsupported_init(cube._ChunkCodec.__init__))
+        _ingest(slow, writes)
+    assert len(calls) == len(writes)  # ... and none here
+    for band in ("indices.ndvi", "s2.clear"):
+        got, want = _raw_chunks(fast, band), _raw_chunks(slow, band)
+        assert got  # chunks were stored
+        assert got.keys() == want.keys()  # the same ones (all-fill ones removed)
+        assert got == want  # byte for byte
+        codec = zarr.open_array(
+            CubeReader(fast).session.store, path=band_spec(band).path, mode="r"
+        ).metadata.codecs[-1]
+        assert isinstance(codec, BloscCodec if old_codecs and band != "s2.clear" else ZstdCodec)
+    # and the values read back are the last ones written
+    r = CubeReader(fast)
+    ndvi = r.read_region(
+        "indices.ndvi", Y0, Y0 + SIDE * 2, X0, X0 + SIDE * 3, T0, T0 + 14, drop_empty=False
+    )
+    expect = np.full((14, SIDE * 2, SIDE * 3), np.nan, np.float32)
+    expect[:7, 30:172, 70:301] = writes[0][4]
+    expect[:7, 100:140, 100:150] = writes[1][4]
+    np.testing.assert_array_equal(ndvi.values, expect)
+    assert ((r.chunks("indices.ndvi")[:, 0]) != (T0 + 7) // 7).all()  # the cleared chunk is gone
+
+
+def _unsupported_init(init: Any) -> Any:
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.supported = False
+
+    return wrapped
+
+
+def test_vector_band_writes_through_the_chunk_path(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    vec = rng.integers(-127, 128, (1, 20, 30, 128), dtype=np.int8)
+    writer = CubeWriter(tmp_path)
+    with writer.transaction("2024") as tx:
+        tx.write("geotessera", [54], Y0 + 120, X0 + 5, vec)  # straddles two chunks in y
+    r = CubeReader(tmp_path)
+    got = r.read_region("geotessera", Y0 + 120, Y0 + 140, X0 + 5, X0 + 35, 54, 55)
+    np.testing.assert_array_equal(got.values, vec)
+    assert len(r.chunks("geotessera")) == 2
+
+
+def test_a_repository_recreated_at_the_same_path_gets_its_layout(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    values = np.ones((7, 4, 4), np.float32)
+    with CubeWriter(data).transaction("a") as tx:
+        tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0, X0, values)
+    shutil.rmtree(data)  # same path, new repository: the in-process layout cache must not match
+    with CubeWriter(data).transaction("b") as tx:
+        tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0, X0, 2 * values)
+    got = CubeReader(data).read_region("indices.ndvi", Y0, Y0 + 4, X0, X0 + 4)
+    np.testing.assert_array_equal(got.values, 2 * values)
