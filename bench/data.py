@@ -132,11 +132,12 @@ def cached_table(
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Path of a k-NN table of :func:`tessera_like` data, generating it on first use."""
-    from store.vectors import write_table
+    from store.vectors import upgrade_table, write_table
 
     root = Path(cache_dir) if cache_dir is not None else CACHE_DIR
     path = root / f"tessera_v{GEN_VERSION}_n{n}_d{d}_c{n_classes}_s{seed}"
     if (path / "meta.json").exists():
+        upgrade_table(path)  # a table cached by an older version: add what it lacks
         return path
     cells, vectors, scales = tessera_like(n, d, n_classes, seed)
     write_table(

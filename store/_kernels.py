@@ -33,6 +33,7 @@ __all__ = [
     "BLOCK",
     "cosine_scan",
     "cosine_scan_file",
+    "cosine_scan_pruned",
     "cosine_scan_rows",
     "cosine_scan_serial",
     "hamming_scan",
@@ -165,6 +166,15 @@ def _dot_i8(vec, r: int, q):  # type: ignore[no-untyped-def]
     """
     acc = np.int32(0)
     for j in range(vec.shape[1]):
+        acc += np.int16(vec[r, j]) * q[j]
+    return np.float64(np.int32(acc))
+
+
+@njit(inline="always", fastmath=_FASTMATH)
+def _dot_i8_64(vec, r: int, q):  # type: ignore[no-untyped-def]
+    """:func:`_dot_i8` for 64 dimensions (a Tessera row's head)."""
+    acc = np.int32(0)
+    for j in range(64):
         acc += np.int16(vec[r, j]) * q[j]
     return np.float64(np.int32(acc))
 
@@ -581,3 +591,141 @@ def hamming_scan_file(fd, off, n, w, q, mask, use_mask, exclude, k, nchunk):  # 
             )
         sizes[c] = _hamming_finish(out_k[c], out_r[c], st)
     return out_k, out_r, sizes, errs
+
+
+# Pruned exact cosine. A table may carry, beside its rows, a "head" copy of each
+# row holding only its H highest-variance dimensions and the L2 norm of the
+# remaining (tail) dimensions, rounded up. Cauchy-Schwarz bounds the full dot
+# product: dot(q, v) <= dot(q_head, v_head) + |q_tail| |v_tail|. A row whose
+# bound, over its norm, is below the scan's current k-th best key cannot enter
+# the answer; only the rows that pass are read whole (pread) and scored exactly,
+# with the same key as the full scan. The answer equals the full scan's; the
+# bytes read per row drop from D + 4 to H + 8 plus the survivors' rows.
+
+BOUND_SLACK = 1e-3
+"""Added to every bound (in dot-product units, i.e. int8 x int8 sums in the
+thousands): covers float64 rounding of the bound arithmetic many times over."""
+
+BULK_ROWS = 32
+"""When more rows of a buffer pass than this, read the buffer's rows in one pread
+(~0.5 MB: the cost of some tens of single-row preads) instead of one per row."""
+
+
+@njit(parallel=True, cache=True, fastmath=_FASTMATH)
+def cosine_scan_pruned(  # type: ignore[no-untyped-def]
+    fdh,
+    hoff,
+    fdn,
+    noff,
+    fdt,
+    toff,
+    fdv,
+    voff,
+    n,
+    h,
+    d,
+    qh,
+    qi,
+    qtn,
+    mask,
+    use_mask,
+    exclude,
+    k,
+    nchunk,
+):
+    """Exact cosine top-k (int8 query) reading heads and reading whole rows only as needed.
+
+    Args:
+        fdh, hoff: descriptor and data offset of the (N, H) int8 heads.
+        fdn, noff: the same for the (N,) float32 row norms.
+        fdt, toff: the same for the (N,) float32 tail norms (rounded up).
+        fdv, voff: the same for the (N, D) int8 rows.
+        n, h, d: rows, head dimensions, full dimension.
+        qh: (H,) int16 query head (the query's values at the head dimensions).
+        qi: (D,) int16 full query.
+        qtn: L2 norm of the query's tail dimensions (rounded up).
+        mask, use_mask, exclude, k, nchunk: as in :func:`cosine_scan`.
+
+    Returns:
+        As :func:`cosine_scan_file`, plus ``full_reads`` (nchunk,): rows read whole.
+    """
+    out_k = np.empty((nchunk, k), np.float64)
+    out_r = np.empty((nchunk, k), np.int64)
+    sizes = np.zeros(nchunk, np.int64)
+    errs = np.zeros(nchunk, np.int64)
+    full_reads = np.zeros(nchunk, np.int64)
+    shared = np.full(1, -np.inf)  # max over chunks of a full heap's root: <= the k-th best key
+    step = max(BLOCK, FILE_BUF_BYTES // (h + 8) // BLOCK * BLOCK)
+    for c in prange(nchunk):
+        lo = n * c // nchunk
+        hi = n * (c + 1) // nchunk
+        keys = out_k[c]
+        rows = out_r[c]
+        hbuf = np.empty((step, h), np.int8)
+        nbuf = np.empty(step, np.float32)
+        tbuf = np.empty(step, np.float32)
+        vbuf = np.empty((step, d), np.int8)
+        cand = np.empty(step, np.int64)
+        part = np.empty(BLOCK, np.float64)
+        size = 0
+        for a in range(lo, hi, step):
+            m = min(step, hi - a)
+            if (
+                not _read_full(fdh, hbuf.ctypes.data, m * h, hoff + a * h)
+                or not _read_full(fdn, nbuf.ctypes.data, m * 4, noff + a * 4)
+                or not _read_full(fdt, tbuf.ctypes.data, m * 4, toff + a * 4)
+            ):
+                errs[c] = a + 1
+                break
+            thr = shared[0]
+            if size == k and keys[0] > thr:
+                thr = keys[0]
+            nc = 0
+            for b0 in range(0, m, BLOCK):
+                b1 = min(b0 + BLOCK, m)
+                if h == 64:
+                    for r in range(b0, b1):
+                        part[r - b0] = _dot_i8_64(hbuf, r, qh)
+                else:
+                    for r in range(b0, b1):
+                        part[r - b0] = _dot_i8(hbuf, r, qh)
+                for r in range(b0, b1):
+                    nr = np.float64(nbuf[r])
+                    bound = 0.0
+                    if nr > 0:
+                        bound = (part[r - b0] + qtn * np.float64(tbuf[r]) + BOUND_SLACK) / nr
+                    g = a + r
+                    if bound < thr or g == exclude or (use_mask and not mask[g]):
+                        continue
+                    cand[nc] = r
+                    nc += 1
+            if nc == 0:
+                continue
+            if nc > BULK_ROWS:
+                if not _read_full(fdv, vbuf.ctypes.data, m * d, voff + a * d):
+                    errs[c] = a + 1
+                    break
+                full_reads[c] += m
+                for i in range(nc):
+                    r = cand[i]
+                    dot = _dot_i8_128(vbuf, r, qi) if d == 128 else _dot_i8(vbuf, r, qi)
+                    size = _heap_offer(keys, rows, size, k, _key(dot, nbuf[r]), a + r)
+            else:
+                ok = True
+                for i in range(nc):
+                    r = cand[i]
+                    if not _read_full(fdv, vbuf[i].ctypes.data, d, voff + (a + r) * d):
+                        ok = False
+                        break
+                if not ok:
+                    errs[c] = a + 1
+                    break
+                full_reads[c] += nc
+                for i in range(nc):
+                    r = cand[i]
+                    dot = _dot_i8_128(vbuf, i, qi) if d == 128 else _dot_i8(vbuf, i, qi)
+                    size = _heap_offer(keys, rows, size, k, _key(dot, nbuf[r]), a + r)
+            if size == k and keys[0] > shared[0]:
+                shared[0] = keys[0]
+        sizes[c] = size
+    return out_k, out_r, sizes, errs, full_reads

@@ -346,6 +346,60 @@ def test_file_scans_equal_the_mapped_scans(tmp_path, monkeypatch) -> None:
         table.search(vecs[10], k=5)
 
 
+def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch) -> None:
+    """Tables carry row heads; the pruned scan (head bound, whole rows read only for
+    rows that can enter) returns exactly the full scan's answer: clustered data,
+    masks, exclusion, exact duplicates (ties by row), zero rows, a query with its
+    energy spread evenly (little pruning), and k larger than the eligible rows."""
+    import store.vectors as sv
+
+    cells, vecs, scales = tessera_like(30_000, 128, 12, seed=5)
+    vecs = vecs.copy()
+    vecs[100:110] = vecs[7]  # exact duplicates of row 7: ties resolved by row
+    vecs[200] = 0  # a zero row scores 0
+    sv.write_table(
+        tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
+    )
+    table = sv.KnnTable.open(tmp_path / "t")
+    assert table.head is not None
+    assert table.head.shape == (30_000, sv.head_dims(128))
+    # tail norms bound the true ones from above
+    tail = np.setdiff1d(np.arange(128), table.meta["head_index"])
+    true_tail = np.linalg.norm(vecs[:, tail].astype(np.float64), axis=1)
+    assert np.all(np.asarray(table.tailnorm, np.float64) >= true_tail)
+    monkeypatch.setattr(sv, "FILE_SCAN_BYTES", 0)
+    mask = np.ones(30_000, bool)
+    mask[1::2] = False
+    flat = np.full(128, 9, np.int8)
+    for q, ex in ((vecs[7], 7), (vecs[7], None), (vecs[12_345], 12_345), (flat, None)):
+        for m in (None, mask):
+            for k in (1, 10, 60):
+                got = table.search(q, k=k, exclude_row=ex, mask=m)
+                ref = sv.cosine_topk(table.vectors, table.norms, q, k, exclude_row=ex, mask=m)
+                np.testing.assert_array_equal(got.rows, ref.rows)
+                np.testing.assert_array_equal(got.scores, ref.scores)
+                assert got.rows_read_whole is not None
+    # ties: the duplicates of row 7 come back in row order right after row 7
+    got = table.search(vecs[7], k=11)
+    assert got.rows.tolist()[:11] == [7, *range(100, 110)]
+    # most rows are pruned for a clustered query
+    assert table.search(vecs[12_345], k=10).rows_read_whole < 30_000 // 4
+    # k beyond the eligible rows: all of them, ranked
+    few = np.zeros(30_000, bool)
+    few[[3, 4, 5]] = True
+    monkeypatch.setattr(sv, "_SPARSE_MASK", 0.0)  # force the scan, not the gather
+    assert sorted(table.search(vecs[3], k=50, mask=few).rows.tolist()) == [3, 4, 5]
+    # a float query that is no int8 multiple takes the unpruned file scan
+    qf = vecs[9].astype(np.float32) + 0.3
+    np.testing.assert_array_equal(
+        table.search(qf, k=5).rows, sv.cosine_topk(table.vectors, table.norms, qf, 5).rows
+    )
+    with open(table.path / "head.npy", "r+b") as f:
+        f.truncate(int(table.head.offset) + 100 * table.head.shape[1])
+    with pytest.raises(VectorTableError, match="short read"):
+        table.search(vecs[7], k=5)
+
+
 def test_table_rerank_reads_rows_with_pread_and_matches_the_mapped_path(tmp_path) -> None:
     import store.vectors as sv
 
@@ -364,3 +418,25 @@ def test_table_rerank_reads_rows_with_pread_and_matches_the_mapped_path(tmp_path
         np.testing.assert_allclose(got.scores, ref.scores)
         assert got.reranked == ref.reranked
         assert 5 not in got.rows
+
+
+def test_upgrade_table_adds_heads_and_keeps_rows_and_calibration(tmp_path) -> None:
+    import store.vectors as sv
+
+    cells, vecs, scales = tessera_like(3000, 128, 6, seed=2)
+    meta = {"band": "geotessera", "tslot": 54, "vintage": 2024, "rerank_multiple": 16}
+    sv.write_table(tmp_path / "t", cells, vecs, scales, meta)
+    # make it look like a table of the previous layout: no heads in meta
+    path = sv.KnnTable.open(tmp_path / "t").path
+    old_meta = json.loads((path / "meta.json").read_text())
+    for key in ("head_dims", "head_index"):
+        old_meta.pop(key)
+    (path / "meta.json").write_text(json.dumps(old_meta))
+    assert sv.KnnTable.open(tmp_path / "t").head is None
+    assert sv.upgrade_table(tmp_path / "t") is True
+    new = sv.KnnTable.open(tmp_path / "t")
+    assert new.head is not None
+    assert new.meta["rerank_multiple"] == 16
+    assert new.meta["vintage"] == 2024
+    np.testing.assert_array_equal(np.asarray(new.vectors), vecs[np.argsort(cells)])
+    assert sv.upgrade_table(tmp_path / "t") is False
