@@ -440,3 +440,43 @@ def test_upgrade_table_adds_heads_and_keeps_rows_and_calibration(tmp_path) -> No
     assert new.meta["vintage"] == 2024
     np.testing.assert_array_equal(np.asarray(new.vectors), vecs[np.argsort(cells)])
     assert sv.upgrade_table(tmp_path / "t") is False
+
+
+def test_word_major_hamming_equals_the_row_major_scan(tmp_path, monkeypatch) -> None:
+    """Tables carry the codes word-major too; the split scan (first word bounds the
+    distance, second words read only for buffers with a passing row) returns the
+    row-major scan's answer for small and large n_keep, masks, exclusion and a
+    sampled starting bound, and a short plane file is a typed error."""
+    import store.vectors as sv
+
+    cells, vecs, scales = tessera_like(60_000, 128, 12, seed=9)
+    sv.write_table(
+        tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
+    )
+    table = sv.KnnTable.open(tmp_path / "t")
+    assert table.bin128w is not None
+    np.testing.assert_array_equal(np.asarray(table.bin128w).T, table.bin128.view(np.uint64))
+    monkeypatch.setattr(sv, "FILE_SCAN_BYTES", 0)
+    mask = np.ones(60_000, bool)
+    mask[::5] = False
+    for split_up_to in (sv._BOUND_MIN_KEEP, 10**9):  # default policy; the split scan for all
+        monkeypatch.setattr(sv, "_BOUND_MIN_KEEP", split_up_to)
+        for row in (3, 31_337):
+            code = table.bin128[row]
+            for m in (None, mask):
+                for keep in (1, 10, 63, 700, 5000):
+                    got = table._hamming_blockwise(code, keep, m, row)
+                    ref = sv._hamming_candidates(table.bin128, code, keep, m, row)
+                    np.testing.assert_array_equal(got[1], ref[1])
+                    np.testing.assert_array_equal(got[0], ref[0])
+    monkeypatch.undo()
+    monkeypatch.setattr(sv, "FILE_SCAN_BYTES", 0)
+    # the sampled bound may be too tight for a far query: the scan repeats unbounded
+    far = np.bitwise_not(table.bin128[3])
+    got = table._hamming_blockwise(far, 300, None, None)
+    ref = sv._hamming_candidates(table.bin128, far, 300, None, None)
+    np.testing.assert_array_equal(got[1], ref[1])
+    with open(table.path / "bin128w.npy", "r+b") as f:
+        f.truncate(int(table.bin128w.offset) + 8 * 60_000 + 800)
+    with pytest.raises(VectorTableError, match="short read"):
+        table._hamming_blockwise(table.bin128[3], 10, None, None)
