@@ -645,6 +645,7 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
     exclude,
     k,
     nchunk,
+    seed,
 ):
     """Exact cosine top-k (int8 query) reading heads and reading whole rows only as needed.
 
@@ -658,6 +659,9 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
         qi: (D,) int16 full query.
         qtn: L2 norm of the query's tail dimensions (rounded up).
         mask, use_mask, exclude, k, nchunk: as in :func:`cosine_scan`.
+        seed: a key at most the k-th best eligible key (e.g. the k-th best of a
+            sample of eligible rows), or -inf: rows whose bound is below it are
+            skipped from the start.
 
     Returns:
         As :func:`cosine_scan_file`, plus ``full_reads`` (nchunk,): rows read whole.
@@ -667,7 +671,7 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
     sizes = np.zeros(nchunk, np.int64)
     errs = np.zeros(nchunk, np.int64)
     full_reads = np.zeros(nchunk, np.int64)
-    shared = np.full(1, -np.inf)  # max over chunks of a full heap's root: <= the k-th best key
+    shared = np.full(1, seed)  # max over chunks of a full heap's root: <= the k-th best key
     step = max(BLOCK, FILE_BUF_BYTES // (h + 8) // BLOCK * BLOCK)
     for c in prange(nchunk):
         lo = n * c // nchunk
@@ -680,6 +684,7 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
         vbuf = np.empty((step, d), np.int8)
         cand = np.empty(step, np.int64)
         part = np.empty(BLOCK, np.float64)
+        flag = np.empty(BLOCK, np.bool_)
         size = 0
         for a in range(lo, hi, step):
             m = min(step, hi - a)
@@ -702,13 +707,26 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
                 else:
                     for r in range(b0, b1):
                         part[r - b0] = _dot_i8(hbuf, r, qh)
+                # a row can enter only if bound / norm >= thr, i.e. bound >= thr * norm
+                # (no division; BOUND_SLACK dwarfs the rounding of the product). A
+                # zero-norm row (key 0) passes when thr <= 0; -inf passes everything.
+                anyp = False
+                if thr == -np.inf:
+                    for r in range(b0, b1):
+                        flag[r - b0] = True
+                    anyp = True
+                else:
+                    for r in range(b0, b1):
+                        ok = part[r - b0] + qtn * np.float64(
+                            tbuf[r]
+                        ) + BOUND_SLACK >= thr * np.float64(nbuf[r])
+                        flag[r - b0] = ok
+                        anyp = anyp or ok
+                if not anyp:
+                    continue
                 for r in range(b0, b1):
-                    nr = np.float64(nbuf[r])
-                    bound = 0.0
-                    if nr > 0:
-                        bound = (part[r - b0] + qtn * np.float64(tbuf[r]) + BOUND_SLACK) / nr
                     g = a + r
-                    if bound < thr or g == exclude or (use_mask and not mask[g]):
+                    if not flag[r - b0] or g == exclude or (use_mask and not mask[g]):
                         continue
                     cand[nc] = r
                     nc += 1

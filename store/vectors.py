@@ -117,6 +117,7 @@ FILE_SCAN_BYTES = 8 << 20
 _BOUND_MIN_KEEP = 64  # Hamming scans keeping this many rows or more start from a sampled bound
 _SAMPLE_RUNS = 32
 _SAMPLE_RUN_ROWS = 2048
+_SEED_RUN_ROWS = 256  # rows per run of the pruned cosine scan's seed sample (32 x 256 rows, 1 MB)
 _GATHER_ROWS = 1 << 16  # a sparse mask with at most this many rows is gathered by pread
 
 
@@ -1252,6 +1253,7 @@ class KnnTable:
                 exclude,
                 k,
                 _nchunk(self.n),
+                self._cosine_seed(qi, k, mask, use_mask, exclude),
             )
         self._check_errs(out[3], "head.npy, norms.npy, tailnorm.npy or vectors.npy")
         keys, top = _merge(out[:3], k)
@@ -1262,6 +1264,44 @@ class KnnTable:
             mode="cosine",
             rows_read_whole=int(out[4].sum()),
         )
+
+    def _cosine_seed(
+        self,
+        qi: npt.NDArray[np.int16],
+        k: int,
+        mask: npt.NDArray[np.bool_],
+        use_mask: bool,
+        exclude: int,
+    ) -> float:
+        """The k-th best exact key over a sample of eligible rows (-inf if fewer than k).
+
+        Any k eligible rows bound the k-th best key of the table from below, so the
+        pruned scan may skip every row whose bound is under it from its first
+        buffer on, instead of waiting for its heaps to fill. The sample is
+        :data:`_SAMPLE_RUNS` evenly spaced runs of :data:`_SEED_RUN_ROWS` rows.
+        """
+        n = self.n
+        starts = np.linspace(0, max(0, n - _SEED_RUN_ROWS), _SAMPLE_RUNS).astype(np.int64)
+        rows = np.unique((starts[:, None] + np.arange(_SEED_RUN_ROWS)[None, :]).ravel())
+        rows = rows[(rows < n) & (rows != exclude)]
+        if use_mask:
+            rows = rows[mask[rows]]
+        if rows.size < k:
+            return -math.inf
+        vectors = self._read_rows(rows)
+        out = _kernels.cosine_scan_serial(
+            vectors,
+            int8_norms(vectors),
+            qi,
+            np.zeros(1, np.float32),
+            False,
+            np.ones(1, np.bool_),
+            False,
+            -1,
+            k,
+        )
+        kth, _ = _merge(out, k)
+        return float(kth[-1]) if kth.size == k else -math.inf
 
     def search_row(self, row: int, **kwargs: Any) -> KnnResult:
         """Neighbours of a stored row (the row itself is excluded).
