@@ -368,6 +368,7 @@ def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch) -> None:
     true_tail = np.linalg.norm(vecs[:, tail].astype(np.float64), axis=1)
     assert np.all(np.asarray(table.tailnorm, np.float64) >= true_tail)
     monkeypatch.setattr(sv, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(sv, "PRUNE_MIN_ROWS", 0)
     mask = np.ones(30_000, bool)
     mask[1::2] = False
     flat = np.full(128, 9, np.int8)
