@@ -18,7 +18,7 @@ Every row is measured against a baseline in the same run:
   means are checked against exactextract's ``weighted_mean`` on rasters read
   back from the cube (target: equal within 1e-6).
 * Memory: peak RSS (``VmHWM``) of the ``earthmem serve`` process answering
-  ``find_similar`` over a memory-mapped 10^7-cell table (target <= 500 MB);
+  ``find_similar`` over a 10^7-cell table on disk (target <= 500 MB);
   baseline: a process loading the same table into memory (``np.load`` without
   mmap).
 
@@ -862,8 +862,9 @@ def main(argv: list[str] | None = None) -> int:
             "exactextract check: cube values exported to in-memory rasters over the box + 2 cells; "
             "the polygon follows cell edges, so coverage fractions are 0 or 1 and exactextract "
             "selects the same cells as earthmem's centre-inclusion rule; weights raster = cos(lat).",
-            "Peak RSS (VmHWM) counts the file-backed pages of the memory-mapped table that a scan "
-            "touched (RssFile); they are shared page cache the kernel can reclaim, unlike RssAnon.",
+            "Peak RSS (VmHWM) includes file-backed pages (RssFile: shared libraries and any table "
+            "pages mapped); large-table scans read with pread into small buffers and point reads "
+            "drop the pages they touched, so the table itself is never resident in the server.",
         ],
         "seconds": time.perf_counter() - t_start,
     }
