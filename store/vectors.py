@@ -1134,6 +1134,21 @@ class KnnTable:
             return BIN_BYTES * 8
         return int(np.partition(dist, rank)[rank])
 
+    def _check_mapped(self, names: tuple[str, ...]) -> None:
+        """Raise if a mapped array's file is shorter than its data (read in place, a
+        truncated file would fault the process instead of failing one query)."""
+        for name in names:
+            arr = getattr(self, name)
+            need = _data_offset(arr) + int(arr.nbytes)
+            try:
+                size = (self.path / f"{name}.npy").stat().st_size
+            except OSError as e:
+                raise VectorTableError(f"{self.path}/{name}.npy: {e}") from e
+            if size < need:
+                raise VectorTableError(
+                    f"{self.path}/{name}.npy: truncated ({size} bytes, {need} expected)"
+                )
+
     def _check_errs(self, errs: npt.NDArray[np.int64], name: str) -> None:
         bad = errs[errs > 0]
         if bad.size:
@@ -1238,20 +1253,13 @@ class KnnTable:
         tail[head_index] = False
         qt = qi[tail].astype(np.float64)
         qtn = math.nextafter(math.sqrt(float(np.dot(qt, qt))), math.inf)
-        with (
-            _open_ro(self.path / "head.npy") as fdh,
-            _open_ro(self.path / "norms.npy") as fdn,
-            _open_ro(self.path / "tailnorm.npy") as fdt,
-            _open_ro(self.path / "vectors.npy") as fdv,
-        ):
+        self._check_mapped(("head", "norms", "tailnorm"))
+        with _open_ro(self.path / "vectors.npy") as fdv:
             out = _run(
                 _kernels.cosine_scan_pruned,
-                fdh,
-                _data_offset(self.head),
-                fdn,
-                _data_offset(self.norms),
-                fdt,
-                _data_offset(self.tailnorm),
+                self.head,
+                self.norms,
+                self.tailnorm,
                 fdv,
                 _data_offset(self.vectors),
                 self.n,
