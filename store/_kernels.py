@@ -37,7 +37,7 @@ __all__ = [
     "cosine_scan_rows",
     "cosine_scan_serial",
     "hamming_scan",
-    "hamming_scan_file",
+    "hamming_scan_mapped",
     "hamming_scan_rows",
     "hamming_scan_serial",
     "hamming_scan_split",
@@ -122,6 +122,8 @@ PAGE = 4096
 REGION_ROWS = 1 << 16
 """Rows a mapped scan reads before releasing them (4 MB of 64-byte heads): releasing much
 smaller ranges costs more in madvise calls and refaults (measured 2x slower at 4,096 rows)."""
+REGION_BYTES = 4 << 20
+"""Bytes of one mapped array a scan reads before releasing them (see :data:`REGION_ROWS`)."""
 
 
 @njit(inline="always")
@@ -616,34 +618,46 @@ def cosine_scan_file(  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan_file(fd, off, n, w, q, mask, use_mask, exclude, k, nchunk, bound):  # type: ignore[no-untyped-def]
-    """:func:`hamming_scan` over (N, W) uint64 codes read from a file at ``off``.
+def hamming_scan_mapped(codes, q, mask, use_mask, exclude, k, nchunk, bound):  # type: ignore[no-untyped-def]
+    """:func:`hamming_scan` over memory-mapped (N, W) uint64 codes, releasing each
+    region of :data:`REGION_BYTES` after its scan (the codes never stay resident).
 
     ``bound``: rows farther than this are never kept (``64 * W`` keeps all). With a
     tighter bound the answer is exact only if at least ``k`` eligible rows lie
     within it, i.e. when the chunks kept ``k`` rows in all; the caller checks.
     """
+    n, w = codes.shape
     cap = 4 * k + 64
     out_k = np.empty((nchunk, cap), np.float64)
     out_r = np.empty((nchunk, cap), np.int64)
     sizes = np.zeros(nchunk, np.int64)
     errs = np.zeros(nchunk, np.int64)
     shared = np.full(1, min(bound, 64 * w + 1), np.int64)
-    step = max(HBLOCK, FILE_BUF_BYTES // (8 * w) // HBLOCK * HBLOCK)
+    region_rows = max(HBLOCK, REGION_BYTES // (8 * w))
     for c in prange(nchunk):
         lo = n * c // nchunk
         hi = n * (c + 1) // nchunk
-        buf = np.empty((step, w), np.uint64)
         st = _hamming_state(w)
         hist = np.zeros(64 * w + 2, np.int64)
-        for a in range(lo, hi, step):
-            m = min(step, hi - a)
-            if not _read_full(fd, buf.ctypes.data, m * 8 * w, off + a * 8 * w):
-                errs[c] = a + 1
-                break
+        for a in range(lo, hi, region_rows):
+            m = min(region_rows, hi - a)
             _hamming_block_scan(
-                buf, q, mask, use_mask, exclude, 0, m, a, k, out_k[c], out_r[c], st, hist, shared
+                codes[a : a + m],
+                q,
+                mask,
+                use_mask,
+                exclude,
+                0,
+                m,
+                a,
+                k,
+                out_k[c],
+                out_r[c],
+                st,
+                hist,
+                shared,
             )
+            _drop(codes, a, a + m)
         sizes[c] = _hamming_finish(out_k[c], out_r[c], st)
     return out_k, out_r, sizes, errs
 
@@ -823,8 +837,8 @@ def pread_rows(fd, rows, d, base, out):  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan_split(fd, off0, off1, n, q, mask, use_mask, exclude, k, nchunk, bound):  # type: ignore[no-untyped-def]
-    """:func:`hamming_scan_file` over 128-bit codes stored word-major (two uint64 planes).
+def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, bound):  # type: ignore[no-untyped-def]
+    """:func:`hamming_scan_mapped` over 128-bit codes stored word-major (two uint64 planes).
 
     The distance over the first 64 bits bounds the full distance from below, so a
     row whose first-word distance already reaches the current limit is rejected
@@ -833,36 +847,36 @@ def hamming_scan_split(fd, off0, off1, n, q, mask, use_mask, exclude, k, nchunk,
     same order); for a small ``k`` about half the bytes are read.
 
     Args:
-        fd: descriptor of the ``(2, N)`` uint64 plane file; ``off0``/``off1`` the byte
-            offsets of plane 0 and plane 1.
+        planes: ``(2, N)`` uint64 codes word-major, memory-mapped: read in place, each
+            region of :data:`REGION_BYTES` released after its scan.
         q: (2,) uint64 query code words.
-        Others as in :func:`hamming_scan_file`.
+        Others as in :func:`hamming_scan_mapped`.
     """
+    n = planes.shape[1]
     cap = 4 * k + 64
     out_k = np.empty((nchunk, cap), np.float64)
     out_r = np.empty((nchunk, cap), np.int64)
     sizes = np.zeros(nchunk, np.int64)
     errs = np.zeros(nchunk, np.int64)
     shared = np.full(1, min(bound, 129), np.int64)
-    step = max(HBLOCK, FILE_BUF_BYTES // 8 // HBLOCK * HBLOCK)
+    region_rows = REGION_BYTES // 8
     q0 = q[0]
     q1 = q[1]
+    p0 = planes[0]
+    p1 = planes[1]
     for c in prange(nchunk):
         lo = n * c // nchunk
         hi = n * (c + 1) // nchunk
         keys = out_k[c]
         rows = out_r[c]
-        w0 = np.empty(step, np.uint64)
-        w1 = np.empty(step, np.uint64)
         buf = np.empty(HBLOCK, np.int32)
         st = _hamming_state(2)
         hist = np.zeros(130, np.int64)
-        for a in range(lo, hi, step):
-            m = min(step, hi - a)
-            if not _read_full(fd, w0.ctypes.data, m * 8, off0 + a * 8):
-                errs[c] = a + 1
-                break
-            have_w1 = False
+        for a in range(lo, hi, region_rows):
+            m = min(region_rows, hi - a)
+            w0 = p0[a : a + m]
+            w1 = p1[a : a + m]
+            touched1 = False
             for b0 in range(0, m, HBLOCK):
                 b1 = min(b0 + HBLOCK, m)
                 lim = min(st[1], shared[0] + 1)  # reject distances >= lim
@@ -873,11 +887,7 @@ def hamming_scan_split(fd, off0, off1, n, q, mask, use_mask, exclude, k, nchunk,
                     best = min(best, d0)
                 if best >= lim:
                     continue
-                if not have_w1:
-                    if not _read_full(fd, w1.ctypes.data, m * 8, off1 + a * 8):
-                        errs[c] = a + 1
-                        break
-                    have_w1 = True
+                touched1 = True
                 for r in range(b0, b1):
                     if buf[r - b0] >= lim:
                         continue
@@ -887,7 +897,8 @@ def hamming_scan_split(fd, off0, off1, n, q, mask, use_mask, exclude, k, nchunk,
                         continue
                     _hamming_keep(dist, g, k, keys, rows, st, hist, shared)
                     lim = min(st[1], shared[0] + 1)
-            if errs[c]:
-                break
+            _drop(p0, a, a + m)
+            if touched1:
+                _drop(p1, a, a + m)
         sizes[c] = _hamming_finish(keys, rows, st)
     return out_k, out_r, sizes, errs

@@ -121,6 +121,7 @@ Below, the seed sample and the per-buffer bookkeeping cost more than the bytes
 saved (measured: 10^5 rows 3.0 ms pruned vs 1.3 ms full; 10^6 rows 13 vs 16 ms;
 10^7 rows 95-100 vs 145-150 ms).
 """
+_SPLIT_MAX_KEEP = 64  # Hamming scans keeping fewer rows than this read the word-major planes
 _BOUND_MIN_KEEP = 64  # Hamming scans keeping this many rows or more start from a sampled bound
 _SAMPLE_RUNS = 32
 _SAMPLE_RUN_ROWS = 2048
@@ -1043,9 +1044,11 @@ class KnnTable:
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], int]:
         """Best ``n_keep`` rows by Hamming distance; ``(-distance, rows, scanned)``, best first.
 
-        Small tables and sparse masks use the mapped codes; a large table is
-        scanned from the file (:func:`store._kernels.hamming_scan_file`: pread into
-        small per-chunk buffers), so the codes never become resident in this process.
+        Small tables and sparse masks use the serial kernels. A large table is
+        scanned in parallel chunks through the mapping, each chunk releasing every
+        4 MB region after its scan (:func:`store._kernels.hamming_scan_mapped`, or
+        :func:`store._kernels.hamming_scan_split` over the word-major planes for
+        small ``n_keep``), so the codes never become resident in this process.
         """
         assert self.bin128 is not None
         n = self.n
@@ -1064,22 +1067,16 @@ class KnnTable:
         # word-major planes pay off when the limit is tight (few rows pass the first
         # word): small n_keep. For rerank candidate lists (thousands of rows) most
         # buffers need their second words anyway and the row-major scan is faster
-        # (measured at 10^7 rows: 15 vs 19 ms for k = 10; 32 vs 29 ms for 5,120).
-        planes = self.bin128w if n_keep < _BOUND_MIN_KEEP else None
-        with (
-            _open_ro(self.path / "bin128.npy") as fd,
-            _open_ro(self.path / ("bin128w.npy" if planes is not None else "bin128.npy")) as fdw,
-        ):
+        # (measured at 10^7 rows, both mapped: 11 vs 15 ms for k = 10; 30 vs 23 ms for 5,120).
+        planes = self.bin128w if n_keep < _SPLIT_MAX_KEEP else None
+        with _open_ro(self.path / "bin128.npy") as fd:
             bound = self._hamming_bound(fd, q, n_keep) if n_keep >= _BOUND_MIN_KEEP else bits
             while True:
                 if planes is not None:
-                    off = _data_offset(planes)
+                    self._check_mapped(("bin128w",))
                     out = _run(
                         _kernels.hamming_scan_split,
-                        fdw,
-                        off,
-                        off + 8 * n,
-                        n,
+                        planes,
                         q.view("<u8"),
                         marr,
                         m is not None,
@@ -1089,12 +1086,10 @@ class KnnTable:
                         bound,
                     )
                 else:
+                    self._check_mapped(("bin128",))
                     out = _run(
-                        _kernels.hamming_scan_file,
-                        fd,
-                        _data_offset(self.bin128),
-                        n,
-                        BIN_BYTES // 8,
+                        _kernels.hamming_scan_mapped,
+                        self.bin128.view(np.uint64),
                         q.view(np.uint64),
                         marr,
                         m is not None,

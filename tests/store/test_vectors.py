@@ -461,8 +461,8 @@ def test_word_major_hamming_equals_the_row_major_scan(tmp_path, monkeypatch) -> 
     monkeypatch.setattr(sv, "FILE_SCAN_BYTES", 0)
     mask = np.ones(60_000, bool)
     mask[::5] = False
-    for split_up_to in (sv._BOUND_MIN_KEEP, 10**9):  # default policy; the split scan for all
-        monkeypatch.setattr(sv, "_BOUND_MIN_KEEP", split_up_to)
+    for split_up_to in (sv._SPLIT_MAX_KEEP, 10**9):  # default policy; the split scan for all
+        monkeypatch.setattr(sv, "_SPLIT_MAX_KEEP", split_up_to)
         for row in (3, 31_337):
             code = table.bin128[row]
             for m in (None, mask):
@@ -480,5 +480,5 @@ def test_word_major_hamming_equals_the_row_major_scan(tmp_path, monkeypatch) -> 
     np.testing.assert_array_equal(got[1], ref[1])
     with open(table.path / "bin128w.npy", "r+b") as f:
         f.truncate(int(table.bin128w.offset) + 8 * 60_000 + 800)
-    with pytest.raises(VectorTableError, match="short read"):
+    with pytest.raises(VectorTableError, match="truncated"):
         table._hamming_blockwise(table.bin128[3], 10, None, None)
