@@ -1297,7 +1297,9 @@ class KnnTable:
         """
         n = self.n
         starts = np.linspace(0, max(0, n - _SEED_RUN_ROWS), _SAMPLE_RUNS).astype(np.int64)
-        rows = np.unique((starts[:, None] + np.arange(_SEED_RUN_ROWS)[None, :]).ravel())
+        rows = (starts[:, None] + np.arange(_SEED_RUN_ROWS)[None, :]).ravel()
+        if n < 2 * _SAMPLE_RUNS * _SEED_RUN_ROWS:  # runs may overlap: make the rows unique
+            rows = np.unique(rows)
         rows = rows[(rows < n) & (rows != exclude)]
         if use_mask:
             rows = rows[mask[rows]]
