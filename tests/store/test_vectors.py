@@ -482,3 +482,37 @@ def test_word_major_hamming_equals_the_row_major_scan(tmp_path, monkeypatch) -> 
         f.truncate(int(table.bin128w.offset) + 8 * 60_000 + 800)
     with pytest.raises(VectorTableError, match="truncated"):
         table._hamming_blockwise(table.bin128[3], 10, None, None)
+
+
+def test_concurrent_scans_of_one_table_agree_with_sequential_ones(tmp_path, monkeypatch) -> None:
+    """Server threads scan one table at once: parallel kernels run side by side and each
+    releases the regions it read while others may be reading them (they fault back in)."""
+    import store.vectors as sv
+
+    cells, vecs, scales = tessera_like(40_000, 128, 8, seed=4)
+    sv.write_table(
+        tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
+    )
+    table = sv.KnnTable.open(tmp_path / "t")
+    monkeypatch.setattr(sv, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(sv, "PRUNE_MIN_ROWS", 0)
+    jobs = [(row, mode) for row in (5, 999, 20_000, 39_999) for mode in sv.MODES]
+    want = {j: table.search_row(j[0], k=10, mode=j[1]).rows.tolist() for j in jobs}
+    got: dict[tuple[int, str], list[int]] = {}
+    errors: list[BaseException] = []
+
+    def work(js: list[tuple[int, str]]) -> None:
+        try:
+            for _ in range(3):
+                for j in js:
+                    got[j] = table.search_row(j[0], k=10, mode=j[1]).rows.tolist()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(jobs[i::4],)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not errors
+    assert got == want
