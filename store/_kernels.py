@@ -557,11 +557,12 @@ def hamming_scan_rows(codes, q, cand, exclude, k):  # type: ignore[no-untyped-de
     return out_k, out_r, sizes
 
 
-# File scans: each chunk reads its rows with pread into its own small buffers
-# (FILE_BUF_BYTES of rows, in L2) and scans them there. Nothing is mapped, so a
-# scan of a table larger than memory limits never raises the resident set; the
-# page cache still serves repeated scans. Both return the chunk results as above
-# plus ``errs`` (nchunk,): 0, or 1 + the first row a short read hit.
+# Scans of large tables never leave the table resident. The unpruned cosine scan
+# reads rows with pread into small per-chunk buffers (FILE_BUF_BYTES, in L2); the
+# pruned cosine and the Hamming scans read the mapping in place and release each
+# region after scanning it (_drop). The page cache still serves repeated scans.
+# They return the chunk results as above plus ``errs`` (nchunk,): 0, or 1 + the
+# first row a short read hit.
 
 FILE_BUF_BYTES = 1 << 18
 """Bytes of rows per pread in the file scans (fits L2 beside the kernel's state)."""

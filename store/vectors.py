@@ -7,7 +7,14 @@ Layout of a table directory (all arrays ``.npy``, C-contiguous, little-endian)::
     scales.npy   float32 (N,)    per-cell Tessera dequantisation scale (value = int8 * scale)
     norms.npy    float32 (N,)    L2 norm of the int8 row
     bin128.npy   uint8  (N, 16)  sign bits of the rotated vector (only when D == 128)
-    meta.json                    band, tslot, vintage, N, D, rotation_seed, digest, ...
+    bin128w.npy  uint64 (2, N)   the same codes word-major (plane j = word j of every row)
+    head.npy     int8   (N, H)   the row at its H highest-variance dimensions (H = D / 2)
+    tailnorm.npy float32 (N,)    L2 norm of the row's other dimensions, rounded up
+    meta.json                    band, tslot, vintage, N, D, rotation_seed, digest,
+                                 head_dims, head_index, rerank_multiple, ...
+
+Tables written before heads and planes existed open and scan unpruned;
+:func:`upgrade_table` rewrites them with the current layout.
 
 Writes are atomic: :func:`write_table` fills a hidden versioned directory and
 then swaps a symlink (``<name> -> .<name>@<digest>``) with one ``rename``, so a
@@ -19,7 +26,10 @@ Scoring (see :mod:`store._kernels` for the scan loops):
 
 * ``cosine``: exact. The stored value is ``int8 * scale`` with ``scale > 0`` per
   cell, so cos(a*s, b*t) = cos(a, b): the int8 dot product (int32 accumulate)
-  divided by the int8 norms is the cosine of the dequantised vectors. An inline
+  divided by the int8 norms is the cosine of the dequantised vectors. Tables of
+  at least :data:`PRUNE_MIN_ROWS` rows are scanned pruned: heads first, a
+  Cauchy-Schwarz bound per row, whole rows only where the bound reaches the
+  current k-th best (:func:`store._kernels.cosine_scan_pruned`; same answer). An inline
   float query that is an exact multiple of an int8 vector (what a dequantised
   Tessera pixel is) is scanned on the int8 path; any other float query runs a
   float32-accumulate path against the int8 rows (exact up to float32 rounding).
