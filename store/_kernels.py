@@ -619,13 +619,15 @@ def cosine_scan_file(  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan_mapped(codes, q, mask, use_mask, exclude, k, nchunk, bound):  # type: ignore[no-untyped-def]
+def hamming_scan_mapped(codes, q, mask, use_mask, exclude, k, nchunk, bound, release):  # type: ignore[no-untyped-def]
     """:func:`hamming_scan` over memory-mapped (N, W) uint64 codes, releasing each
     region of :data:`REGION_BYTES` after its scan (the codes never stay resident).
 
     ``bound``: rows farther than this are never kept (``64 * W`` keeps all). With a
     tighter bound the answer is exact only if at least ``k`` eligible rows lie
     within it, i.e. when the chunks kept ``k`` rows in all; the caller checks.
+    ``release``: drop scanned regions (read-only file mappings only, see
+    :func:`cosine_scan_pruned`).
     """
     n, w = codes.shape
     cap = 4 * k + 64
@@ -658,7 +660,8 @@ def hamming_scan_mapped(codes, q, mask, use_mask, exclude, k, nchunk, bound):  #
                 hist,
                 shared,
             )
-            _drop(codes, a, a + m)
+            if release:
+                _drop(codes, a, a + m)
         sizes[c] = _hamming_finish(out_k[c], out_r[c], st)
     return out_k, out_r, sizes, errs
 
@@ -700,6 +703,7 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
     k,
     nchunk,
     seed,
+    release,
 ):
     """Exact cosine top-k (int8 query) reading heads and reading whole rows only as needed.
 
@@ -718,6 +722,9 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
         seed: a key at most the k-th best eligible key (e.g. the k-th best of a
             sample of eligible rows), or -inf: rows whose bound is below it are
             skipped from the start.
+        release: drop each scanned region of ``head``/``norms``/``tailnorm`` from
+            the resident set. Only for read-only file mappings: MADV_DONTNEED on
+            anonymous memory discards its contents.
 
     Returns:
         As :func:`cosine_scan_file`, plus ``full_reads`` (nchunk,): rows read whole.
@@ -743,9 +750,10 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
         for a in range(lo, hi, step):
             m = min(step, hi - a)
             if a - region >= REGION_ROWS:
-                _drop(head, region, a)
-                _drop(norms, region, a)
-                _drop(tailnorm, region, a)
+                if release:
+                    _drop(head, region, a)
+                    _drop(norms, region, a)
+                    _drop(tailnorm, region, a)
                 region = a
             hbuf = head[a : a + m]
             nbuf = norms[a : a + m]
@@ -813,9 +821,10 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
                     size = _heap_offer(keys, rows, size, k, _key(dot, nbuf[r]), a + r)
             if size == k and keys[0] > shared[0]:
                 shared[0] = keys[0]
-        _drop(head, region, hi)
-        _drop(norms, region, hi)
-        _drop(tailnorm, region, hi)
+        if release:
+            _drop(head, region, hi)
+            _drop(norms, region, hi)
+            _drop(tailnorm, region, hi)
         sizes[c] = size
     return out_k, out_r, sizes, errs, full_reads
 
@@ -838,7 +847,7 @@ def pread_rows(fd, rows, d, base, out):  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, bound):  # type: ignore[no-untyped-def]
+def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, bound, release):  # type: ignore[no-untyped-def]
     """:func:`hamming_scan_mapped` over 128-bit codes stored word-major (two uint64 planes).
 
     The distance over the first 64 bits bounds the full distance from below, so a
@@ -849,7 +858,8 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, bound):  #
 
     Args:
         planes: ``(2, N)`` uint64 codes word-major, memory-mapped: read in place, each
-            region of :data:`REGION_BYTES` released after its scan.
+            region of :data:`REGION_BYTES` released after its scan when ``release``
+            (read-only file mappings only).
         q: (2,) uint64 query code words.
         Others as in :func:`hamming_scan_mapped`.
     """
@@ -898,8 +908,9 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, bound):  #
                         continue
                     _hamming_keep(dist, g, k, keys, rows, st, hist, shared)
                     lim = min(st[1], shared[0] + 1)
-            _drop(p0, a, a + m)
-            if touched1:
-                _drop(p1, a, a + m)
+            if release:
+                _drop(p0, a, a + m)
+                if touched1:
+                    _drop(p1, a, a + m)
         sizes[c] = _hamming_finish(keys, rows, st)
     return out_k, out_r, sizes, errs

@@ -152,6 +152,25 @@ def _open_ro(path: Path) -> Any:
         os.close(fd)
 
 
+def _file_mapped(*arrays: Any) -> bool:
+    """True when every array is a view of a read-only file mapping (``np.load(mmap_mode="r")``).
+
+    Only then may a scan drop the pages it read (``MADV_DONTNEED`` re-reads a file
+    mapping from the page cache, but zero-fills anonymous memory).
+    """
+    for arr in arrays:
+        base = arr
+        while base is not None and not isinstance(base, np.memmap):
+            base = getattr(base, "base", None)
+        if (
+            not isinstance(base, np.memmap)
+            or base.mode != "r"
+            or getattr(base, "_mmap", None) is None
+        ):
+            return False
+    return True
+
+
 def _data_offset(arr: Any) -> int:
     """Byte offset of a mapped ``.npy`` array's data in its file."""
     return int(getattr(arr, "offset", 0))
@@ -1094,6 +1113,7 @@ class KnnTable:
                         n_keep,
                         _nchunk(n),
                         bound,
+                        _file_mapped(planes),
                     )
                 else:
                     self._check_mapped(("bin128",))
@@ -1107,6 +1127,7 @@ class KnnTable:
                         n_keep,
                         _nchunk(n),
                         bound,
+                        _file_mapped(self.bin128),
                     )
                 self._check_errs(out[3], "bin128.npy or bin128w.npy")
                 if bound >= bits or int(out[2].sum()) >= n_keep:
@@ -1279,6 +1300,7 @@ class KnnTable:
                 k,
                 _nchunk(self.n),
                 self._cosine_seed(qi, k, mask, use_mask, exclude),
+                _file_mapped(self.head, self.norms, self.tailnorm),
             )
         self._check_errs(out[3], "head.npy, norms.npy, tailnorm.npy or vectors.npy")
         keys, top = _merge(out[:3], k)

@@ -516,3 +516,34 @@ def test_concurrent_scans_of_one_table_agree_with_sequential_ones(tmp_path, monk
         th.join(timeout=120)
     assert not errors
     assert got == want
+
+
+def test_scans_of_in_memory_arrays_never_release_them(tmp_path, monkeypatch) -> None:
+    """Only file mappings are released after a scan: MADV_DONTNEED on anonymous memory
+    would zero it. A table built from in-memory copies scans to the same answers and
+    its arrays are unchanged afterwards."""
+    import dataclasses
+
+    import store.vectors as sv
+
+    cells, vecs, scales = tessera_like(40_000, 128, 8, seed=6)
+    sv.write_table(
+        tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
+    )
+    mapped = sv.KnnTable.open(tmp_path / "t")
+    copies = {
+        name: np.array(getattr(mapped, name))
+        for name in ("head", "norms", "tailnorm", "bin128", "bin128w")
+    }
+    mem = dataclasses.replace(mapped, **{k: v.copy() for k, v in copies.items()})
+    assert sv._file_mapped(mapped.head, mapped.norms, mapped.tailnorm)
+    assert not sv._file_mapped(mem.head)
+    monkeypatch.setattr(sv, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(sv, "PRUNE_MIN_ROWS", 0)
+    for mode in sv.MODES:
+        for row in (11, 25_000):
+            a = mem.search_row(row, k=10, mode=mode)
+            b = mapped.search_row(row, k=10, mode=mode)
+            np.testing.assert_array_equal(a.rows, b.rows)
+    for name, arr in copies.items():
+        np.testing.assert_array_equal(getattr(mem, name), arr)
