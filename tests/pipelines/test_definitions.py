@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+from dagster import DagsterInstance
+
 from pipelines.definitions import defs
 from pipelines.partitions import SCENE_PARTITIONS, TESSERA_YEARS, WEEKS, week_key_of, week_t0
 from store.cube import TIME_CHUNK_DAYS
 
 
-def test_assets_checks_and_automation_are_defined() -> None:
+@pytest.fixture
+def live_instance() -> Iterator[None]:
+    """Resolve definitions under a live instance, as `dagster dev` does.
+
+    Dagster reads the current instance's definitions-state storage while it loads a
+    repository. Earlier tests in this session may leave that context variable
+    pointing at an instance they have already disposed of, and then the load fails
+    with "undefined DagsterInstance weakref". This was seen once in CI; it depends
+    on test order and garbage collection.
+    """
+    with DagsterInstance.ephemeral():
+        yield
+
+
+def test_assets_checks_and_automation_are_defined(live_instance: None) -> None:
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {
