@@ -710,9 +710,8 @@ _SOURCE_COLUMNS = ("band", "tslot", "block", "item_ids")
 def _load_sources(inventory: Inventory) -> dict[str, dict[int, list[_SourceRow]]]:
     """Inventory rows as ``{family: {tslot: [_SourceRow]}}``.
 
-    Reads only the four columns it needs, file by file (about 3x faster than
-    :meth:`Inventory.table` on a few hundred small partition files); falls back
-    to :meth:`Inventory.table` when a file cannot be read that way.
+    Reads only the four columns it needs, file by file, instead of the whole
+    table; falls back to :meth:`Inventory.table` when a file cannot be read that way.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq

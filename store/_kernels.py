@@ -37,7 +37,6 @@ __all__ = [
     "cosine_scan_rows",
     "cosine_scan_serial",
     "hamming_scan",
-    "hamming_scan_mapped",
     "hamming_scan_rows",
     "hamming_scan_serial",
     "hamming_scan_split",
@@ -121,7 +120,7 @@ PAGE = 4096
 """Page size the release ranges are aligned to (x86-64 / arm64 base pages)."""
 REGION_ROWS = 1 << 16
 """Rows a mapped scan reads before releasing them (4 MB of 64-byte heads): releasing much
-smaller ranges costs more in madvise calls and refaults (measured 2x slower at 4,096 rows)."""
+smaller ranges costs more in madvise calls and refaults at region edges."""
 REGION_BYTES = 4 << 20
 """Bytes of one mapped array a scan reads before releasing them (see :data:`REGION_ROWS`)."""
 
@@ -208,7 +207,7 @@ def _dot_i8(vec, r: int, q):  # type: ignore[no-untyped-def]
     Cannot overflow for D <= 2^17. Widening the row to int16 against an int16 query
     lets LLVM use 16 x 16 -> 32-bit multiply-adds (vpmaddwd). (Choose between this
     and :func:`_dot_i8_128` per block, not per row: a branch inside this inlined
-    helper measured 3x slower.)
+    helper keeps LLVM from vectorising the row loop.)
     """
     acc = np.int32(0)
     for j in range(vec.shape[1]):
@@ -365,8 +364,7 @@ def _hamming_block_scan(  # type: ignore[no-untyped-def]
     so far cannot be in the answer, whichever chunk it is in. Ties at that bound
     are kept (a row of an earlier chunk wins a tie). Chunks publish their limit
     as it tightens; a stale read only means a looser bound. Without it every
-    chunk keeps ~n_keep * (1 + ln(rows / n_keep)) rows before its own limit
-    settles (measured: 5,120 candidates cost 2.8x the scan of 10).
+    chunk keeps ~n_keep * (1 + ln(rows / n_keep)) rows before its own limit settles.
     """
     w = codes.shape[1]
     hblock = HBLOCK
@@ -379,7 +377,7 @@ def _hamming_block_scan(  # type: ignore[no-untyped-def]
         bound = min(st[1], shared[0] + 1)  # reject distances >= bound
         best = np.int32(1 << 30)
         if w == 2:
-            # flat int32 form: ~2x the rows/s of codes[r, j] with int64 sums (measured in L2)
+            # flat int32 form: vectorises better than codes[r, j] with int64 sums
             for r in range(b0, b1):
                 dist = np.int32(_popcnt(flat[2 * r] ^ q0)) + np.int32(_popcnt(flat[2 * r + 1] ^ q1))
                 buf[r - b0] = dist
@@ -509,30 +507,6 @@ def cosine_scan_rows(vec, norms, qi, qf, use_float, cand, exclude, k):  # type: 
     return out_k, out_r, sizes
 
 
-@njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk):  # type: ignore[no-untyped-def]
-    """Hamming top-k (key = -distance) over (N, W) uint64 codes.
-
-    Args:
-        codes: (N, W) uint64, the packed sign bits viewed as words.
-        q: (W,) uint64 query code.
-        mask, use_mask, exclude, k, nchunk: as in :func:`cosine_scan`.
-    """
-    n = codes.shape[0]
-    cap = 4 * k + 64
-    shared = np.full(1, 64 * codes.shape[1] + 1, np.int64)
-    out_k = np.empty((nchunk, cap), np.float64)
-    out_r = np.empty((nchunk, cap), np.int64)
-    sizes = np.zeros(nchunk, np.int64)
-    for c in prange(nchunk):
-        lo = n * c // nchunk
-        hi = n * (c + 1) // nchunk
-        sizes[c] = _hamming_chunk(
-            codes, q, mask, use_mask, exclude, lo, hi, k, out_k[c], out_r[c], shared
-        )
-    return out_k, out_r, sizes
-
-
 @njit(cache=True, fastmath=_FASTMATH)
 def hamming_scan_serial(codes, q, mask, use_mask, exclude, k):  # type: ignore[no-untyped-def]
     """:func:`hamming_scan` on the calling thread (one chunk)."""
@@ -561,8 +535,8 @@ def hamming_scan_rows(codes, q, cand, exclude, k):  # type: ignore[no-untyped-de
 # reads rows with pread into small per-chunk buffers (FILE_BUF_BYTES, in L2); the
 # pruned cosine and the Hamming scans read the mapping in place and release each
 # region after scanning it (_drop). The page cache still serves repeated scans.
-# They return the chunk results as above plus ``errs`` (nchunk,): 0, or 1 + the
-# first row a short read hit.
+# The pread-based ones return the chunk results as above plus ``errs`` (nchunk,):
+# 0, or 1 + the first row a short read hit.
 
 FILE_BUF_BYTES = 1 << 18
 """Bytes of rows per pread in the file scans (fits L2 beside the kernel's state)."""
@@ -619,23 +593,26 @@ def cosine_scan_file(  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan_mapped(codes, q, mask, use_mask, exclude, k, nchunk, bound, release):  # type: ignore[no-untyped-def]
-    """:func:`hamming_scan` over memory-mapped (N, W) uint64 codes, releasing each
-    region of :data:`REGION_BYTES` after its scan (the codes never stay resident).
+def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk, release):  # type: ignore[no-untyped-def]
+    """Hamming top-k (key = -distance) over (N, W) uint64 codes, in ``nchunk`` chunks.
 
-    ``bound``: rows farther than this are never kept (``64 * W`` keeps all). With a
-    tighter bound the answer is exact only if at least ``k`` eligible rows lie
-    within it, i.e. when the chunks kept ``k`` rows in all; the caller checks.
-    ``release``: drop scanned regions (read-only file mappings only, see
+    Each chunk scans its rows region by region (:data:`REGION_BYTES`); with
+    ``release`` a memory-mapped table drops each region after its scan, so the
+    codes never stay resident (read-only file mappings only, see
     :func:`cosine_scan_pruned`).
+
+    Args:
+        codes: (N, W) uint64, the packed sign bits viewed as words.
+        q: (W,) uint64 query code.
+        mask, use_mask, exclude, k, nchunk: as in :func:`cosine_scan`.
+        release: drop scanned regions from the resident set.
     """
     n, w = codes.shape
     cap = 4 * k + 64
     out_k = np.empty((nchunk, cap), np.float64)
     out_r = np.empty((nchunk, cap), np.int64)
     sizes = np.zeros(nchunk, np.int64)
-    errs = np.zeros(nchunk, np.int64)
-    shared = np.full(1, min(bound, 64 * w + 1), np.int64)
+    shared = np.full(1, 64 * w + 1, np.int64)
     region_rows = max(HBLOCK, REGION_BYTES // (8 * w))
     for c in prange(nchunk):
         lo = n * c // nchunk
@@ -663,7 +640,7 @@ def hamming_scan_mapped(codes, q, mask, use_mask, exclude, k, nchunk, bound, rel
             if release:
                 _drop(codes, a, a + m)
         sizes[c] = _hamming_finish(out_k[c], out_r[c], st)
-    return out_k, out_r, sizes, errs
+    return out_k, out_r, sizes
 
 
 # Pruned exact cosine. A table may carry, beside its rows, a "head" copy of each
@@ -847,8 +824,8 @@ def pread_rows(fd, rows, d, base, out):  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, bound, release):  # type: ignore[no-untyped-def]
-    """:func:`hamming_scan_mapped` over 128-bit codes stored word-major (two uint64 planes).
+def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release):  # type: ignore[no-untyped-def]
+    """:func:`hamming_scan` over 128-bit codes stored word-major (two uint64 planes).
 
     The distance over the first 64 bits bounds the full distance from below, so a
     row whose first-word distance already reaches the current limit is rejected
@@ -861,15 +838,14 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, bound, rel
             region of :data:`REGION_BYTES` released after its scan when ``release``
             (read-only file mappings only).
         q: (2,) uint64 query code words.
-        Others as in :func:`hamming_scan_mapped`.
+        Others as in :func:`hamming_scan`.
     """
     n = planes.shape[1]
     cap = 4 * k + 64
     out_k = np.empty((nchunk, cap), np.float64)
     out_r = np.empty((nchunk, cap), np.int64)
     sizes = np.zeros(nchunk, np.int64)
-    errs = np.zeros(nchunk, np.int64)
-    shared = np.full(1, min(bound, 129), np.int64)
+    shared = np.full(1, 129, np.int64)  # 64 * 2 + 1: keep everything until a limit settles
     region_rows = REGION_BYTES // 8
     q0 = q[0]
     q1 = q[1]
@@ -913,4 +889,4 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, bound, rel
                 if touched1:
                     _drop(p1, a, a + m)
         sizes[c] = _hamming_finish(keys, rows, st)
-    return out_k, out_r, sizes, errs
+    return out_k, out_r, sizes

@@ -316,12 +316,12 @@ def _band_attrs(spec: BandSpec) -> dict[str, Any]:
 def _compressor(spec: BandSpec) -> Any:
     """Codec of a new array (existing arrays keep the codec in their metadata).
 
-    Day bands use plain Zstd level 3: on the weekly index stacks (mostly NaN
-    days around one or two observed ones) it encodes ~40% faster than Blosc
-    (zstd level 3 + byte shuffle) and decodes faster, for 1.5% more bytes
-    (measured on 40 demo weeks: 0.58 s vs 0.94 s encode, 24.2 vs 23.8 MB).
-    Blosc LZ4 encodes 5x faster but stores 18% more. Stores created before
-    keep Blosc on their float day bands and stay readable and writable.
+    Day bands use plain Zstd level 3: the weekly index stacks are mostly NaN
+    days around one or two observed ones, where byte shuffling buys little, so
+    Blosc's extra pass (zstd level 3 + byte shuffle) costs encode time for
+    hardly any bytes; Blosc LZ4 is cheaper to encode but stores more. Stores
+    created before keep Blosc on their float day bands and stay readable and
+    writable.
     """
     if np.dtype(spec.dtype).kind == "f" and spec.tempo == "year":
         return BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")

@@ -123,18 +123,17 @@ _INT8_TOL = 2e-5  # in quantisation steps: float32 rounding of int8 * scale stay
 _WRITE_CHUNK = 1 << 18  # rows per chunk when deriving norms / codes (bounds float temporaries)
 _ARRAYS = ("cells", "vectors", "scales", "norms")
 FILE_SCAN_BYTES = 8 << 20
-"""Tables with more bytes than this (per scanned array) are scanned from their files by pread."""
+"""Tables with more bytes than this (per scanned array) are scanned in parallel chunks that never
+leave the table resident (pread into small buffers, or the mapping released region by region)."""
 PRUNE_MIN_ROWS = 1 << 19
 """Tables with at least this many rows are scanned pruned (heads first) when they have heads.
 
 Below, the seed sample and the per-buffer bookkeeping cost more than the bytes
-saved (measured: 10^5 rows 3.0 ms pruned vs 1.3 ms full; 10^6 rows 13 vs 16 ms;
-10^7 rows 95-100 vs 145-150 ms).
+saved. bench/RESULTS.md lists the pruned scan beside the unpruned one
+("cosine full scan, no pruning") at 10^6 and 10^7 rows.
 """
 _SPLIT_MAX_KEEP = 64  # Hamming scans keeping fewer rows than this read the word-major planes
-_BOUND_MIN_KEEP = 64  # Hamming scans keeping this many rows or more start from a sampled bound
 _SAMPLE_RUNS = 32
-_SAMPLE_RUN_ROWS = 2048
 _SEED_RUN_ROWS = 256  # rows per run of the pruned cosine scan's seed sample (32 x 256 rows, 1 MB)
 _GATHER_ROWS = 1 << 16  # a sparse mask with at most this many rows is gathered by pread
 
@@ -711,7 +710,7 @@ def _hamming_candidates(
         if n * nbytes <= _SERIAL_BYTES:
             out = _kernels.hamming_scan_serial(*args)
         else:
-            out = _run(_kernels.hamming_scan, *args, _nchunk(n))
+            out = _run(_kernels.hamming_scan, *args, _nchunk(n), False)
         scanned = int(n)
     keys, rows = _merge(out, n_keep)
     return keys, rows, scanned
@@ -1092,73 +1091,37 @@ class KnnTable:
             raise InvalidVectorQuery(f"query code must have {BIN_BYTES} bytes, got shape {q.shape}")
         marr = m if m is not None else np.ones(1, np.bool_)
         exclude = -1 if exclude_row is None else int(exclude_row)
-        bits = BIN_BYTES * 8
         # word-major planes pay off when the limit is tight (few rows pass the first
         # word): small n_keep. For rerank candidate lists (thousands of rows) most
-        # buffers need their second words anyway and the row-major scan is faster
-        # (measured at 10^7 rows, both mapped: 11 vs 15 ms for k = 10; 30 vs 23 ms for 5,120).
+        # regions need their second words anyway, and the row-major scan reads less.
         planes = self.bin128w if n_keep < _SPLIT_MAX_KEEP else None
-        with _open_ro(self.path / "bin128.npy") as fd:
-            bound = self._hamming_bound(fd, q, n_keep) if n_keep >= _BOUND_MIN_KEEP else bits
-            while True:
-                if planes is not None:
-                    self._check_mapped(("bin128w",))
-                    out = _run(
-                        _kernels.hamming_scan_split,
-                        planes,
-                        q.view("<u8"),
-                        marr,
-                        m is not None,
-                        exclude,
-                        n_keep,
-                        _nchunk(n),
-                        bound,
-                        _file_mapped(planes),
-                    )
-                else:
-                    self._check_mapped(("bin128",))
-                    out = _run(
-                        _kernels.hamming_scan_mapped,
-                        self.bin128.view(np.uint64),
-                        q.view(np.uint64),
-                        marr,
-                        m is not None,
-                        exclude,
-                        n_keep,
-                        _nchunk(n),
-                        bound,
-                        _file_mapped(self.bin128),
-                    )
-                self._check_errs(out[3], "bin128.npy or bin128w.npy")
-                if bound >= bits or int(out[2].sum()) >= n_keep:
-                    break
-                bound = bits  # fewer than n_keep rows within the estimate: scan unbounded
-        keys, rows = _merge(out[:3], n_keep)
+        self._check_mapped(("bin128w",) if planes is not None else ("bin128",))
+        if planes is not None:
+            out = _run(
+                _kernels.hamming_scan_split,
+                planes,
+                q.view("<u8"),
+                marr,
+                m is not None,
+                exclude,
+                n_keep,
+                _nchunk(n),
+                _file_mapped(planes),
+            )
+        else:
+            out = _run(
+                _kernels.hamming_scan,
+                self.bin128.view(np.uint64),
+                q.view(np.uint64),
+                marr,
+                m is not None,
+                exclude,
+                n_keep,
+                _nchunk(n),
+                _file_mapped(self.bin128),
+            )
+        keys, rows = _merge(out, n_keep)
         return keys, rows, n
-
-    def _hamming_bound(self, fd: int, q: npt.NDArray[np.uint8], n_keep: int) -> int:
-        """A distance within which ~4 n_keep rows should lie, from a sample of the codes.
-
-        Reads :data:`_SAMPLE_RUNS` evenly spaced runs of :data:`_SAMPLE_RUN_ROWS`
-        codes (~1 MB) and takes the distance of the sample's rank that scales to
-        4 n_keep rows (at least the 16th). Without a bound every scan chunk keeps
-        ~n_keep (1 + ln(rows / n_keep)) rows before its own limit settles, which
-        measured a third of a 10^7-row scan at n_keep = 5120. A bound that turns
-        out too tight is detected by the caller and the scan repeated unbounded.
-        """
-        n = self.n
-        base = _data_offset(self.bin128)
-        runs = []
-        for i in range(_SAMPLE_RUNS):
-            a = (n - _SAMPLE_RUN_ROWS) * i // max(1, _SAMPLE_RUNS - 1)
-            buf = os.pread(fd, _SAMPLE_RUN_ROWS * BIN_BYTES, base + max(0, a) * BIN_BYTES)
-            runs.append(np.frombuffer(buf, np.uint8))
-        sample = np.concatenate(runs).view(np.uint64).reshape(-1, BIN_BYTES // 8)
-        dist = np.bitwise_count(sample ^ q.view(np.uint64)[None, :]).sum(axis=1, dtype=np.int64)
-        rank = max(16, math.ceil(4 * n_keep * sample.shape[0] / n))
-        if rank >= dist.size:
-            return BIN_BYTES * 8
-        return int(np.partition(dist, rank)[rank])
 
     def _check_mapped(self, names: tuple[str, ...]) -> None:
         """Raise if a mapped array's file is shorter than its data (read in place, a
@@ -1181,19 +1144,12 @@ class KnnTable:
             raise VectorTableError(f"{self.path}/{name}: short read at row {int(bad.min()) - 1}")
 
     def _read_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
-        """Rows of ``vectors`` read with ``pread`` (one syscall per row, in a compiled loop)."""
+        """Rows of ``vectors`` read with ``pread`` (runs coalesced, in a compiled loop)."""
         out = np.empty((rows.size, self.d), dtype=np.int8)
-        fd = os.open(self.path / "vectors.npy", os.O_RDONLY)
-        try:
+        with _open_ro(self.path / "vectors.npy") as fd:
             bad = _kernels.pread_rows(
-                fd,
-                np.ascontiguousarray(rows, np.int64),
-                self.d,
-                int(getattr(self.vectors, "offset", 0)),
-                out,
+                fd, np.ascontiguousarray(rows, np.int64), self.d, _data_offset(self.vectors), out
             )
-        finally:
-            os.close(fd)
         if bad >= 0:
             raise VectorTableError(f"{self.path}/vectors.npy: short read at row {int(rows[bad])}")
         return out

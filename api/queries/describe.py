@@ -239,7 +239,8 @@ def land_cover(
         row = table.row_of(cell.raw)
         protos = _prototypes(ctx, table)
         any_proto = any_proto or bool(protos)
-        if row is None or not protos or float(table.norms[row]) <= 0:
+        norm = table.norm(row) if row is not None else 0.0
+        if row is None or not protos or norm <= 0:
             history.append({"vintage": year, "label": None, "score": None, "fact_id": None})
             continue
         fact = make_fact(
@@ -253,7 +254,7 @@ def land_cover(
             tempo="year",
         )
         facts.append(fact)
-        vec = np.asarray(table.vectors[row], np.float64) / float(table.norms[row])
+        vec = table.vector(row).astype(np.float64) / norm
         scores = {label: float(vec @ p) for label, (p, _) in protos.items()}
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         history.append(

@@ -448,7 +448,7 @@ def test_word_major_hamming_equals_the_row_major_scan(tmp_path, monkeypatch) -> 
     """Tables carry the codes word-major too; the split scan (first word bounds the
     distance, second words read only for buffers with a passing row) returns the
     row-major scan's answer for small and large n_keep, masks, exclusion and a
-    sampled starting bound, and a short plane file is a typed error."""
+    far query, and a short plane file is a typed error."""
     import store.vectors as sv
 
     cells, vecs, scales = tessera_like(60_000, 128, 12, seed=9)
@@ -473,7 +473,7 @@ def test_word_major_hamming_equals_the_row_major_scan(tmp_path, monkeypatch) -> 
                     np.testing.assert_array_equal(got[0], ref[0])
     monkeypatch.undo()
     monkeypatch.setattr(sv, "FILE_SCAN_BYTES", 0)
-    # the sampled bound may be too tight for a far query: the scan repeats unbounded
+    # a query far from every row (most rows pass the first word)
     far = np.bitwise_not(table.bin128[3])
     got = table._hamming_blockwise(far, 300, None, None)
     ref = sv._hamming_candidates(table.bin128, far, 300, None, None)
