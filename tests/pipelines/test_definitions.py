@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-from dagster import DagsterInstance
+from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from pipelines.definitions import defs
 from pipelines.partitions import SCENE_PARTITIONS, TESSERA_YEARS, WEEKS, week_key_of, week_t0
 from store.cube import TIME_CHUNK_DAYS
 
 
-@pytest.fixture
-def live_instance() -> Iterator[None]:
-    """Resolve definitions under a live instance, as `dagster dev` does.
-
-    Dagster reads the current instance's definitions-state storage while it loads a
-    repository. Earlier tests in this session may leave that context variable
-    pointing at an instance they have already disposed of, and then the load fails
-    with "undefined DagsterInstance weakref". This was seen once in CI; it depends
-    on test order and garbage collection.
-    """
-    with DagsterInstance.ephemeral():
-        yield
-
-
-def test_assets_checks_and_automation_are_defined(live_instance: None) -> None:
-    graph = defs.resolve_asset_graph()
+def test_assets_checks_and_automation_are_defined() -> None:
+    # Dagster reads a context-variable "definitions state storage" while it loads a
+    # repository. Earlier tests of the session can leave it pointing at an instance
+    # that is gone, and the load then fails with "undefined DagsterInstance weakref".
+    # Two fresh-clone CI runs failed this way, also with a live-instance fixture
+    # around the test. So the load runs with no state storage, set in this frame.
+    with set_defs_state_storage(None):
+        graph = defs.resolve_asset_graph()
+        job = defs.resolve_job_def("scene_ingest")
+        schedule = defs.resolve_schedule_def("daily_ingest")
+        sensor = defs.resolve_sensor_def("stac_new_items_sensor")
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {
         "s2_items",
@@ -47,11 +39,9 @@ def test_assets_checks_and_automation_are_defined(live_instance: None) -> None:
         "chunk_coverage",
         "valid_vectors",
     } <= checks
-    assert (
-        defs.resolve_job_def("scene_ingest").partitions_def == SCENE_PARTITIONS
-    )  # inferred from the assets
-    assert defs.resolve_schedule_def("daily_ingest").cron_schedule == "0 6 * * *"
-    assert defs.resolve_sensor_def("stac_new_items_sensor") is not None
+    assert job.partitions_def == SCENE_PARTITIONS  # inferred from the assets
+    assert schedule.cron_schedule == "0 6 * * *"
+    assert sensor is not None
     assert "2024" in TESSERA_YEARS.get_partition_keys()
 
 
