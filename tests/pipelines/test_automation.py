@@ -16,10 +16,10 @@ def test_sensor_notices_new_items_then_skips(tiny_sample_dir) -> None:
         "/nonexistent-data", tiny_sample_dir / "catalog.json", tiny_sample_dir / "manifest.json"
     )
     with instance_for_test() as instance:
-        ctx = build_sensor_context(
+        with build_sensor_context(
             instance=instance, resources={"scenes": res["scenes"], "area": res["area"]}
-        )
-        first = stac_new_items_sensor(ctx)
+        ) as ctx:
+            first = stac_new_items_sensor(ctx)
         assert not isinstance(first, SkipReason)
         weeks = {r.partition_key.keys_by_dimension["week"] for r in first.run_requests}
         source = res["scenes"].open()
@@ -32,12 +32,12 @@ def test_sensor_notices_new_items_then_skips(tiny_sample_dir) -> None:
             ).items
         }
         assert weeks == expected
-        ctx2 = build_sensor_context(
+        with build_sensor_context(
             instance=instance,
             cursor=first.cursor,
             resources={"scenes": res["scenes"], "area": res["area"]},
-        )
-        second = stac_new_items_sensor(ctx2)
+        ) as ctx2:
+            second = stac_new_items_sensor(ctx2)
         assert isinstance(second, SkipReason)
 
 
@@ -47,9 +47,9 @@ def test_schedule_requests_current_and_previous_week(tiny_sample_dir) -> None:
     )
     with instance_for_test() as instance:
         when = datetime(2024, 8, 10, 6, tzinfo=UTC)
-        ctx = build_schedule_context(
+        with build_schedule_context(
             instance=instance, scheduled_execution_time=when, resources={"area": res["area"]}
-        )
-        requests = daily_ingest(ctx)
+        ) as ctx:
+            requests = daily_ingest(ctx)
         weeks = {r.partition_key.keys_by_dimension["week"] for r in requests}
         assert weeks == {week_key_of(when.date()), "2024-08-01"}

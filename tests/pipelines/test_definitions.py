@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-from dagster._core.storage.defs_state.base import set_defs_state_storage
-
 from pipelines.definitions import defs
 from pipelines.partitions import SCENE_PARTITIONS, TESSERA_YEARS, WEEKS, week_key_of, week_t0
 from store.cube import TIME_CHUNK_DAYS
 
 
 def test_assets_checks_and_automation_are_defined() -> None:
-    # Dagster reads a context-variable "definitions state storage" while it loads a
-    # repository. Earlier tests of the session can leave it pointing at an instance
-    # that is gone, and the load then fails with "undefined DagsterInstance weakref".
-    # Two fresh-clone CI runs failed this way, also with a live-instance fixture
-    # around the test. So the load runs with no state storage, set in this frame.
-    with set_defs_state_storage(None):
-        graph = defs.resolve_asset_graph()
-        job = defs.resolve_job_def("scene_ingest")
-        schedule = defs.resolve_schedule_def("daily_ingest")
-        sensor = defs.resolve_sensor_def("stac_new_items_sensor")
+    graph = defs.resolve_asset_graph()
+    job = defs.resolve_job_def("scene_ingest")
+    schedule = defs.resolve_schedule_def("daily_ingest")
+    sensor = defs.resolve_sensor_def("stac_new_items_sensor")
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {
         "s2_items",
