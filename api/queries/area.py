@@ -177,33 +177,64 @@ def _pairwise(a: Any, n: int) -> float:  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True)
-def _compact(values: Any, ok: Any, weights: Any, x: Any, w: Any) -> int:  # pragma: no cover
-    """Copy the finite values where ``ok`` (row-major order) and their weights; return the count."""
-    n = 0
-    for i in range(values.size):
-        v = values[i]
-        if ok[i] and np.isfinite(v):
-            x[n] = v
-            w[n] = weights[i]
-            n += 1
-    return n
+def _scene_keys(bits: Any, ok: Any, keys: Any, counts: Any) -> None:  # pragma: no cover - numba
+    """Sort keys of each scene's clear finite float32 values (see :func:`_sort_order`).
+
+    ``bits`` (scenes, cells) is the uint32 view of the float32 values. Row ``s``
+    of ``keys`` gets, for each cell ``i`` (row-major) that is ``ok`` and finite,
+    the order-preserving image of its bits above ``i``; ``counts[s]`` how many.
+    Cells keep their row-major order among equal values, as in the compacted
+    reference, so sorting a row gives the reference order.
+    """
+    for s in range(bits.shape[0]):
+        n = 0
+        for i in range(bits.shape[1]):
+            b = bits[s, i]
+            if ok[s, i] and (b & np.uint32(0x7F800000)) != np.uint32(0x7F800000):
+                o = ~b if b >> np.uint32(31) else b | np.uint32(0x80000000)
+                keys[s, n] = (np.uint64(o) << np.uint64(32)) | np.uint64(i)
+                n += 1
+        counts[s] = n
+
+
+@njit(cache=True, nogil=True)
+def _keyed_stats(
+    values: Any, weights: Any, keys: Any, counts: Any, xs: Any, ws: Any, t: Any, res: Any
+) -> None:  # pragma: no cover - numba
+    """:func:`_stats_core` of each scene's values taken in the order of its sorted keys."""
+    mask = np.uint64(0xFFFFFFFF)
+    for s in range(values.shape[0]):
+        n = counts[s]
+        if n == 0:
+            continue
+        for j in range(n):
+            k = np.intp(keys[s, j] & mask)
+            xs[j] = np.float64(values[s, k])
+            ws[j] = weights[k]
+        _stats_core(xs, ws, t, n, res[s])
 
 
 @njit(cache=True, nogil=True)
 def _sorted_stats(
     x: Any, w: Any, order: Any, xs: Any, ws: Any, t: Any, out: Any
 ) -> None:  # pragma: no cover - numba
-    """Weighted mean, std and quantiles of ``x`` taken in ``order`` (see :func:`weighted_stats`).
-
-    Reproduces the numpy expression order of the reference exactly: pairwise
-    sums of ``ws``, ``xs * ws`` and ``ws * (xs - mean) ** 2``; a running sum for
-    the cumulative mid-point weights; ``np.interp``'s arithmetic.
-    """
+    """Weighted mean, std and quantiles of ``x`` taken in ``order`` (see :func:`weighted_stats`)."""
     n = order.size  # xs, ws, t: float64 scratch of at least n
     for i in range(n):
         k = order[i]
         xs[i] = np.float64(x[k])
         ws[i] = w[k]
+    _stats_core(xs, ws, t, n, out)
+
+
+@njit(cache=True, nogil=True)
+def _stats_core(xs: Any, ws: Any, t: Any, n: int, out: Any) -> None:  # pragma: no cover - numba
+    """Weighted mean, std and quantiles of sorted ``xs[:n]`` with weights ``ws[:n]``.
+
+    Reproduces the numpy expression order of the reference exactly: pairwise
+    sums of ``ws``, ``xs * ws`` and ``ws * (xs - mean) ** 2``; a running sum for
+    the cumulative mid-point weights; ``np.interp``'s arithmetic.
+    """
     total = _pairwise(ws, n)
     for i in range(n):
         t[i] = xs[i] * ws[i]
@@ -585,8 +616,12 @@ def _scenes_stats(
 ) -> list[dict[str, Any] | None]:
     """:func:`weighted_stats` and clear counts of each scene's clear finite values (None: none).
 
-    Scenes are split between the calling thread and a pool thread (the sort
-    and the kernels release the GIL); the result does not depend on the split.
+    Float32 values (every cube band) take one pass per group of scenes: a kernel
+    writes each scene's sort keys (:func:`_sort_order`'s, with the cell index
+    for the position, which orders ties the same way), numpy sorts each row, a
+    kernel reduces the values in key order. Other dtypes take the reference
+    path. Scenes are split between the calling thread and a pool thread (the
+    sort and the kernels release the GIL); the result does not depend on the split.
     """
     weights = np.ascontiguousarray(area.weights, dtype=np.float64).ravel()
     n_total = int(area.inside.sum())
@@ -594,26 +629,35 @@ def _scenes_stats(
     res = np.empty((n_scenes, 7), np.float64)
     counts = np.zeros(n_scenes, np.int64)
 
+    flat_values = np.ascontiguousarray(values.reshape(n_scenes, -1))
+    flat_ok = np.ascontiguousarray(oks.reshape(n_scenes, -1))
+
     def work(lo: int, hi: int) -> None:
-        xbuf = np.empty(weights.size, values.dtype)
-        wbuf = np.empty(weights.size, np.float64)
+        if hi <= lo:
+            return
         scratch = np.empty((3, weights.size), np.float64)
-        for i in range(lo, hi):
-            n = int(
-                _compact(
-                    np.ascontiguousarray(values[i]).ravel(),
-                    np.ascontiguousarray(oks[i]).ravel(),
-                    weights,
-                    xbuf,
-                    wbuf,
-                )
+        if flat_values.dtype == np.float32:
+            keys = np.empty((hi - lo, weights.size), np.uint64)
+            _scene_keys(flat_values[lo:hi].view(np.uint32), flat_ok[lo:hi], keys, counts[lo:hi])
+            for j in range(hi - lo):
+                keys[j, : counts[lo + j]].sort()
+            _keyed_stats(
+                flat_values[lo:hi],
+                weights,
+                keys,
+                counts[lo:hi],
+                scratch[0],
+                scratch[1],
+                scratch[2],
+                res[lo:hi],
             )
-            counts[i] = n
-            if n:
-                x = xbuf[:n]
-                _sorted_stats(
-                    x, wbuf[:n], _sort_order(x), scratch[0], scratch[1], scratch[2], res[i]
-                )
+            return
+        for i in range(lo, hi):
+            sel = flat_ok[i] & np.isfinite(flat_values[i])
+            x, w = flat_values[i][sel], weights[sel]
+            counts[i] = x.size
+            if x.size:
+                _sorted_stats(x, w, _sort_order(x), scratch[0], scratch[1], scratch[2], res[i])
 
     half = n_scenes // 2
     if n_scenes >= _THREADED_SCENES and (pool := _stats_pool()) is not None:

@@ -224,3 +224,29 @@ def test_lean_sources_equal_the_inventory_table(tiny_store: Any) -> None:
     assert n_lean == len(rows)
     for fam, t, _, items in rows:
         assert items in [r.item_ids for r in lean[fam][t]]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_keyed_scene_stats_equal_the_reference_with_ties_signed_zeros_and_non_finite(
+    dtype: type,
+) -> None:
+    area = area_mod._area("a", None, [45.0, 7.0, 45.004, 7.006])
+    rng = np.random.default_rng(3)
+    shape = (7, *area.inside.shape)
+    values = np.round(rng.normal(0.3, 0.2, shape), 1).astype(dtype)  # many ties
+    values[0].flat[::5] = -0.0
+    values[0].flat[1::5] = 0.0
+    values[1].flat[::7] = np.nan
+    values[2].flat[::11] = np.inf
+    values[3].flat[::13] = -np.inf
+    oks = rng.random(shape) < 0.7
+    oks[4] = False  # a scene with nothing clear
+    got = area_mod._scenes_stats(values, oks, area)
+    assert got[4] is None
+    for s in range(shape[0]):
+        sel = oks[s] & np.isfinite(values[s]) & area.inside
+        if s == 4:
+            continue
+        ref = weighted_stats(values[s][sel], area.weights[sel])
+        assert {k: got[s][k] for k in ref} == ref  # bit for bit
+        assert got[s]["n_clear"] == int(sel.sum())
