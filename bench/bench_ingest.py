@@ -17,16 +17,25 @@ Rates: scenes/s counts S2 + S1 items per partition (an item over two blocks
 counts twice: it is read twice); cells/s counts lattice cells of the window x
 items read.
 
-Flatness beyond the demo's 207 scenes: a bench-only "long" catalog (built once
-under ``bench/.cache``) holds the demo's S2 + S1 items plus a copy of each
-shifted by 104 weeks (same COGs, same weekday, dates up to today: the week
-partitions start 2022-12-29, so four years fit), about 400 scenes at the
-demo's density (weeks x blocks, scenes per week). The ``--flat-size`` prefix
-of it is ingested through Dagster once (no baseline passes) for the
-cost-per-scene row. 1,000 scenes at that density would need ten years of
-weeks or a larger area (new COGs); neither fits the partitions or the time.
+Flatness: with T(n) the Dagster ingest time of n scenes, the target row is the
+marginal cost per scene read between successive sizes,
+(T(n_i) - T(n_{i-1})) / (reads_i - reads_{i-1}), largest over smallest: a fixed
+cost (one instance, the first run) cancels out, so the ratio stays near 1
+unless the cost per scene grows with size. The raw cost per scene, T(n) / reads at the largest size over
+the smallest, is kept as information: it falls with size as the fixed cost spreads.
 
-    python -m bench.bench_ingest [--quick] [--sizes 10,40,160] [--flat-size 400] [--json PATH]
+The largest size (``--flat-size``, default 1,000 scenes) comes from a
+bench-only "long" catalog built once under ``bench/.cache`` at the demo's
+density (about one scene per partition-week): the demo's S2 + S1 items, a copy
+of each 104 weeks later (same weekday; the week partitions start 2022-12-29,
+so time alone gives ~400 scenes), and ``LONG_TILES - 1`` copies of all of
+those moved ``k * LONG_EAST_M`` east onto fresh level-8 blocks (each asset a GDAL VRT over
+the demo's COG with the GeoTransform moved), ~1,600 scenes over 8 blocks. Its
+prefix is ingested through Dagster once (no baseline passes); the run is
+checked: no failed partition or error check, and every block has inventory
+rows and cube chunks of S2 and S1.
+
+    python -m bench.bench_ingest [--quick] [--sizes 10,40,160] [--flat-size 1000] [--json PATH]
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +89,102 @@ class Plan:
 
 
 LONG_SHIFT_DAYS = 7 * 104
-"""Shift of the long catalog's copies: 104 weeks keeps weekdays and week phase."""
-LONG_VERSION = 1
+"""Shift of the long catalog's time copies: 104 weeks keeps weekdays and week phase."""
+LONG_EAST_M = 2240.0
+"""Easting shift of the long catalog's space copies: 112 x 20 m (a whole number of 10 m and 20 m
+pixels), about one level-8 block (256 lattice columns) at 23.36 N, so copy ``k`` of the demo
+footprint covers the two blocks of block column ``+k``, at the same place in them."""
+LONG_TILES = 4
+"""Copies in space of the demo footprint (the original plus ``LONG_TILES - 1`` eastward)."""
+LONG_VERSION = 2
+
+
+def _vrt_xml(src: str, dx: float) -> str:
+    """A VRT of a single-band raster ``src`` moved ``dx`` metres east (same pixels, same CRS)."""
+    from xml.sax.saxutils import escape, quoteattr
+
+    import rasterio
+
+    with rasterio.open(src) as ds:
+        if ds.count != 1 or ds.crs is None:
+            raise ValueError(f"{src}: expected one band with a CRS")
+        t = ds.transform
+        dtype = {"uint8": "Byte", "uint16": "UInt16", "int16": "Int16", "float32": "Float32"}[
+            ds.dtypes[0]
+        ]
+        nodata = "" if ds.nodata is None else f"<NoDataValue>{ds.nodata!r}</NoDataValue>"
+        by, bx = ds.block_shapes[0]
+        w, h, wkt = ds.width, ds.height, ds.crs.to_wkt()
+    rect = f'xOff="0" yOff="0" xSize="{w}" ySize="{h}"'
+    return (
+        f'<VRTDataset rasterXSize="{w}" rasterYSize="{h}">\n'
+        f'  <SRS dataAxisToSRSAxisMapping="1,2">{escape(wkt)}</SRS>\n'
+        f"  <GeoTransform>{t.c + dx!r}, {t.a!r}, {t.b!r}, {t.f!r}, {t.d!r}, {t.e!r}</GeoTransform>\n"
+        f'  <VRTRasterBand dataType="{dtype}" band="1">\n'
+        f"    {nodata}\n"
+        "    <SimpleSource>\n"
+        f'      <SourceFilename relativeToVRT="0">{escape(src)}</SourceFilename>\n'
+        "      <SourceBand>1</SourceBand>\n"
+        f'      <SourceProperties RasterXSize="{w}" RasterYSize="{h}" DataType={quoteattr(dtype)} '
+        f'BlockXSize="{bx}" BlockYSize="{by}"/>\n'
+        f"      <SrcRect {rect}/>\n"
+        f"      <DstRect {rect}/>\n"
+        "    </SimpleSource>\n"
+        "  </VRTRasterBand>\n"
+        "</VRTDataset>\n"
+    )
+
+
+def _shift_item_east(item: dict[str, Any], k: int, hrefs: dict[str, str]) -> dict[str, Any]:
+    """Copy ``k`` of an item moved ``k * LONG_EAST_M`` east in its UTM CRS.
+
+    The footprint's vertices go to the item's ``proj:code`` CRS, move, and come
+    back; ``bbox`` is their envelope; ``proj:bbox`` / ``proj:transform`` move by
+    the same metres; asset hrefs are replaced through ``hrefs`` (COG -> VRT).
+    """
+    from pyproj import Transformer
+
+    dx = k * LONG_EAST_M
+    copy: dict[str, Any] = json.loads(json.dumps(item))
+    copy["id"] = f"{item['id']}_e{k}"
+    props = copy["properties"]
+    to_utm = Transformer.from_crs("EPSG:4326", props["proj:code"], always_xy=True)
+    to_ll = Transformer.from_crs(props["proj:code"], "EPSG:4326", always_xy=True)
+    ring = copy["geometry"]["coordinates"][0]
+    x, y = to_utm.transform([p[0] for p in ring], [p[1] for p in ring])
+    lng, lat = to_ll.transform([v + dx for v in x], list(y))
+    copy["geometry"]["coordinates"] = [
+        [[round(a, 7), round(b, 7)] for a, b in zip(lng, lat, strict=True)]
+    ]
+    ring = copy["geometry"]["coordinates"][0]
+    copy["bbox"] = [
+        min(p[0] for p in ring),
+        min(p[1] for p in ring),
+        max(p[0] for p in ring),
+        max(p[1] for p in ring),
+    ]
+    if "proj:bbox" in props:
+        x0, y0, x1, y1 = props["proj:bbox"]
+        props["proj:bbox"] = [x0 + dx, y0, x1 + dx, y1]
+    for holder in (props, *copy["assets"].values()):
+        tr = holder.get("proj:transform")
+        if tr:
+            holder["proj:transform"] = [*tr[:2], tr[2] + dx, *tr[3:]]
+    for asset in copy["assets"].values():
+        if asset.get("href") in hrefs:
+            asset["href"] = hrefs[asset["href"]]
+    return copy
 
 
 def long_area(area: DemoArea) -> DemoArea:
-    """The demo's S2 + S1 items plus copies 104 weeks later, as a static catalog (built once).
+    """A bench-only catalog ~8x the demo's scenes at its density (built once under ``bench/.cache``).
 
-    Items are rewritten JSON only: their assets point at the demo's COGs.
-    Copies dated after today are left out (their weeks are not partitions yet).
+    Every demo S2 / S1 item, plus a copy 104 weeks later (copies dated after
+    today are left out: their weeks are not partitions yet), each also copied
+    ``LONG_TILES - 1`` times eastward by ``k * LONG_EAST_M`` onto fresh
+    blocks. A space copy's assets are GDAL VRTs over the demo's COGs with the
+    GeoTransform moved (real rasters at the new place, no pixel copies). The
+    area file (``manifest.json``: name + bbox) is the envelope of every item.
     """
     from pipelines.sources.static import load_catalog_items
 
@@ -99,13 +196,14 @@ def long_area(area: DemoArea) -> DemoArea:
         tmp = root.with_name(root.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        sample = area.sample.resolve()
         today = date.today().isoformat()
+        vrts: dict[int, dict[str, str]] = {k: {} for k in range(1, LONG_TILES)}
         by_coll: dict[str, list[dict[str, Any]]] = {S2: [], S1: []}
         for _, item in load_catalog_items(area.catalog):
             coll = item.get("collection")
             if coll not in by_coll:
                 continue
-            by_coll[coll].append(item)
             copy = json.loads(json.dumps(item))
             props = copy["properties"]
             for key in ("datetime", "start_datetime", "end_datetime"):
@@ -114,15 +212,29 @@ def long_area(area: DemoArea) -> DemoArea:
                     props[key] = (t + timedelta(days=LONG_SHIFT_DAYS)).strftime(
                         "%Y-%m-%dT%H:%M:%SZ"
                     )
-            if props["datetime"][:10] <= today:
-                copy["id"] = f"{item['id']}_p104w"
-                by_coll[coll].append(copy)
+            copy["id"] = f"{item['id']}_p104w"
+            in_time = [item] + ([copy] if props["datetime"][:10] <= today else [])
+            for k in range(1, LONG_TILES):
+                dx = k * LONG_EAST_M
+                for asset in item["assets"].values():
+                    href = asset.get("href")
+                    if isinstance(href, str) and href.endswith(".tif") and href not in vrts[k]:
+                        rel = Path(href).resolve().relative_to(sample).with_suffix(".vrt")
+                        dst = tmp / "vrt" / f"e{k}" / rel
+                        dst.parent.mkdir(parents=True, exist_ok=True)
+                        dst.write_text(_vrt_xml(href, dx))
+                        vrts[k][href] = str(root / "vrt" / f"e{k}" / rel)
+            for it in in_time:
+                by_coll[coll].append(it)
+                by_coll[coll] += [_shift_item_east(it, k, vrts[k]) for k in range(1, LONG_TILES)]
         links = []
+        boxes = []
         for coll, items in by_coll.items():
             (tmp / coll).mkdir()
             item_links = []
             for it in items:
                 it["links"] = []
+                boxes.append(it["bbox"])
                 (tmp / coll / f"{it['id']}.json").write_text(json.dumps(it))
                 item_links.append({"rel": "item", "href": f"./{it['id']}.json"})
             doc = json.loads((area.sample / coll / "collection.json").read_text())
@@ -134,8 +246,18 @@ def long_area(area: DemoArea) -> DemoArea:
             "id": "earthmem-bench-long",
             "stac_version": "1.1.0",
         }
-        cat |= {"description": "bench-only: demo items + 104-week copies", "links": links}
-        shutil.copy(area.manifest_path, tmp / "manifest.json")
+        cat |= {
+            "description": f"bench-only: demo items + 104-week copies, x{LONG_TILES} eastward",
+            "links": links,
+        }
+        envelope = [
+            min(b[0] for b in boxes),
+            min(b[1] for b in boxes),
+            max(b[2] for b in boxes),
+            max(b[3] for b in boxes),
+        ]
+        area_doc = {"name": f"bench-long-{area.size}-x{LONG_TILES}", "bbox": envelope}
+        (tmp / "manifest.json").write_text(json.dumps(area_doc, indent=2))
         (tmp / "catalog.json").write_text(json.dumps(cat))
         tmp.rename(root)
     return DemoArea(f"{area.size}-long", root, area.data, {"built_from": str(area.sample)})
@@ -205,7 +327,21 @@ def plans(area: DemoArea, sizes: list[int]) -> list[Plan]:
     return out
 
 
-def run_dagster(area: DemoArea, plan: Plan, data: Path) -> tuple[float, list[float], list[str]]:
+@dataclass(frozen=True)
+class DagsterPass:
+    """One timed Dagster ingest of a plan."""
+
+    seconds: float
+    """Wall time (resources, instance, every run)."""
+    per_partition: list[float]
+    """Seconds per partition (each run's time over its weeks)."""
+    failed: list[str]
+    """Run keys whose run failed."""
+    failed_checks: list[str]
+    """``run: check`` of checks that did not pass (``(warn)`` suffix for warnings)."""
+
+
+def run_dagster(area: DemoArea, plan: Plan, data: Path) -> DagsterPass:
     """Materialise the plan's partitions through Dagster into ``data``; wall time and per-partition times."""
     from dagster import DagsterInstance
 
@@ -220,6 +356,7 @@ def run_dagster(area: DemoArea, plan: Plan, data: Path) -> tuple[float, list[flo
     resources = resources_for(data, area.catalog, area.manifest_path)
     per: list[float] = []
     failed: list[str] = []
+    failed_checks: list[str] = []
     # as pipelines.run.ingest_area does: one run per block and range of up to
     # RANGE_WEEKS weeks (a single-run backfill range), one commit per week
     by_block: dict[str, list[str]] = {}
@@ -233,11 +370,61 @@ def run_dagster(area: DemoArea, plan: Plan, data: Path) -> tuple[float, list[flo
             for i in range(0, len(weeks), RANGE_WEEKS):
                 chunk = weeks[i : i + RANGE_WEEKS]
                 tp = time.perf_counter()
-                key, ok, _checks = materialize_range(resources, inst, b, chunk[0], chunk[-1])
+                key, ok, checks = materialize_range(resources, inst, b, chunk[0], chunk[-1])
                 per.append((time.perf_counter() - tp) / len(chunk))
+                failed_checks += [f"{key}: {c}" for c in checks]
                 if not ok:
                     failed.append(key)
-    return time.perf_counter() - t0, per, failed
+    return DagsterPass(time.perf_counter() - t0, per, failed, failed_checks)
+
+
+def blocks_with_data(data: Path) -> dict[str, dict[str, int]]:
+    """Per level-8 block of an ingested data directory: inventory days and cube chunks written.
+
+    ``s2_days`` / ``s1_days`` count inventory rows (overpasses); ``ndvi_chunks`` /
+    ``vv_chunks`` count the cube's stored (non-fill) chunks of ``indices.ndvi``
+    and ``s1.vv`` in the block.
+    """
+    from pipelines.partitions import PARTITION_BLOCK_LEVEL
+    from store.cube import CubeReader
+    from store.inventory import Inventory
+    from store.layout import DEFAULT_BLOCK_LEVEL
+
+    out: dict[str, dict[str, int]] = {}
+
+    def bump(block: str, key: str) -> None:
+        counts = out.setdefault(
+            block, {"s2_days": 0, "s1_days": 0, "ndvi_chunks": 0, "vv_chunks": 0}
+        )
+        counts[key] += 1
+
+    table = Inventory(data).table()
+    for band, block in zip(table["band"].to_pylist(), table["block"].to_pylist(), strict=True):
+        if band in ("s2", "s1"):
+            bump(block, f"{band}_days")
+    reader = CubeReader(data)
+    up = PARTITION_BLOCK_LEVEL - DEFAULT_BLOCK_LEVEL  # cube chunks are level-7 blocks
+    for band, key in (("indices.ndvi", "ndvi_chunks"), ("s1.vv", "vv_chunks")):
+        for _, y, x in reader.chunks(band)[:, :3].tolist():
+            bump(f"b{PARTITION_BLOCK_LEVEL}.{y >> up}.{x >> up}", key)
+    return dict(sorted(out.items()))
+
+
+def marginal_costs(points: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
+    """Seconds per additional scene read between successive sizes.
+
+    Args:
+        points: ``(scenes, scene_reads, seconds)`` per size, ascending.
+
+    Returns:
+        ``(scenes[i-1], scenes[i], (T[i] - T[i-1]) / (reads[i] - reads[i-1]))`` for
+        each step whose reads grow.
+    """
+    return [
+        (s0, s1, (t1 - t0) / (r1 - r0))
+        for (s0, r0, t0), (s1, r1, t1) in pairwise(points)
+        if r1 > r0
+    ]
 
 
 def run_baseline(area: DemoArea, plan: Plan, write_to: Path | None) -> tuple[float, list[float]]:
@@ -283,6 +470,76 @@ def run_baseline(area: DemoArea, plan: Plan, write_to: Path | None) -> tuple[flo
     return time.perf_counter() - t0, per
 
 
+def flatness_rows(
+    points: list[tuple[int, int, float, int, float]], flat: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The cost-per-scene rows: marginal (the target) and raw (information).
+
+    Args:
+        points: ``(scenes, scene_reads, seconds, repeats, cells_per_read)`` per size.
+        flat: Checks of the largest (long catalog) run; empty when it did not run.
+    """
+    points = sorted(points)
+    steps = marginal_costs([(sc, r, t) for sc, r, t, _, _ in points])
+    marg = [m for _, _, m in steps]
+    sizes = ", ".join(
+        f"{sc} scenes: {t:.1f} s (n={k}) / {r} reads = {t / r:.4f} s/read, {c / 1e3:.1f} k cells/read"
+        for sc, r, t, k, c in points
+    )
+    step_text = ", ".join(f"{a}->{b}: {m:.4f}" for a, b, m in steps)
+    ok_run = not flat or (
+        not flat["failed_partitions"]
+        and not flat["failed_error_checks"]
+        and not flat["blocks_without_data"]
+    )
+    run_note = ""
+    if flat:
+        run_note = (
+            f"; largest size: {flat['catalog']}, one pass, failed partitions "
+            f"{len(flat['failed_partitions'])}, failed checks {flat['failed_checks']} "
+            f"({len(flat['failed_error_checks'])} error), blocks without data "
+            f"{flat['blocks_without_data'] or 'none'}"
+        )
+    lo, hi = points[0], points[-1]
+    raw = (hi[2] / hi[1]) / (lo[2] / lo[1])
+    ratio = max(marg) / min(marg) if len(marg) >= 2 and min(marg) > 0 else None
+    return [
+        {
+            "case": f"cost per scene, marginal, {lo[0]} to {hi[0]} scenes (Dagster ingest)",
+            "unit": "x",
+            "median": ratio,
+            "baseline_case": "smallest marginal s per added scene read",
+            "baseline": {"median": min(marg) if marg else None},
+            "ratio": ratio,
+            "ratio_def": "largest / smallest marginal s per added scene read between successive sizes",
+            "target": "<= 1.25 (cost per scene does not grow with size)",
+            "met": None if len(marg) < 2 else (ratio is not None and ratio <= 1.25 and ok_run),
+            "data": f"marginal s/read {step_text}; last/first step {marg[-1] / marg[0]:.3g}; {sizes}"
+            + run_note
+            if marg
+            else sizes,
+            "marginal_s_per_read": marg,
+            "sizes": [
+                {"scenes": sc, "scene_reads": r, "seconds": t, "n": k, "cells_per_read": c}
+                for sc, r, t, k, c in points
+            ],
+            "largest_run": flat,
+        },
+        {
+            "case": f"cost per scene, raw, {hi[0]} vs {lo[0]} scenes (Dagster ingest)",
+            "unit": "x",
+            "median": raw,
+            "baseline_case": f"s/scene read at {lo[0]} scenes",
+            "baseline": {"median": lo[2] / lo[1]},
+            "ratio": raw,
+            "ratio_def": "s/scene read at the largest size / at the smallest",
+            "target": "(info: the smallest size carries Dagster's fixed per-run cost)",
+            "met": None,
+            "data": sizes,
+        },
+    ]
+
+
 def _t(samples: list[float]) -> Timing:
     return Timing.of(samples)
 
@@ -302,8 +559,8 @@ def main(argv: list[str] | None = None) -> int:
         "--flat-size",
         type=int,
         default=None,
-        help="scenes of the long catalog ingested once for the cost-per-scene row "
-        "(default 400; 0 = none; --quick: none)",
+        help="scenes of the long catalog ingested once for the cost-per-scene rows "
+        "(default 1000; 0 = none; --quick: none)",
     )
     ap.add_argument("--size", choices=("demo", "tiny"), default=None)
     ap.add_argument("--json", help="write results as JSON here")
@@ -323,27 +580,30 @@ def main(argv: list[str] | None = None) -> int:
     if not quick:
         run_dagster(area, warm, work / "warm")
     rows: list[dict[str, Any]] = []
-    per_scene: dict[int, float] = {}
+    # (scenes, scene reads, median seconds, repeats, cells per read) per size, for the flatness rows
+    points: list[tuple[int, int, float, int, float]] = []
     for i, plan in enumerate(the_plans):
         reps = small_repeats if i == 0 else (2 if i == 1 and not quick else 1)
         ing, base, bw = [], [], []
         per_ing: list[float] = []
         per_base: list[float] = []
         failed: list[str] = []
+        failed_checks: list[str] = []
         for _ in range(reps):
             tb, pb = run_baseline(area, plan, None)
             base.append(tb)
             per_base += pb
-            ti, pi, failed = run_dagster(area, plan, work / "dagster")
-            ing.append(ti)
-            per_ing += pi
+            dp = run_dagster(area, plan, work / "dagster")
+            failed, failed_checks = dp.failed, dp.failed_checks
+            ing.append(dp.seconds)
+            per_ing += dp.per_partition
             tw, _ = run_baseline(area, plan, work / "plain")
             bw.append(tw)
         for sub in ("dagster", "plain"):
             shutil.rmtree(work / sub, ignore_errors=True)
         n = plan.scene_reads
         ti_t, tb_t, tw_t = _t(ing), _t(base), _t(bw)
-        per_scene[plan.scenes] = ti_t.median / n
+        points.append((plan.scenes, n, ti_t.median, ti_t.n, plan.cells / n))
         parts = len(plan.partitions)
         overhead = (ti_t.median - tw_t.median) / parts
         data = (
@@ -383,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
                     "dagster_overhead_per_partition_ms": 1e3 * overhead,
                 },
                 "failed_partitions": failed,
+                "failed_checks": len(failed_checks),
             }
         )
         rows.append(
@@ -409,37 +670,31 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         _log(f"{plan.scenes} scenes done ({time.perf_counter() - t_start:.0f} s)")
-    flat_size = args.flat_size if args.flat_size is not None else (0 if quick else 400)
-    flat_note = ""
-    if flat_size and flat_size > max(per_scene):
+    flat_size = args.flat_size if args.flat_size is not None else (0 if quick else 1000)
+    flat: dict[str, Any] = {}
+    if flat_size and flat_size > max(p[0] for p in points):
         longer = long_area(area)
         plan = plans(longer, [flat_size])[0]
-        ti, _, failed = run_dagster(longer, plan, work / "long")
+        run_baseline(longer, Plan(plan.weeks[:1], plan.blocks, 0, 0, 0), None)  # warm the new grids
+        dp = run_dagster(longer, plan, work / "long")
+        per_block = blocks_with_data(work / "long")
         shutil.rmtree(work / "long", ignore_errors=True)
-        per_scene[plan.scenes] = ti / plan.scene_reads
-        flat_note = (
-            f" ({plan.scenes} scenes: long catalog, {len(plan.weeks)} weeks x "
-            f"{len(plan.blocks)} blocks, one Dagster pass{', FAILED ' + str(failed) if failed else ''})"
-        )
-        _log(f"{plan.scenes} scenes (long catalog) done ({time.perf_counter() - t_start:.0f} s)")
-    shutil.rmtree(work, ignore_errors=True)
-    lo, hi = min(per_scene), max(per_scene)
-    flat = per_scene[hi] / per_scene[lo]
-    rows.append(
-        {
-            "case": f"cost per scene, {hi} vs {lo} scenes (Dagster ingest)",
-            "unit": "x",
-            "median": flat,
-            "baseline_case": f"s/scene at {lo} scenes",
-            "baseline": {"median": per_scene[lo]},
-            "ratio": flat,
-            "ratio_def": "s/scene at the largest size / s/scene at the smallest",
-            "target": "flat: within 0.8..1.25",
-            "met": 0.8 <= flat <= 1.25,
-            "data": ", ".join(f"{k} scenes: {v:.3f} s/scene" for k, v in sorted(per_scene.items()))
-            + flat_note,
+        points.append((plan.scenes, plan.scene_reads, dp.seconds, 1, plan.cells / plan.scene_reads))
+        empty = [b for b in plan.blocks if min(per_block.get(b, {"": 0}).values()) == 0]
+        flat = {
+            "catalog": f"{longer.sample.name}: {len(plan.weeks)} weeks x {len(plan.blocks)} blocks",
+            "failed_partitions": dp.failed,
+            "failed_checks": len(dp.failed_checks),
+            "failed_error_checks": [c for c in dp.failed_checks if not c.endswith("(warn)")][:20],
+            "blocks_without_data": empty,
+            "per_block": per_block,
         }
-    )
+        _log(
+            f"{plan.scenes} scenes (long catalog) done in {dp.seconds:.0f} s "
+            f"({time.perf_counter() - t_start:.0f} s)"
+        )
+    shutil.rmtree(work, ignore_errors=True)
+    rows += flatness_rows(points, flat)
     doc = {
         "bench": "ingest",
         "title": "Ingestion: Dagster ingest vs reading and reprojecting the same scenes",
@@ -451,10 +706,14 @@ def main(argv: list[str] | None = None) -> int:
             "and range of up to 13 weeks) is part of the ingest time; the 'without Dagster' row "
             "isolates it.",
             "Scenes are the demo sample's synthetic COGs (2 km area, 10/20 m UTM) on local disk. "
-            "The demo holds 207 S2 + S1 scenes; the cost-per-scene row's largest size comes from "
-            "a bench-only catalog of the demo's items plus copies 104 weeks later (same COGs, same "
-            "density), about 400 scenes: the week partitions start 2022-12-29, so 1,000 scenes at "
-            "this density do not fit.",
+            "The demo holds 207 S2 + S1 scenes; the cost-per-scene rows' largest size comes from "
+            f"a bench-only catalog at the demo's density: the demo's items, copies 104 weeks later, "
+            f"and of both {LONG_TILES - 1} copies {LONG_EAST_M:.0f} m, {2 * LONG_EAST_M:.0f} m, ... "
+            "east onto fresh blocks (GDAL VRTs over the demo's COGs with the GeoTransform moved), "
+            "about 1,600 scenes over 8 blocks. Its partition windows hold ~12% more cells per scene "
+            "read (the area's bbox spans the ~220 m gaps between copies) and a VRT read costs "
+            "~0.8 ms more per band than the COG's: both make the largest size's cost per scene "
+            "higher, never lower.",
             "The baseline finds items through the source as the assets do (the static catalog "
             "parsed once per process); before, it walked the whole catalog JSON per partition "
             "(~60 ms, about 40% of its time).",
@@ -463,10 +722,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_json(args.json, doc)
     for r in rows:
+        ratio_text = "n/a" if r["ratio"] is None else f"{r['ratio']:.3g}"
         print(
-            f"{r['case'][:72]:72} {r['median']:.4g} {r['unit']} base {r['baseline']['median']:.4g} "
-            f"ratio {r['ratio']:.3g} {r['target']} {'' if r['met'] is None else ('MET' if r['met'] else 'MISSED')}"
+            f"{r['case'][:72]:72} {r['median'] if r['median'] is None else format(r['median'], '.4g')} "
+            f"{r['unit']} base {r['baseline']['median']:.4g} "
+            f"ratio {ratio_text} {r['target']} {'' if r['met'] is None else ('MET' if r['met'] else 'MISSED')}"
         )
+        if r["case"].startswith("cost per scene"):
+            print(f"    {r['data']}")
     return 0
 
 

@@ -162,6 +162,38 @@ def test_render_pairs_each_row_with_its_baseline_and_judges_targets_at_1e7() -> 
     assert "**met**" not in cos_small
 
 
+def test_flatness_rows_judge_the_marginal_cost_per_scene_not_the_fixed_cost() -> None:
+    from bench.bench_ingest import flatness_rows, marginal_costs
+
+    # T = 5 s fixed + 0.1 s per read: the raw cost per scene falls, the marginal one is flat
+    sizes = [(10, 20), (40, 80), (160, 320), (1000, 2000)]
+    flat_pts = [(sc, r, 5.0 + 0.1 * r, 1, 1e4) for sc, r in sizes]
+    assert [round(m, 9) for _, _, m in marginal_costs([p[:3] for p in flat_pts])] == [0.1] * 3
+    marginal, raw = flatness_rows(flat_pts, {})
+    assert marginal["case"].startswith("cost per scene, marginal")
+    assert abs(marginal["ratio"] - 1.0) < 1e-9
+    assert marginal["met"] is True
+    assert raw["met"] is None
+    assert raw["ratio"] < 0.5
+    assert "1000 scenes: 205.0 s" in marginal["data"]
+    # a cost per read that grows with size misses, whatever the fixed cost
+    grow_pts = [(sc, r, 5.0 + 0.1 * r + 2e-5 * r * r, 1, 1e4) for sc, r in sizes]
+    assert flatness_rows(grow_pts, {})[0]["met"] is False
+    # the largest run's checks count: a block without data misses
+    run = {
+        "catalog": "c",
+        "failed_partitions": [],
+        "failed_checks": 0,
+        "failed_error_checks": [],
+        "blocks_without_data": ["b8.1.1"],
+    }
+    assert flatness_rows(flat_pts, run)[0]["met"] is False
+    # one step (the quick run): reported, not judged
+    one = flatness_rows(flat_pts[:2], {})[0]
+    assert one["met"] is None
+    assert one["ratio"] is None
+
+
 EXPECTED_ROWS = {
     "address": ["encode lat/lng -> int (earthmem)"],
     "knn": [
