@@ -695,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     shutil.rmtree(work, ignore_errors=True)
     rows += flatness_rows(points, flat)
+    from pipelines.run import RANGE_WEEKS
+
     doc = {
         "bench": "ingest",
         "title": "Ingestion: Dagster ingest vs reading and reprojecting the same scenes",
@@ -703,8 +705,8 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "notes": [
             "Dagster's per-run overhead (run record, event log, asset checks; one run per block "
-            "and range of up to 13 weeks) is part of the ingest time; the 'without Dagster' row "
-            "isolates it.",
+            f"and range of up to {RANGE_WEEKS} weeks) is part of the ingest time; the 'without "
+            "Dagster' row isolates it.",
             "Scenes are the demo sample's synthetic COGs (2 km area, 10/20 m UTM) on local disk. "
             "The demo holds 207 S2 + S1 scenes; the cost-per-scene rows' largest size comes from "
             f"a bench-only catalog at the demo's density: the demo's items, copies 104 weeks later, "
