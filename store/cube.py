@@ -254,7 +254,12 @@ async def _put_all(store: Any, puts: list[tuple[str, Buffer | None]]) -> None:
 
 
 class CubeTransaction:
-    """Writes of one partition; committed once by :meth:`CubeWriter.transaction`."""
+    """Writes of one partition; committed once by :meth:`CubeWriter.transaction`.
+
+    Chunks written through the codec path are encoded at once and stored together
+    (one round trip) when the transaction ends normally, or before a write that
+    goes through Zarr; a later write to the same chunk in the transaction sees them.
+    """
 
     def __init__(
         self,
@@ -265,6 +270,7 @@ class CubeTransaction:
         self._session = session
         self._arrays: dict[str, zarr.Array] = {}
         self._codecs = codecs if codecs is not None else {}
+        self._pending: dict[str, Buffer | None] = {}
         self._open = True
         self.partition_key = partition_key
         """The partition this transaction materialises."""
@@ -295,10 +301,13 @@ class CubeTransaction:
         """Write a contiguous box chunk by chunk (read-modify-write for partial chunks)."""
         stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
         boxes = list(_chunk_boxes(codec, start, stop))
-        store = self._session.store
+        pending = self._pending
         partial = [codec.key(c) for c, _, _, whole in boxes if not whole]
-        found = dict(zip(partial, sync(_get_all(store, partial, codec._prototype)), strict=True))
-        puts: list[tuple[str, Buffer | None]] = []
+        fetch = [k for k in partial if k not in pending]
+        found = {k: pending[k] for k in partial if k in pending}
+        if fetch:
+            got = sync(_get_all(self._session.store, fetch, codec._prototype))
+            found.update(zip(fetch, got, strict=True))
         for coords, inner, outer, whole in boxes:
             key = codec.key(coords)
             if whole:
@@ -310,8 +319,14 @@ class CubeTransaction:
                 else:
                     chunk = codec.decode(old)
                 chunk[inner] = data[outer]
-            puts.append((key, None if codec.is_fill(chunk) else codec.encode(chunk)))
-        sync(_put_all(store, puts))
+            pending[key] = None if codec.is_fill(chunk) else codec.encode(chunk)
+
+    def _flush(self) -> None:
+        """Store the chunks encoded so far, all at once (one round trip to the store)."""
+        if self._pending:
+            puts = list(self._pending.items())
+            self._pending = {}
+            sync(_put_all(self._session.store, puts))
 
     def write(
         self,
@@ -358,13 +373,16 @@ class CubeTransaction:
             codec = self._codec(spec)
             if codec.supported:
                 self._write_chunks(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data)
-            else:
-                self._array(spec)[(slice(int(t[0]), int(t[-1]) + 1), ys, xs)] = data
+                return
+        self._flush()  # Zarr reads the store: it must see this transaction's chunks
+        if _is_contiguous(t):
+            self._array(spec)[(slice(int(t[0]), int(t[-1]) + 1), ys, xs)] = data
         else:
             self._array(spec).oindex[(t, ys, xs)] = data
 
     def _close(self) -> None:
         self._open = False
+        self._pending = {}
         self._arrays.clear()
 
 
@@ -453,6 +471,7 @@ class CubeWriter:
         tx = CubeTransaction(session, partition_key, self._codecs)
         try:
             yield tx
+            tx._flush()
         except BaseException:
             tx._close()
             if session.has_uncommitted_changes:

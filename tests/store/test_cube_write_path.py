@@ -59,16 +59,24 @@ def _writes(rng: np.random.Generator) -> list[tuple[str, int, int, int, np.ndarr
     ]
 
 
-def _ingest(data_dir: Path, writes: list[tuple[str, int, int, int, np.ndarray]]) -> None:
+def _ingest(
+    data_dir: Path, writes: list[tuple[str, int, int, int, np.ndarray]], one_tx: bool = False
+) -> None:
     writer = CubeWriter(data_dir)
+    if one_tx:  # later writes read-modify-write chunks not stored yet
+        with writer.transaction("all") as tx:
+            for band, t, y, x, values in writes:
+                tx.write(band, np.arange(t, t + values.shape[0]), y, x, values)
+        return
     for i, (band, t, y, x, values) in enumerate(writes):
         with writer.transaction(f"p{i}") as tx:
             tx.write(band, np.arange(t, t + values.shape[0]), y, x, values)
 
 
+@pytest.mark.parametrize("one_tx", [False, True], ids=["tx-per-write", "one-tx"])
 @pytest.mark.parametrize("old_codecs", [False, True], ids=["zstd", "blosc-store"])
 def test_chunk_path_stores_the_bytes_zarr_stores(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_codecs: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_codecs: bool, one_tx: bool
 ) -> None:
     if old_codecs:  # a store created before the codec change: Blosc on float day bands
         monkeypatch.setattr(
@@ -90,11 +98,11 @@ def test_chunk_path_stores_the_bytes_zarr_stores(
         chunked(self, codec, *args)
 
     monkeypatch.setattr(cube.CubeTransaction, "_write_chunks", spy)
-    _ingest(fast, writes)
+    _ingest(fast, writes, one_tx)
     assert len(calls) == len(writes)  # every write took the chunk path
     with monkeypatch.context() as m:  # zarr's own setitem for every write
         m.setattr(cube._ChunkCodec, "__init__", _unsupported_init(cube._ChunkCodec.__init__))
-        _ingest(slow, writes)
+        _ingest(slow, writes, one_tx)
     assert len(calls) == len(writes)  # ... and none here
     for band in ("indices.ndvi", "s2.clear"):
         got, want = _raw_chunks(fast, band), _raw_chunks(slow, band)
@@ -115,6 +123,39 @@ def test_chunk_path_stores_the_bytes_zarr_stores(
     expect[:7, 100:140, 100:150] = writes[1][4]
     np.testing.assert_array_equal(ndvi.values, expect)
     assert ((r.chunks("indices.ndvi")[:, 0]) != (T0 + 7) // 7).all()  # the cleared chunk is gone
+
+
+def test_a_zarr_path_write_sees_the_chunks_of_its_transaction(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    first = rng.uniform(-1, 1, (7, 60, 60)).astype(np.float32)
+    second = rng.uniform(-1, 1, (2, 20, 20)).astype(np.float32)
+    with CubeWriter(tmp_path).transaction("mixed") as tx:
+        tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0 + 10, X0 + 10, first)  # chunk path
+        # non-contiguous days go through Zarr, which reads the chunk back from the store
+        tx.write("indices.ndvi", [T0 + 1, T0 + 5], Y0 + 30, X0 + 30, second)
+    got = CubeReader(tmp_path).read_region(
+        "indices.ndvi", Y0 + 10, Y0 + 70, X0 + 10, X0 + 70, T0, T0 + 7, drop_empty=False
+    )
+    expect = first.copy()
+    expect[[1, 5], 20:40, 20:40] = second
+    np.testing.assert_array_equal(got.values, expect)
+
+
+def test_a_failed_transaction_stores_none_of_its_chunks(tmp_path: Path) -> None:
+    writer = CubeWriter(tmp_path)
+    with writer.transaction("ok") as tx:
+        tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0, X0, np.ones((7, 8, 8), np.float32))
+    before = _raw_chunks(tmp_path, "indices.ndvi")
+
+    def fail_after_writing() -> None:
+        with writer.transaction("fails") as tx:
+            zeros = np.zeros((7, 8, 8), np.float32)
+            tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0, X0, zeros)
+            raise RuntimeError("the asset failed after writing")
+
+    with pytest.raises(RuntimeError):
+        fail_after_writing()
+    assert _raw_chunks(tmp_path, "indices.ndvi") == before
 
 
 def _unsupported_init(init: Any) -> Any:
