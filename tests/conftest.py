@@ -8,6 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis's 200 ms per-example deadline fails on a loaded 2-core machine, and when the
+# first example pays a numba compile or cache load (a fresh clone: reproduced, 1.2 s).
+settings.register_profile("earthmem", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("earthmem")
 
 
 @dataclass(frozen=True)

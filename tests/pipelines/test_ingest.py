@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from datetime import date
 
 import numpy as np
@@ -77,14 +78,16 @@ def test_tessera_vintages_and_knn_tables(tiny_store) -> None:
     assert (tiny_store.data / "knn" / "geotessera.multi_year").exists()
 
 
-def test_rematerialising_a_partition_is_idempotent(tiny_store) -> None:
-    rows = [r for r in Inventory(tiny_store.data).table().to_pylist() if r["band"] == "s2"]
+def test_rematerialising_a_partition_is_idempotent(tiny_store, tmp_path) -> None:
+    data = tmp_path / "data"  # a copy: the session's shared store stays as ingested
+    shutil.copytree(tiny_store.data, data, symlinks=True)
+    rows = [r for r in Inventory(data).table().to_pylist() if r["band"] == "s2"]
     week = week_key_of(rows[len(rows) // 2]["date"])  # a week that has Sentinel-2 scenes
-    res = resources_for(tiny_store.data, tiny_store.catalog, tiny_store.sample / "manifest.json")
+    res = resources_for(data, tiny_store.catalog, tiny_store.sample / "manifest.json")
     area = res["area"]
     win = area.window()
     t0 = week_t0(week)
-    before_reader = CubeReader(tiny_store.data)
+    before_reader = CubeReader(data)
     ys, xs = slice(win.lat_q0, win.lat_q1), slice(win.lng_q0, win.lng_q1)
     before = np.asarray(before_reader.array("indices.ndvi")[t0 : t0 + 7, ys, xs])
     with DagsterInstance.ephemeral() as inst:
@@ -97,7 +100,7 @@ def test_rematerialising_a_partition_is_idempotent(tiny_store) -> None:
                 instance=inst,
             )
             assert result.success
-    after_reader = CubeReader(tiny_store.data)
+    after_reader = CubeReader(data)
     after = np.asarray(after_reader.array("indices.ndvi")[t0 : t0 + 7, ys, xs])
     np.testing.assert_array_equal(before, after)
     assert after_reader.snapshot_id != before_reader.snapshot_id  # a new snapshot, same contents

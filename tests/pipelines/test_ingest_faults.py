@@ -10,13 +10,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 from dagster import DagsterInstance, instance_for_test, materialize
 
+import pipelines.run
 from pipelines.partitions import register_area_blocks, scene_key, week_key_of, week_t0
 from pipelines.run import SCENE_ASSETS, ingest_area, resources_for
 from store.cube import CubeReader
@@ -75,24 +76,26 @@ def test_double_offset_scene_fails_its_check_and_is_not_written(tiny_sample_dir,
     assert np.isnan(ndvi).all()
 
 
-def test_two_workers_materialise_partitions_at_once(tiny_sample_dir, tmp_path) -> None:
+def test_two_workers_materialise_partitions_at_once(tiny_sample_dir, tmp_path, monkeypatch) -> None:
     data = tmp_path / "data"
-    with instance_for_test() as inst:
-        os.environ["DAGSTER_HOME"] = inst.root_directory
-        try:
-            report = ingest_area(
-                data,
-                tiny_sample_dir / "catalog.json",
-                tiny_sample_dir / "manifest.json",
-                instance=inst,
-                workers=2,
-                end=date(2023, 6, 30),
-                years=[],
-            )
-        finally:
-            os.environ.pop("DAGSTER_HOME", None)
+    # one week per run: the tiny area's 5 weeks to the end date make 5 runs, which the
+    # parent hands to the two worker processes (with one run there is nothing to share)
+    monkeypatch.setattr(pipelines.run, "RANGE_WEEKS", 1)
+    with instance_for_test() as inst:  # sets DAGSTER_HOME, which the workers open
+        assert os.environ["DAGSTER_HOME"] == inst.root_directory
+        report = ingest_area(
+            data,
+            tiny_sample_dir / "catalog.json",
+            tiny_sample_dir / "manifest.json",
+            instance=inst,
+            workers=2,
+            end=date(2023, 6, 30),
+            years=[],
+        )
+        runs = inst.get_runs()
     assert report.failed == []
     assert report.partitions >= 4
+    assert len(runs) >= 4  # one run per week, launched by the workers
     reader = CubeReader(data)
     # every partition committed its own snapshot, concurrently, and all landed
     keys = {s.metadata.get("partition_key") for s in reader.list_snapshots()}
@@ -106,10 +109,11 @@ def test_kill_mid_ingest_keeps_the_last_snapshot_and_a_rerun_completes(
     script = textwrap.dedent(
         f"""
         from dagster import DagsterInstance
-        from pipelines.run import ingest_area
-        ingest_area({str(data)!r}, {str(tiny_sample_dir / "catalog.json")!r}, {str(tiny_sample_dir / "manifest.json")!r},
-                    instance=DagsterInstance.ephemeral(), years=[],
-                    progress=lambda s, d, t: print("done", d, flush=True))
+        import pipelines.run as run
+        run.RANGE_WEEKS = 1  # one run and one progress line per week: the kill lands mid-ingest
+        run.ingest_area({str(data)!r}, {str(tiny_sample_dir / "catalog.json")!r}, {str(tiny_sample_dir / "manifest.json")!r},
+                        instance=DagsterInstance.ephemeral(), years=[],
+                        progress=lambda s, d, t: print("done", d, flush=True))
         """
     )
     proc = subprocess.Popen(
@@ -119,12 +123,15 @@ def test_kill_mid_ingest_keeps_the_last_snapshot_and_a_rerun_completes(
         cwd=Path(__file__).resolve().parents[2],
     )
     assert proc.stdout is not None
-    deadline = time.monotonic() + 120
-    for (
-        line
-    ) in proc.stdout:  # wait until a few partitions have committed, then kill without warning
-        if line.startswith("done 3") or time.monotonic() > deadline:
-            break
+    watchdog = threading.Timer(120, proc.kill)  # a hung child is killed, which ends the loop
+    watchdog.start()
+    try:
+        for line in proc.stdout:  # three weeks committed: kill without warning
+            if line.split() == ["done", "3"]:
+                break
+    finally:
+        watchdog.cancel()
+    assert proc.poll() is None, "the ingest finished (or died) before the kill"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     reader = CubeReader(data)

@@ -43,8 +43,8 @@ def test_at_most_depth_writes_are_pending() -> None:
         behind.submit("a", slow)
         running.wait(5)
         t = threading.Timer(0.2, release.set)
+        t0 = time.perf_counter()  # before the timer starts: it cannot fire within 0.2 s of t0
         t.start()
-        t0 = time.perf_counter()
         behind.submit("b", lambda: "b")  # waits for "a" first
         assert time.perf_counter() - t0 >= 0.15
         assert behind.results() == {"a": "a"}
