@@ -51,6 +51,7 @@ import mmap
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -562,8 +563,29 @@ def _merge(
     return kv[order], rv[order]
 
 
+_LAYER: list[str] = []
+"""numba's threading layer, once a parallel kernel has started it."""
+_SERIAL_LAUNCH = threading.Lock()
+
+
 def _run(fn: Any, *args: Any) -> Any:
-    """Run a parallel kernel with dynamic scheduling (one chunk at a time per thread)."""
+    """Run a parallel kernel with dynamic scheduling (one chunk at a time per thread).
+
+    numba's "workqueue" layer (its fallback where neither OpenMP nor TBB loads)
+    aborts the process when two threads launch parallel work at once, so under
+    it, and until the layer is known, launches are serialised.
+    """
+    if _LAYER and _LAYER[0] != "workqueue":
+        return _launch(fn, args)
+    with _SERIAL_LAUNCH:
+        out = _launch(fn, args)
+        if not _LAYER:
+            with contextlib.suppress(ValueError):  # not initialised: no parallel region ran
+                _LAYER.append(str(numba.threading_layer()))
+        return out
+
+
+def _launch(fn: Any, args: tuple[Any, ...]) -> Any:
     old = numba.set_parallel_chunksize(1)
     try:
         return fn(*args)

@@ -547,3 +547,26 @@ def test_scans_of_in_memory_arrays_never_release_them(tmp_path, monkeypatch) -> 
             np.testing.assert_array_equal(a.rows, b.rows)
     for name, arr in copies.items():
         np.testing.assert_array_equal(getattr(mem, name), arr)
+
+
+def test_concurrent_scans_survive_numba_workqueue_layer() -> None:
+    """Where neither OpenMP nor TBB loads, numba falls back to its "workqueue" layer,
+    which aborts the process (SIGABRT) when two threads launch parallel kernels at once;
+    the scans then serialise their launches. The concurrent-scan test runs under it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve()
+    test = f"{here}::test_concurrent_scans_of_one_table_agree_with_sequential_ones"
+    env = {**os.environ, "NUMBA_THREADING_LAYER": "workqueue"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        cwd=here.parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout
