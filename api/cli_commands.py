@@ -146,7 +146,7 @@ def _serve(args: argparse.Namespace) -> int:
         "access_log": args.access_log,
     }
     if workers == 1:
-        uvicorn.run(create_app(ctx, host=args.host), **options)
+        uvicorn.run(create_app(ctx, host=args.host, warm=True), **options)
         return 0
     # Several processes, each with its own socket on the port (SO_REUSEPORT): the kernel
     # spreads connections over them. (uvicorn's own --workers shares one socket, and one

@@ -585,6 +585,23 @@ class ServiceContext:
             self._inv_stamp = stamp
         return stamp
 
+    def warm(self) -> bool:
+        """Open what a first query needs: the tip's reader and the inventory's overpass index.
+
+        Servers call it on a background thread at start. A step that fails is left for
+        the first query that needs it to report (as that query's typed error).
+
+        Returns:
+            Whether every step succeeded.
+        """
+        ok = True
+        for step in (self.reader, self._source_rows):
+            try:
+                step()
+            except Exception:  # reported by the first query that needs the step
+                ok = False
+        return ok
+
     def _source_rows(self) -> dict[str, dict[int, list[_SourceRow]]]:
         """Inventory rows per band family and tslot (reloaded when the directory changes)."""
         stamp = self._inventory_stamp()

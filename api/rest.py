@@ -33,6 +33,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -396,7 +397,24 @@ def app_from_env() -> FastAPI:
         ServiceContext(data),
         host=os.environ.get(ENV_HOST) or "127.0.0.1",
         mcp_stateless=os.environ.get(ENV_MCP_STATELESS) == "1",
+        warm=True,
     )
+
+
+def _warm_in_background(provider: Any) -> threading.Thread:
+    """Create the context and warm it on a daemon thread (errors are left to the queries)."""
+
+    def work() -> None:
+        try:
+            warm = getattr(provider.get(), "warm", None)
+            if callable(warm):
+                warm()
+        except Exception:  # the first request reports it as a typed error
+            return
+
+    thread = threading.Thread(target=work, name="earthmem-warmup", daemon=True)
+    thread.start()
+    return thread
 
 
 def create_app(
@@ -406,6 +424,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     mount_mcp: bool = True,
     mcp_stateless: bool = False,
+    warm: bool = False,
 ) -> FastAPI:
     """The earthmem HTTP app: REST routes for every registered primitive, plus MCP at ``/mcp``.
 
@@ -422,6 +441,9 @@ def create_app(
             runs in the app lifespan).
         mcp_stateless: Serve MCP without sessions (needed when several worker
             processes share the port).
+        warm: At start, create the context and open what a first query needs
+            (:meth:`api.context.ServiceContext.warm`) on a background thread, so the
+            first request does not pay for it (``earthmem serve`` does).
 
     Returns:
         The FastAPI app.
@@ -437,6 +459,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if warm:
+            app.state.warmup = _warm_in_background(provider)
         if mcp_endpoint is None:
             yield
             return

@@ -342,3 +342,26 @@ def test_real_errors_have_codes(real_client: TestClient, request: pytest.Fixture
     assert err["error"]["code"] == "no_observation"
     assert err["error"]["details"]["nearest_before"] == t0
     assert real_client.post("/v1/find_similar", json={"key": cell, "k": 5000}).status_code == 422
+
+
+def test_warm_app_opens_the_reader_and_inventory_at_start(
+    request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    from api.context import ServiceContext
+    from api.receipts import Signer
+
+    store = request.getfixturevalue("tiny_store")
+    ctx = ServiceContext(store.data, signer=Signer.generate())
+    assert ctx._reader is None
+    assert ctx._sources_stamp is None
+    app = create_app(ctx, mount_mcp=False, warm=True)
+    with TestClient(app) as live:
+        app.state.warmup.join(timeout=120)
+        assert not app.state.warmup.is_alive()
+        assert ctx._reader is not None  # opened before any request
+        assert ctx._sources_stamp is not None
+        assert live.get("/openapi.json").status_code == 200  # and it serves
+    # a data directory with nothing in it: warming fails quietly, queries report it
+    empty = ServiceContext(tmp_path, signer=Signer.generate())
+    assert empty.warm() is False
+    assert ServiceContext(store.data, signer=Signer.generate()).warm() is True
