@@ -182,20 +182,10 @@ def bench_did_change(area: DemoArea, repeats: int) -> tuple[list[dict[str, Any]]
 # ---------------------------------------------------------------------- HTTP
 
 
-_QUIET_SERVE = (
-    "import sys, uvicorn\n"
-    "from api.rest import create_app\n"
-    "from api.context import ServiceContext\n"
-    "app = create_app(ServiceContext(sys.argv[1]))\n"
-    "uvicorn.run(app, host='127.0.0.1', port=int(sys.argv[2]), log_level='warning', access_log=False)\n"
-)
-"""The same app as ``earthmem serve`` with uvicorn's access log off (a diagnostic variant)."""
-
-
 class Server:
     """``earthmem serve --data DIR --port P`` in a subprocess (the real command).
 
-    With ``quiet=True`` the same app runs with uvicorn's access log off.
+    With ``quiet=True`` the same command runs with ``--no-access-log`` (same workers).
     """
 
     def __init__(
@@ -204,21 +194,18 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log.open("wb")
-        cmd = (
-            [sys.executable, "-c", _QUIET_SERVE, str(data), str(self.port)]
-            if quiet
-            else [
-                sys.executable,
-                "-m",
-                "api.cli",
-                "serve",
-                "--data",
-                str(data),
-                "--port",
-                str(self.port),
-                *(["--workers", str(workers)] if workers else []),
-            ]
-        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "api.cli",
+            "serve",
+            "--data",
+            str(data),
+            "--port",
+            str(self.port),
+            *(["--workers", str(workers)] if workers else []),
+            *(["--no-access-log"] if quiet else []),
+        ]
         self.proc = subprocess.Popen(
             cmd,
             cwd=REPO,
