@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import threading
 import time
@@ -64,6 +65,8 @@ from store.errors import StoreError
 from store.inventory import Inventory
 from store.snapshots import MAIN_BRANCH, lookup_snapshot
 from store.vectors import KnnTable
+
+_LOG = logging.getLogger("earthmem.context")
 
 __all__ = [
     "BAND_FAMILY",
@@ -595,10 +598,11 @@ class ServiceContext:
             Whether every step succeeded.
         """
         ok = True
-        for step in (self.reader, self._source_rows):
+        for name, step in (("reader", self.reader), ("inventory index", self._source_rows)):
             try:
                 step()
-            except Exception:  # reported by the first query that needs the step
+            except Exception as exc:  # reported by the first query that needs the step
+                _LOG.warning("warm-up: opening the %s failed: %s", name, exc)
                 ok = False
         return ok
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -409,8 +410,8 @@ def _warm_in_background(provider: Any) -> threading.Thread:
             warm = getattr(provider.get(), "warm", None)
             if callable(warm):
                 warm()
-        except Exception:  # the first request reports it as a typed error
-            return
+        except Exception as exc:  # the first request reports it as a typed error
+            logging.getLogger("earthmem.rest").warning("warm-up failed: %s", exc)
 
     thread = threading.Thread(target=work, name="earthmem-warmup", daemon=True)
     thread.start()

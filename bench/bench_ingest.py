@@ -514,10 +514,19 @@ def flatness_rows(
             "ratio_def": "largest / smallest marginal s per added scene read between successive sizes",
             "target": "<= 1.25 (cost per scene does not grow with size)",
             "met": None if len(marg) < 2 else (ratio is not None and ratio <= 1.25 and ok_run),
-            "data": f"marginal s/read {step_text}; last/first step {marg[-1] / marg[0]:.3g}; {sizes}"
-            + run_note
-            if marg
-            else sizes,
+            "data": (
+                f"marginal s/read {step_text}"
+                + (f"; last/first step {marg[-1] / marg[0]:.3g}" if marg[0] > 0 else "")
+                + (
+                    "; a step is not positive (timing noise): not judged"
+                    if ratio is None and len(marg) >= 2
+                    else ""
+                )
+                + f"; {sizes}"
+                if marg
+                else sizes
+            )
+            + run_note,
             "marginal_s_per_read": marg,
             "sizes": [
                 {"scenes": sc, "scene_reads": r, "seconds": t, "n": k, "cells_per_read": c}
@@ -538,6 +547,10 @@ def flatness_rows(
             "data": sizes,
         },
     ]
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else format(x, ".4g")
 
 
 def _t(samples: list[float]) -> Timing:
@@ -727,7 +740,7 @@ def main(argv: list[str] | None = None) -> int:
         ratio_text = "n/a" if r["ratio"] is None else f"{r['ratio']:.3g}"
         print(
             f"{r['case'][:72]:72} {r['median'] if r['median'] is None else format(r['median'], '.4g')} "
-            f"{r['unit']} base {r['baseline']['median']:.4g} "
+            f"{r['unit']} base {_fmt(r['baseline']['median'])} "
             f"ratio {ratio_text} {r['target']} {'' if r['met'] is None else ('MET' if r['met'] else 'MISSED')}"
         )
         if r["case"].startswith("cost per scene"):

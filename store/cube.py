@@ -211,7 +211,13 @@ class _ChunkCodec:
         return bool((chunk == fill).all())
 
     def encode(self, chunk: npt.NDArray[Any]) -> Buffer:
-        """Encoded bytes of one whole chunk (C order, native dtype)."""
+        """Encoded bytes of one whole chunk (C order, native dtype), never a view of ``chunk``.
+
+        Transactions store the bytes later, so without a compressor (whose output is
+        new memory) the chunk is copied: the caller may reuse its array.
+        """
+        if not self._bytes_bytes:
+            chunk = chunk.copy()
         nd = self._prototype.nd_buffer.from_numpy_array(chunk)
         data: Any = self._array_bytes._encode_sync(nd, self._spec)
         for codec in self._bytes_bytes:
@@ -298,7 +304,8 @@ class CubeTransaction:
     def _write_chunks(
         self, codec: _ChunkCodec, start: tuple[int, ...], data: npt.NDArray[Any]
     ) -> None:
-        """Write a contiguous box chunk by chunk (read-modify-write for partial chunks)."""
+        """Encode a contiguous box chunk by chunk into the pending set (read-modify-write for
+        partial chunks, reading pending ones first); a failure leaves the pending set as it was."""
         stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
         boxes = list(_chunk_boxes(codec, start, stop))
         pending = self._pending
@@ -308,6 +315,7 @@ class CubeTransaction:
         if fetch:
             got = sync(_get_all(self._session.store, fetch, codec._prototype))
             found.update(zip(fetch, got, strict=True))
+        encoded: dict[str, Buffer | None] = {}
         for coords, inner, outer, whole in boxes:
             key = codec.key(coords)
             if whole:
@@ -319,14 +327,14 @@ class CubeTransaction:
                 else:
                     chunk = codec.decode(old)
                 chunk[inner] = data[outer]
-            pending[key] = None if codec.is_fill(chunk) else codec.encode(chunk)
+            encoded[key] = None if codec.is_fill(chunk) else codec.encode(chunk)
+        pending.update(encoded)
 
     def _flush(self) -> None:
         """Store the chunks encoded so far, all at once (one round trip to the store)."""
         if self._pending:
-            puts = list(self._pending.items())
+            sync(_put_all(self._session.store, list(self._pending.items())))
             self._pending = {}
-            sync(_put_all(self._session.store, puts))
 
     def write(
         self,
@@ -464,6 +472,10 @@ class CubeWriter:
 
         Raises:
             CommitConflict: A concurrent commit changed the same chunks.
+
+        The chunks written with ``tx.write`` are stored when the block exits
+        normally (or before a write that goes through Zarr), so a store error may
+        surface there rather than from ``tx.write``; nothing is committed then.
         """
         if not partition_key:
             raise InvalidWrite("partition_key must be a non-empty string")

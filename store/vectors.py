@@ -566,6 +566,7 @@ def _merge(
 _LAYER: list[str] = []
 """numba's threading layer, once a parallel kernel has started it."""
 _SERIAL_LAUNCH = threading.Lock()
+"""Held around a parallel launch under the workqueue layer (or before the layer is known)."""
 
 
 def _run(fn: Any, *args: Any) -> Any:

@@ -616,7 +616,7 @@ def _scenes_stats(
 ) -> list[dict[str, Any] | None]:
     """:func:`weighted_stats` and clear counts of each scene's clear finite values (None: none).
 
-    Float32 values (every cube band) take one pass per group of scenes: a kernel
+    Float32 values (every index and backscatter band) take one pass per group of scenes: a kernel
     writes each scene's sort keys (:func:`_sort_order`'s, with the cell index
     for the position, which orders ties the same way), numpy sorts each row, a
     kernel reduces the values in key order. Other dtypes take the reference
@@ -637,20 +637,25 @@ def _scenes_stats(
             return
         scratch = np.empty((3, weights.size), np.float64)
         if flat_values.dtype == np.float32:
-            keys = np.empty((hi - lo, weights.size), np.uint64)
-            _scene_keys(flat_values[lo:hi].view(np.uint32), flat_ok[lo:hi], keys, counts[lo:hi])
-            for j in range(hi - lo):
-                keys[j, : counts[lo + j]].sort()
-            _keyed_stats(
-                flat_values[lo:hi],
-                weights,
-                keys,
-                counts[lo:hi],
-                scratch[0],
-                scratch[1],
-                scratch[2],
-                res[lo:hi],
-            )
+            # keys of a group of scenes at a time: ~_KEY_BYTES whatever the area
+            group = max(1, min(hi - lo, _KEY_BYTES // max(1, 8 * weights.size)))
+            keys = np.empty((group, weights.size), np.uint64)
+            for g0 in range(lo, hi, group):
+                g1 = min(hi, g0 + group)
+                kg = keys[: g1 - g0]
+                _scene_keys(flat_values[g0:g1].view(np.uint32), flat_ok[g0:g1], kg, counts[g0:g1])
+                for j in range(g1 - g0):
+                    kg[j, : counts[g0 + j]].sort()
+                _keyed_stats(
+                    flat_values[g0:g1],
+                    weights,
+                    kg,
+                    counts[g0:g1],
+                    scratch[0],
+                    scratch[1],
+                    scratch[2],
+                    res[g0:g1],
+                )
             return
         for i in range(lo, hi):
             sel = flat_ok[i] & np.isfinite(flat_values[i])
@@ -679,6 +684,7 @@ def _scenes_stats(
 
 
 _THREADED_SCENES = 4  # scenes per call from which half go to a pool thread
+_KEY_BYTES = 32 << 20  # sort keys held at once per thread (a group of scenes)
 _POOL: list[ThreadPoolExecutor | None] = []
 _POOL_LOCK = threading.Lock()
 

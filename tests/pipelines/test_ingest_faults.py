@@ -15,7 +15,7 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-from dagster import DagsterInstance, instance_for_test, materialize
+from dagster import DagsterEventType, DagsterInstance, instance_for_test, materialize
 
 import pipelines.run
 from pipelines.partitions import register_area_blocks, scene_key, week_key_of, week_t0
@@ -93,9 +93,17 @@ def test_two_workers_materialise_partitions_at_once(tiny_sample_dir, tmp_path, m
             years=[],
         )
         runs = inst.get_runs()
+        pids = {  # the processes that executed the scene steps (multi_year runs here)
+            e.dagster_event.pid
+            for r in runs
+            for e in inst.all_logs(r.run_id, of_type=DagsterEventType.STEP_START)
+            if e.dagster_event is not None and (e.step_key or "").startswith(("s2_", "s1_"))
+        }
     assert report.failed == []
     assert report.partitions >= 4
-    assert len(runs) >= 4  # one run per week, launched by the workers
+    assert len(runs) >= 4  # one run per week
+    assert os.getpid() not in pids  # the runs executed in the worker processes ...
+    assert len(pids) == 2  # ... both of them
     reader = CubeReader(data)
     # every partition committed its own snapshot, concurrently, and all landed
     keys = {s.metadata.get("partition_key") for s in reader.list_snapshots()}

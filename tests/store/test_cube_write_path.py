@@ -141,20 +141,34 @@ def test_a_zarr_path_write_sees_the_chunks_of_its_transaction(tmp_path: Path) ->
     np.testing.assert_array_equal(got.values, expect)
 
 
-def test_a_failed_transaction_stores_none_of_its_chunks(tmp_path: Path) -> None:
+def test_a_failed_transaction_stores_none_of_its_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     writer = CubeWriter(tmp_path)
     with writer.transaction("ok") as tx:
         tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0, X0, np.ones((7, 8, 8), np.float32))
     before = _raw_chunks(tmp_path, "indices.ndvi")
+    puts: list[Any] = []
+    put_all = cube._put_all
+
+    async def spy(store: Any, items: Any) -> None:
+        puts.append(items)
+        await put_all(store, items)
+
+    monkeypatch.setattr(cube, "_put_all", spy)
+    sessions: list[Any] = []
 
     def fail_after_writing() -> None:
         with writer.transaction("fails") as tx:
             zeros = np.zeros((7, 8, 8), np.float32)
             tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0, X0, zeros)
+            sessions.append(tx._session)
             raise RuntimeError("the asset failed after writing")
 
     with pytest.raises(RuntimeError):
         fail_after_writing()
+    assert puts == []  # the chunks never reached the store's session
+    assert not sessions[0].has_uncommitted_changes
     assert _raw_chunks(tmp_path, "indices.ndvi") == before
 
 

@@ -227,26 +227,34 @@ def test_lean_sources_equal_the_inventory_table(tiny_store: Any) -> None:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("key_bytes", [32 << 20, 1], ids=["one-group", "group-per-scene"])
 def test_keyed_scene_stats_equal_the_reference_with_ties_signed_zeros_and_non_finite(
-    dtype: type,
+    dtype: type, key_bytes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    area = area_mod._area("a", None, [45.0, 7.0, 45.004, 7.006])
+    monkeypatch.setattr(area_mod, "_KEY_BYTES", key_bytes)
+    triangle = {
+        "type": "Polygon",
+        "coordinates": [[[7.0, 45.0], [7.006, 45.0], [7.0, 45.004], [7.0, 45.0]]],
+    }
+    area = area_mod._area("a", triangle, None)  # cells outside carry no weight
+    assert not area.inside.all()
     rng = np.random.default_rng(3)
     shape = (7, *area.inside.shape)
     values = np.round(rng.normal(0.3, 0.2, shape), 1).astype(dtype)  # many ties
-    values[0].flat[::5] = -0.0
-    values[0].flat[1::5] = 0.0
+    values[0].flat[::2] = -0.0
+    values[0].flat[1::2] = 0.0  # quantiles land on signed zeros
     values[1].flat[::7] = np.nan
     values[2].flat[::11] = np.inf
     values[3].flat[::13] = -np.inf
-    oks = rng.random(shape) < 0.7
+    oks = (rng.random(shape) < 0.7) & area.inside
     oks[4] = False  # a scene with nothing clear
     got = area_mod._scenes_stats(values, oks, area)
     assert got[4] is None
     for s in range(shape[0]):
-        sel = oks[s] & np.isfinite(values[s]) & area.inside
         if s == 4:
             continue
+        sel = oks[s] & np.isfinite(values[s])
         ref = weighted_stats(values[s][sel], area.weights[sel])
-        assert {k: got[s][k] for k in ref} == ref  # bit for bit
+        bits = {k: np.float64(got[s][k]).view(np.int64) for k in ref}
+        assert bits == {k: np.float64(v).view(np.int64) for k, v in ref.items()}  # bit for bit
         assert got[s]["n_clear"] == int(sel.sum())
