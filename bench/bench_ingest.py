@@ -386,9 +386,9 @@ def blocks_with_data(data: Path) -> dict[str, dict[str, int]]:
     and ``s1.vv`` in the block.
     """
     from pipelines.partitions import PARTITION_BLOCK_LEVEL
+    from store.address import Block
     from store.cube import CubeReader
     from store.inventory import Inventory
-    from store.layout import DEFAULT_BLOCK_LEVEL
 
     out: dict[str, dict[str, int]] = {}
 
@@ -403,10 +403,10 @@ def blocks_with_data(data: Path) -> dict[str, dict[str, int]]:
         if band in ("s2", "s1"):
             bump(block, f"{band}_days")
     reader = CubeReader(data)
-    up = PARTITION_BLOCK_LEVEL - DEFAULT_BLOCK_LEVEL  # cube chunks are level-7 blocks
+    up = PARTITION_BLOCK_LEVEL - reader.block_level  # a cube chunk is a block of that level
     for band, key in (("indices.ndvi", "ndvi_chunks"), ("s1.vv", "vv_chunks")):
         for _, y, x in reader.chunks(band)[:, :3].tolist():
-            bump(f"b{PARTITION_BLOCK_LEVEL}.{y >> up}.{x >> up}", key)
+            bump(Block(PARTITION_BLOCK_LEVEL, y >> up, x >> up).id, key)
     return dict(sorted(out.items()))
 
 

@@ -38,12 +38,10 @@ SCENE_ASSETS = [s2_items, s2_indices, s1_items, s1_backscatter]
 RANGE_WEEKS = 26
 """Weeks of one block per run (a single-run backfill range; every week is still its own commit).
 
-Dagster's bookkeeping has a per-run part (run record, 4 steps with their start/output/success
-events, data-version lookups, 6 check evaluations; ~0.15-0.25 s CPU on an ephemeral instance)
-and a per-partition part (a planned and a materialisation event per asset: 8 event-log writes,
-~30 ms). Half-year ranges spread the per-run part over up to 26 partitions: on the bench's
-162-partition ingest, Dagster's CPU per partition fell from ~44 ms (13-week ranges) to ~36 ms.
-A failed run marks up to this many partitions failed (weeks it committed stay in the cube)."""
+Dagster's bookkeeping has a per-run part (run record, step events, data-version lookups,
+check evaluations) and a per-partition part (a planned and a materialisation event per
+asset). Half-year ranges share the per-run part among up to 26 partitions. A failed run
+marks up to this many partitions failed (weeks it committed stay in the cube)."""
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 """Run config: keep Dagster's per-event DEBUG lines off the terminal (they stay in the instance)."""

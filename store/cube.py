@@ -377,13 +377,14 @@ class CubeTransaction:
         h, w = data.shape[1], data.shape[2]
         _check_box(lat_q0, lat_q0 + h, lng_q0, lng_q0 + w)
         ys, xs = slice(lat_q0, lat_q0 + h), slice(lng_q0, lng_q0 + w)
-        if _is_contiguous(t):
+        contiguous = _is_contiguous(t)
+        if contiguous:
             codec = self._codec(spec)
             if codec.supported:
                 self._write_chunks(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data)
                 return
         self._flush()  # Zarr reads the store: it must see this transaction's chunks
-        if _is_contiguous(t):
+        if contiguous:
             self._array(spec)[(slice(int(t[0]), int(t[-1]) + 1), ys, xs)] = data
         else:
             self._array(spec).oindex[(t, ys, xs)] = data

@@ -1097,7 +1097,7 @@ class KnnTable:
 
         Small tables and sparse masks use the serial kernels. A large table is
         scanned in parallel chunks through the mapping, each chunk releasing every
-        4 MB region after its scan (:func:`store._kernels.hamming_scan_mapped`, or
+        4 MB region after its scan (:func:`store._kernels.hamming_scan`, or
         :func:`store._kernels.hamming_scan_split` over the word-major planes for
         small ``n_keep``), so the codes never become resident in this process.
         """
