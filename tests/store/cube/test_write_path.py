@@ -14,7 +14,9 @@ from zarr.codecs import BloscCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 
 import store.cube as cube
-import store.layout as layout
+import store.cube.codec as cube_codec
+import store.cube.layout as layout
+import store.cube.write as cube_write
 from store.cube import CubeReader, CubeWriter, band_spec
 
 SIDE = 128  # default block level 7
@@ -101,7 +103,9 @@ def test_chunk_path_stores_the_bytes_zarr_stores(
     _ingest(fast, writes, one_tx)
     assert len(calls) == len(writes)  # every write took the chunk path
     with monkeypatch.context() as m:  # zarr's own setitem for every write
-        m.setattr(cube._ChunkCodec, "__init__", _unsupported_init(cube._ChunkCodec.__init__))
+        m.setattr(
+            cube_codec.ChunkCodec, "__init__", _unsupported_init(cube_codec.ChunkCodec.__init__)
+        )
         _ingest(slow, writes, one_tx)
     assert len(calls) == len(writes)  # ... and none here
     for band in ("indices.ndvi", "s2.clear"):
@@ -149,13 +153,13 @@ def test_a_failed_transaction_stores_none_of_its_chunks(
         tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0, X0, np.ones((7, 8, 8), np.float32))
     before = _raw_chunks(tmp_path, "indices.ndvi")
     puts: list[Any] = []
-    put_all = cube._put_all
+    put_all = cube_write.put_many
 
     async def spy(store: Any, items: Any) -> None:
         puts.append(items)
         await put_all(store, items)
 
-    monkeypatch.setattr(cube, "_put_all", spy)
+    monkeypatch.setattr(cube_write, "put_many", spy)
     sessions: list[Any] = []
 
     def fail_after_writing() -> None:

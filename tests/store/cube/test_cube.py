@@ -40,7 +40,7 @@ from store.errors import (
 )
 from store.snapshots import open_storage
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 SIDE = 128  # default block level 7
 # A block-aligned origin near 23 N, 90 E, with a write straddling two blocks in x.
 BY, BX = 13_000, 22_000  # block indices (level 7)

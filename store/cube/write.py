@@ -1,0 +1,395 @@
+"""Writing the cube: transactions of one partition, committed once.
+
+:class:`CubeWriter` writes inside :meth:`CubeWriter.transaction`: one icechunk
+writable session per partition, committed once on exit (the commit metadata
+carries the ``partition_key``), discarded on exception. Commits from several
+processes are serialised by an ``flock`` on ``<data_dir>/cube.lock`` and rebase
+on conflict (icechunk ``ConflictDetector``: commits touching different chunks
+both land; the same chunk changed by two concurrent commits raises
+:class:`~store.errors.CommitConflict`). A run killed mid-write leaves the branch
+at its last snapshot (uncommitted chunk objects are unreferenced garbage that
+``Repository.garbage_collect`` removes); a rerun starts a fresh session.
+Re-materialising a partition writes identical array contents and *does* commit
+a new snapshot (same contents, new id); a transaction that wrote nothing commits
+nothing and reports the branch tip (one that wrote only fill values does commit,
+with unchanged contents).
+
+Chunks are encoded with :class:`store.cube.codec.ChunkCodec` (the arrays' own
+codecs) and stored together at the end of the transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import icechunk as ic
+import numpy as np
+import numpy.typing as npt
+import zarr
+from zarr.core.buffer import Buffer
+from zarr.core.sync import sync
+
+from store.cube.bands import BandSpec, band_spec
+from store.cube.codec import ChunkCodec, check_box, get_many, is_contiguous, put_many
+from store.cube.layout import DEFAULT_BLOCK_LEVEL, LAYOUT_VERSION, ensure_layout
+from store.errors import CommitConflict, InvalidWrite, RegionOutOfBounds, TransactionClosed
+from store.snapshots import (
+    MAIN_BRANCH,
+    SnapshotInfo,
+    commit_lock,
+    cube_location,
+    list_snapshots,
+    open_repository,
+    open_storage,
+    snapshot_at,
+)
+
+__all__ = ["CubeTransaction", "CubeWriter"]
+
+
+def _check_tslots(spec: BandSpec, tslots: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    t = np.asarray(tslots)
+    if t.ndim != 1 or t.size == 0 or t.dtype.kind not in "iu":
+        raise InvalidWrite("tslots must be a non-empty 1-D integer array")
+    t = t.astype(np.int64)
+    if np.any(np.diff(t) <= 0):
+        raise InvalidWrite("tslots must be strictly increasing")
+    if t[0] < 0 or t[-1] >= spec.time_size:
+        raise RegionOutOfBounds(
+            f"tslots {int(t[0])}..{int(t[-1])} outside [0, {spec.time_size}) for {spec.name}"
+        )
+    return t
+
+
+def _cast(spec: BandSpec, values: npt.ArrayLike) -> npt.NDArray[Any]:
+    arr = np.asarray(values)
+    target = np.dtype(spec.dtype)
+    if target.kind == "f":
+        if arr.dtype.kind not in "fiub":
+            raise InvalidWrite(f"{spec.name} takes numbers, got dtype {arr.dtype}")
+        return arr.astype(target, copy=False)
+    if arr.dtype.kind not in "iub":
+        raise InvalidWrite(f"{spec.name} takes integers, got dtype {arr.dtype}")
+    info = np.iinfo(target)
+    if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
+        raise InvalidWrite(f"{spec.name} values outside the {target} range")
+    return arr.astype(target, copy=False)
+
+
+def _chunk_boxes(
+    codec: ChunkCodec, start: tuple[int, ...], stop: tuple[int, ...]
+) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...], bool]]:
+    """Chunks meeting a box: (coords, slice inside the chunk, slice of the values, whole?)."""
+    ranges = [
+        range(a // c, (b - 1) // c + 1) for a, b, c in zip(start, stop, codec.chunks, strict=True)
+    ]
+    for coords in itertools.product(*ranges):
+        inner, outer, whole = [], [], True
+        for i, a, b, c in zip(coords, start, stop, codec.chunks, strict=True):
+            lo, hi = max(a, i * c), min(b, (i + 1) * c)
+            inner.append(slice(lo - i * c, hi - i * c))
+            outer.append(slice(lo - a, hi - a))
+            whole = whole and lo == i * c and hi == (i + 1) * c
+        yield coords, tuple(inner), tuple(outer), whole
+
+
+class CubeTransaction:
+    """Writes of one partition; committed once by :meth:`CubeWriter.transaction`.
+
+    Chunks written through the codec path are encoded at once and stored together
+    (one round trip) when the transaction ends normally, or before a write that
+    goes through Zarr; a later write to the same chunk in the transaction sees them.
+    """
+
+    def __init__(
+        self,
+        session: ic.Session,
+        partition_key: str,
+        codecs: dict[str, ChunkCodec] | None = None,
+    ) -> None:
+        self._session = session
+        self._arrays: dict[str, zarr.Array] = {}
+        self._codecs = codecs if codecs is not None else {}
+        self._pending: dict[str, Buffer | None] = {}
+        self._open = True
+        self.partition_key = partition_key
+        """The partition this transaction materialises."""
+        self.snapshot_id: str | None = None
+        """Snapshot id after a successful exit (the tip if nothing changed)."""
+        self.committed = False
+        """Whether exiting created a new snapshot."""
+
+    def _array(self, spec: BandSpec) -> zarr.Array:
+        arr = self._arrays.get(spec.path)
+        if arr is None:
+            opened = zarr.open_array(self._session.store, path=spec.path, mode="r+", zarr_format=3)
+            arr = opened.with_config({"write_empty_chunks": False})
+            self._arrays[spec.path] = arr
+        return arr
+
+    def _codec(self, spec: BandSpec) -> ChunkCodec:
+        # array metadata never changes once the layout exists: open it once per writer
+        codec = self._codecs.get(spec.path)
+        if codec is None:
+            codec = ChunkCodec(self._array(spec), spec.path)
+            self._codecs[spec.path] = codec
+        return codec
+
+    def _write_chunks(
+        self, codec: ChunkCodec, start: tuple[int, ...], data: npt.NDArray[Any]
+    ) -> None:
+        """Encode a contiguous box chunk by chunk into the pending set (read-modify-write for
+        partial chunks, reading pending ones first); a failure leaves the pending set as it was."""
+        stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
+        boxes = list(_chunk_boxes(codec, start, stop))
+        pending = self._pending
+        partial = [codec.key(c) for c, _, _, whole in boxes if not whole]
+        fetch = [k for k in partial if k not in pending]
+        found = {k: pending[k] for k in partial if k in pending}
+        if fetch:
+            got = sync(get_many(self._session.store, fetch, codec.prototype))
+            found.update(zip(fetch, got, strict=True))
+        encoded: dict[str, Buffer | None] = {}
+        for coords, inner, outer, whole in boxes:
+            key = codec.key(coords)
+            if whole:
+                chunk = np.ascontiguousarray(data[outer])
+            else:
+                old = found[key]
+                if old is None:
+                    chunk = np.full(codec.chunks, codec.fill_value, dtype=codec.dtype)
+                else:
+                    chunk = codec.decode(old)
+                chunk[inner] = data[outer]
+            encoded[key] = None if codec.is_fill(chunk) else codec.encode(chunk)
+        pending.update(encoded)
+
+    def _flush(self) -> None:
+        """Store the chunks encoded so far, all at once (one round trip to the store)."""
+        if self._pending:
+            sync(put_many(self._session.store, list(self._pending.items())))
+            self._pending = {}
+
+    def write(
+        self,
+        band: str,
+        tslots: npt.ArrayLike,
+        lat_q0: int,
+        lng_q0: int,
+        values: npt.ArrayLike,
+    ) -> None:
+        """Write a region of one band at its lattice position.
+
+        Args:
+            band: Band name (see :data:`BANDS`).
+            tslots: Strictly increasing time slots of ``values``' first axis
+                (day slots or year slots by the band's tempo); need not be
+                contiguous.
+            lat_q0: Row (``lat_q``) of ``values[:, 0]``.
+            lng_q0: Column (``lng_q``) of ``values[:, :, 0]``.
+            values: Array ``(len(tslots), h, w)`` (or ``(..., d)`` for vector
+                bands). Fill values (NaN, 0, +inf for the Tessera scale) mean
+                "no value"; chunks left all-fill are removed.
+
+        Raises:
+            TransactionClosed: The transaction already committed or aborted.
+            UnknownBand: Unknown band name.
+            InvalidWrite: Shape or dtype mismatch, unsorted tslots.
+            RegionOutOfBounds: The region leaves the lattice or the time axis.
+        """
+        if not self._open:
+            raise TransactionClosed(f"transaction {self.partition_key!r} is closed")
+        spec = band_spec(band)
+        t = _check_tslots(spec, tslots)
+        data = _cast(spec, values)
+        extra = (spec.extra_dim[1],) if spec.extra_dim else ()
+        if data.ndim != 3 + len(extra) or data.shape[0] != t.size or data.shape[3:] != extra:
+            raise InvalidWrite(
+                f"{spec.name} values shape {data.shape} does not match "
+                f"({t.size}, h, w{', ' + str(extra[0]) if extra else ''})"
+            )
+        h, w = data.shape[1], data.shape[2]
+        check_box(lat_q0, lat_q0 + h, lng_q0, lng_q0 + w)
+        ys, xs = slice(lat_q0, lat_q0 + h), slice(lng_q0, lng_q0 + w)
+        contiguous = is_contiguous(t)
+        if contiguous:
+            codec = self._codec(spec)
+            if codec.supported:
+                self._write_chunks(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data)
+                return
+        self._flush()  # Zarr reads the store: it must see this transaction's chunks
+        if contiguous:
+            self._array(spec)[(slice(int(t[0]), int(t[-1]) + 1), ys, xs)] = data
+        else:
+            self._array(spec).oindex[(t, ys, xs)] = data
+
+    def _close(self) -> None:
+        self._open = False
+        self._pending = {}
+        self._arrays.clear()
+
+
+_LAYOUT_CHECKED: dict[tuple[str, int, int], int] = {}
+"""Local repositories whose layout is complete -> block level (per process)."""
+
+
+def _local_stamp(location: str) -> tuple[str, int, int] | None:
+    """Identity of a local repository directory (path, inode, ctime); None if remote or absent.
+
+    Arrays are never removed from a cube, so once a repository's layout is
+    complete it stays complete; a directory deleted and created again at the
+    same path gets a new inode or ctime and is checked again.
+    """
+    if "://" in location:
+        return None
+    try:
+        st = os.stat(location)
+    except OSError:
+        return None
+    return (os.path.abspath(location), st.st_ino, st.st_ctime_ns)
+
+
+class CubeWriter:
+    """Transactional writer of the cube (the pipeline's only way in).
+
+    Args:
+        data_dir: Data directory; holds the commit lock and, unless
+            ``storage`` is given, the repository ``cube.icechunk``.
+        storage: Repository location (path or ``s3://bucket/prefix``).
+        block_level: Spatial chunk level used when the cube is created
+            (an existing cube keeps its own).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        storage: str | os.PathLike[str] | None = None,
+        block_level: int = DEFAULT_BLOCK_LEVEL,
+    ) -> None:
+        self.data_dir = os.fspath(data_dir)
+        self.location = os.fspath(storage) if storage is not None else cube_location(data_dir)
+        stamp = _local_stamp(self.location)
+        known = _LAYOUT_CHECKED.get(stamp) if stamp is not None else None
+        if known is not None:  # this very repository was checked in this process
+            self.repo = open_repository(open_storage(self.location))
+            self.block_level = known
+        else:
+            with commit_lock(self.data_dir):
+                self.repo = open_repository(open_storage(self.location), create=True)
+                self.block_level = ensure_layout(self.repo, block_level)
+            stamp = _local_stamp(self.location)
+            if stamp is not None:
+                _LAYOUT_CHECKED[stamp] = self.block_level
+        self._codecs: dict[str, ChunkCodec] = {}
+
+    @contextmanager
+    def transaction(
+        self,
+        partition_key: str,
+        metadata: Mapping[str, Any] | None = None,
+        message: str | None = None,
+    ) -> Iterator[CubeTransaction]:
+        """Open a transaction for one partition; commit once on normal exit.
+
+        On an exception inside the ``with`` block nothing is committed and the
+        exception propagates. The commit runs under the inter-process lock and
+        rebases onto commits that landed meanwhile.
+
+        Args:
+            partition_key: The Dagster partition key (stored in the commit
+                metadata as ``partition_key``).
+            metadata: Extra JSON-serialisable commit metadata.
+            message: Commit message (default ``"materialise <partition_key>"``).
+
+        Yields:
+            The transaction; use :meth:`CubeTransaction.write`.
+
+        Raises:
+            CommitConflict: A concurrent commit changed the same chunks.
+
+        The chunks written with ``tx.write`` are stored when the block exits
+        normally (or before a write that goes through Zarr), so a store error may
+        surface there rather than from ``tx.write``; nothing is committed then.
+        """
+        if not partition_key:
+            raise InvalidWrite("partition_key must be a non-empty string")
+        session = self.repo.writable_session(MAIN_BRANCH)
+        tx = CubeTransaction(session, partition_key, self._codecs)
+        try:
+            yield tx
+            tx._flush()
+        except BaseException:
+            tx._close()
+            if session.has_uncommitted_changes:
+                session.discard_changes()
+            raise
+        tx._close()
+        meta = {
+            **(metadata or {}),
+            "partition_key": partition_key,
+            "layout_version": LAYOUT_VERSION,
+        }
+        tx.snapshot_id, tx.committed = self._commit(
+            session, message or f"materialise {partition_key}", meta
+        )
+
+    def _commit(
+        self, session: ic.Session, message: str, metadata: dict[str, Any]
+    ) -> tuple[str, bool]:
+        if not session.has_uncommitted_changes:
+            return self.repo.lookup_branch(MAIN_BRANCH), False
+        with commit_lock(self.data_dir):
+            try:
+                snapshot = session.commit(
+                    message, metadata=metadata, rebase_with=ic.ConflictDetector(), rebase_tries=20
+                )
+            except ic.RebaseFailedError as exc:
+                paths = sorted({c.path for c in exc.conflicts})
+                raise CommitConflict(
+                    f"concurrent commit changed the same chunks of {paths}; rerun the partition"
+                ) from exc
+        return snapshot, True
+
+    def write_region(
+        self,
+        band: str,
+        tslots: npt.ArrayLike,
+        lat_q0: int,
+        lng_q0: int,
+        values: npt.ArrayLike,
+        *,
+        partition_key: str,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Write one region of one band in its own transaction.
+
+        Args:
+            band: Band name.
+            tslots: Time slots of ``values``' first axis (strictly increasing).
+            lat_q0: Row of the region's first row.
+            lng_q0: Column of the region's first column.
+            values: ``(t, h, w[, d])`` values.
+            partition_key: Partition key recorded in the commit.
+            metadata: Extra commit metadata.
+
+        Returns:
+            The snapshot id after the commit.
+        """
+        with self.transaction(partition_key, metadata) as tx:
+            tx.write(band, tslots, lat_q0, lng_q0, values)
+        assert tx.snapshot_id is not None
+        return tx.snapshot_id
+
+    def list_snapshots(self) -> list[SnapshotInfo]:
+        """Snapshots of ``main``, newest first."""
+        return list_snapshots(self.repo)
+
+    def snapshot_at(self, t: dt.datetime) -> SnapshotInfo | None:
+        """Latest snapshot committed at or before ``t`` (naive = UTC)."""
+        return snapshot_at(self.repo, t)
