@@ -95,7 +95,7 @@ class ReceiptKeyError(ApiError, OSError):
         super().__init__(code, message, 500, details)
 
 
-# --------------------------------------------------------------------------- service layer (api/service.py)
+# --------------------------------------------------------------------------- service layer (api/queries)
 
 
 class NoObservation(NotFound):
@@ -131,6 +131,8 @@ _STORE_STATUS = {
     "region_out_of_bounds": 422,
     "region_too_large": 422,
     "invalid_vector_query": 422,
+    "invalid_claim": 422,
+    "invalid_window": 422,
     "snapshot_not_found": 404,
     "cube_not_found": 503,
     "vector_table_error": 503,

@@ -1,226 +1,37 @@
-"""The intent router, and the dispatch both adapters share.
+"""The intent router: one object ``{"type": ..., <fields>}`` mapped onto a primitive.
 
-An agent states *what it wants* in one object, ``{"type": ..., <fields>}``; the
-router picks the primitive, maps the fields, runs it in the same call and
-returns the answer together with the plan it ran. A missing or unknown
+An agent states *what it wants* in one object; the router picks the primitive,
+maps the fields, and (in :func:`api.dispatch.run_intent`) runs it in the same
+call, returning the answer together with the plan it ran. A missing or unknown
 ``type`` is not an error: the answer is a ``needs_intent_type`` envelope that
 lists the valid types and each type's fields. Fields that belong to another
 intent (or to none) are ignored and named in ``ignored_fields``.
 
-The same module holds the small dispatch layer that REST, MCP and the CLI use
-to call a primitive (:func:`call_primitive`) and to turn an exception into the
-error body they all send (:func:`describe_error`), so the three speak with one
-voice: the same codes, messages and details.
+This module is the table and the mapping only (no dispatch, no primitives):
+:func:`plan_intent` turns a payload into an :class:`IntentPlan` or an envelope.
 """
 
 from __future__ import annotations
 
-import importlib
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from os import PathLike
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from api.errors import ApiError, InvalidArgument, NotFound, from_store_error
-from api.registry import PRIMITIVES
-from store.errors import StoreError
+from api.errors import ApiError, InvalidArgument
 
 __all__ = [
     "INTENTS",
     "INTENT_TYPES",
-    "ContextProvider",
     "IntentAnswer",
+    "IntentPlan",
     "IntentRequest",
     "IntentSpec",
     "PlanStep",
-    "call_primitive",
-    "describe_error",
-    "ensure_primitives",
     "intent_table",
-    "run_intent",
+    "plan_intent",
 ]
-
-SERVICE_MODULE = "api.service"
-"""The module whose import registers the primitives."""
-
-
-# --------------------------------------------------------------------------- dispatch
-
-
-def ensure_primitives() -> dict[str, Any]:
-    """Import :mod:`api.service` (which registers the primitives) if it exists.
-
-    Returns:
-        The registry (:data:`api.registry.PRIMITIVES`).
-
-    Raises:
-        ImportError: ``api.service`` exists but fails to import (a real bug,
-            not hidden).
-    """
-    try:
-        importlib.import_module(SERVICE_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != SERVICE_MODULE:
-            raise
-    return PRIMITIVES
-
-
-class ContextProvider:
-    """Creates the service context once, on first use, and shares it.
-
-    Args:
-        source: A ready context object, a data directory (``str`` or path), or
-            a zero-argument factory returning the context.
-    """
-
-    def __init__(self, source: Any) -> None:
-        self._lock = threading.Lock()
-        self._ctx: Any = None
-        self._factory: Callable[[], Any] | None
-        if isinstance(source, str | PathLike):
-            data_dir = source
-            self._factory = lambda: _service_context(data_dir)
-        elif callable(source):
-            self._factory = source
-        else:
-            self._ctx = source
-            self._factory = None
-
-    def get(self) -> Any:
-        """The context (created on the first call, thread-safely)."""
-        if self._ctx is None:
-            with self._lock:
-                if self._ctx is None:
-                    assert self._factory is not None
-                    self._ctx = self._factory()
-        return self._ctx
-
-
-def _service_context(data_dir: str | PathLike[str]) -> Any:
-    from api.context import ServiceContext
-
-    return ServiceContext(data_dir)
-
-
-def call_primitive(ctx: Any, name: str, args: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
-    """Validate ``args`` against a primitive's input model, run it, return its answer.
-
-    Args:
-        ctx: The service context.
-        name: Primitive name, e.g. ``"did_change"``.
-        args: JSON-shaped arguments, or an instance of the input model
-            (already validated, used as is).
-
-    Returns:
-        ``answer.model_dump(mode="json")``: exactly the dict the receipt signs.
-
-    Raises:
-        NotFound: No primitive of that name (code ``unknown_primitive``).
-        pydantic.ValidationError: The arguments do not fit the input model.
-        ApiError, StoreError: Raised by the primitive.
-    """
-    prim = PRIMITIVES.get(name)
-    if prim is None:
-        raise NotFound(
-            f"no primitive named {name!r}",
-            code="unknown_primitive",
-            details={"available": sorted(PRIMITIVES)},
-        )
-    if isinstance(args, prim.input_model):
-        model = args
-    elif isinstance(args, BaseModel):
-        model = prim.input_model.model_validate(args.model_dump(mode="json", exclude_unset=True))
-    else:
-        model = prim.input_model.model_validate(dict(args))
-    answer = prim.fn(ctx, model)
-    if isinstance(answer, BaseModel):
-        from api.queries._common import signed_dump
-
-        signed = signed_dump(answer)  # the dict finish() signed: no second dump
-        return signed if signed is not None else answer.model_dump(mode="json")
-    return dict(answer)
-
-
-def _error(code: str, message: str, details: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"code": code, "message": message}
-    if details:
-        body["details"] = dict(details)
-    return {"error": body}
-
-
-def _plain(value: Any) -> Any:
-    """Keep a value only if it is small plain JSON (error details echo caller data)."""
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    if isinstance(value, str):
-        return value if len(value) <= 200 else value[:200] + "..."
-    return None
-
-
-def validation_error_body(errors: Sequence[Mapping[str, Any]]) -> tuple[int, dict[str, Any]]:
-    """The error body for pydantic-style field errors.
-
-    When a field validator raised a domain error (a ``StoreError`` or an
-    ``ApiError``, e.g. ``InvalidCell`` from parsing a cell64), its code and
-    status win, so a bad cell64 answers ``invalid_cell`` wherever it is caught.
-
-    Args:
-        errors: ``ValidationError.errors()`` or ``RequestValidationError.errors()``.
-
-    Returns:
-        ``(status, {"error": {code, message, details: {errors: [...]}}})``.
-    """
-    fields: list[dict[str, Any]] = []
-    domain: ApiError | StoreError | None = None
-    for err in errors[:50]:
-        cause = (err.get("ctx") or {}).get("error")
-        if domain is None and isinstance(cause, ApiError | StoreError):
-            domain = cause
-        item: dict[str, Any] = {
-            "loc": [p if isinstance(p, int) else str(p) for p in err.get("loc", ())],
-            "msg": str(err.get("msg", "")),
-            "type": str(err.get("type", "")),
-        }
-        fields.append(item)
-    details = {"errors": fields}
-    if isinstance(domain, StoreError):
-        domain = from_store_error(domain)
-    if isinstance(domain, ApiError):
-        return domain.status, _error(domain.code, domain.message, {**domain.details, **details})
-    if any(f["type"] == "json_invalid" for f in fields):
-        return 422, _error("invalid_argument", "the request body is not valid JSON", details)
-    first = fields[0] if fields else {"loc": [], "msg": "invalid arguments"}
-    where = ".".join(str(p) for p in first["loc"] if p != "body") or "arguments"
-    message = f"{where}: {first['msg']}"
-    if first["loc"] == ["body"]:
-        message += " (send a JSON object with Content-Type: application/json)"
-    return 422, _error("invalid_argument", message, details)
-
-
-def describe_error(exc: BaseException) -> tuple[int, dict[str, Any]] | None:
-    """Map an exception to ``(http_status, {"error": {code, message, details?}})``.
-
-    ``ApiError`` keeps its status and code; a ``StoreError`` keeps its code and
-    gets the status of :func:`api.errors.from_store_error` (422 for bad input
-    such as ``invalid_cell``, 404 unknown snapshot, 503 store missing), the
-    same status the service layer uses when it converts one itself; a pydantic
-    ``ValidationError`` is a 422 ``invalid_argument`` (or the domain error a
-    validator raised). Anything else returns None: an internal error the
-    adapter reports without detail.
-    """
-    if isinstance(exc, StoreError):
-        exc = from_store_error(exc)
-    if isinstance(exc, ApiError):
-        return exc.status, {"error": exc.to_dict()}
-    if isinstance(exc, ValidationError):
-        return validation_error_body(exc.errors(include_url=False))
-    return None
-
-
-# --------------------------------------------------------------------------- intents
 
 
 @dataclass(frozen=True)
@@ -247,13 +58,13 @@ class IntentSpec:
         """Every field this intent reads (without aliases)."""
         return (*self.needs, *(f for f in self.one_of if f not in self.needs), *self.optional)
 
-    def describe(self) -> dict[str, Any]:
-        """The row as sent in the ``needs_intent_type`` envelope."""
+    def describe(self, served: Collection[str]) -> dict[str, Any]:
+        """The row as sent in the ``needs_intent_type`` envelope (``served``: primitive names)."""
         row: dict[str, Any] = {
             "needs": list(self.needs),
             "optional": list(self.optional),
             "primitive": self.primitive,
-            "available": self.primitive in PRIMITIVES,
+            "available": self.primitive in served,
             "answers": self.answers,
         }
         if self.one_of:
@@ -432,36 +243,54 @@ class IntentAnswer(BaseModel):
     )
 
 
-def intent_table() -> dict[str, dict[str, Any]]:
+def intent_table(served: Collection[str]) -> dict[str, dict[str, Any]]:
     """Each intent's row: needs, one_of, optional, aliases, primitive, availability."""
-    return {name: spec.describe() for name, spec in INTENTS.items()}
+    return {name: spec.describe(served) for name, spec in INTENTS.items()}
+
+
+@dataclass(frozen=True)
+class IntentPlan:
+    """What an intent runs: one primitive call."""
+
+    spec: IntentSpec
+    """The intent's row."""
+    args: dict[str, Any]
+    """The primitive's arguments, mapped from the intent's fields."""
+    ignored: list[str]
+    """Fields sent but not read by this intent."""
+
+    def answer(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The router's ``answered`` body around the primitive's answer."""
+        return {
+            "status": "answered",
+            "type": self.spec.name,
+            "plan": [{"primitive": self.spec.primitive, "args": self.args}],
+            "result": result,
+            "ignored_fields": self.ignored,
+        }
 
 
 def _present(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if v is not None}
 
 
-def run_intent(ctx: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
-    """Run one intent: pick the primitive, map the fields, run it, return answer and plan.
+def plan_intent(payload: Any, served: Collection[str]) -> IntentPlan | dict[str, Any]:
+    """Map an intent onto its primitive call, or answer the ``needs_intent_type`` envelope.
 
     Args:
-        ctx: The service context.
         payload: ``{"type": ..., <fields>}`` (JSON-shaped). ``None`` values
             count as absent.
+        served: Names of the primitives this server serves.
 
     Returns:
-        ``{"status": "answered", "type", "plan": [{"primitive", "args"}],
-        "result": <the primitive's answer>, "ignored_fields": [...]}``, or for a
-        missing/unknown type the ``needs_intent_type`` envelope (status
+        The plan, or for a missing/unknown type the envelope (status
         ``needs_intent_type``, ``valid_types``, ``intents``).
 
     Raises:
         InvalidArgument: ``payload`` is not an object, or required fields are
-            missing (``details.missing``).
+            missing (``missing_fields``, ``details.missing``).
         ApiError: code ``not_available`` (501) when the intent's primitive is
-            not served here; otherwise whatever the primitive raises.
-        pydantic.ValidationError: The mapped arguments do not fit the
-            primitive's input model.
+            not served here.
     """
     if not isinstance(payload, Mapping):
         raise InvalidArgument(
@@ -471,7 +300,7 @@ def run_intent(ctx: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
     kind = present.pop("type", None)
     spec = INTENTS.get(kind) if isinstance(kind, str) else None
     if spec is None:
-        return _needs_intent_type(kind, present)
+        return _needs_intent_type(kind, present, served)
 
     args: dict[str, Any] = {}
     used: set[str] = set()
@@ -492,7 +321,7 @@ def run_intent(ctx: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidArgument(
             f"intent {spec.name!r} needs {', '.join(missing)}",
             code="missing_fields",
-            details={"type": spec.name, "missing": missing, **spec.describe()},
+            details={"type": spec.name, "missing": missing, **spec.describe(served)},
         )
     if spec.name == "ask" and ("lat" in args) != ("lng" in args):
         raise InvalidArgument(
@@ -500,31 +329,35 @@ def run_intent(ctx: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
             code="missing_fields",
             details={"type": "ask", "missing": ["lng" if "lat" in args else "lat"]},
         )
-    if spec.primitive not in PRIMITIVES:
-        served = sorted(PRIMITIVES)
+    if spec.primitive not in served:
+        names = sorted(served)
         raise ApiError(
             "not_available",
             f"intent {spec.name!r} needs the {spec.primitive!r} primitive, which this server "
-            f"does not serve yet; available primitives: {', '.join(served) or 'none'}",
+            f"does not serve yet; available primitives: {', '.join(names) or 'none'}",
             501,
             {
                 "type": spec.name,
                 "primitive": spec.primitive,
-                "available_primitives": served,
-                "available_intents": [n for n, s in INTENTS.items() if s.primitive in PRIMITIVES],
+                "available_primitives": names,
+                "available_intents": [n for n, s in INTENTS.items() if s.primitive in served],
             },
         )
-    result = call_primitive(ctx, spec.primitive, args)
-    return {
-        "status": "answered",
-        "type": spec.name,
-        "plan": [{"primitive": spec.primitive, "args": args}],
-        "result": result,
-        "ignored_fields": ignored,
-    }
+    return IntentPlan(spec, args, ignored)
 
 
-def _needs_intent_type(kind: Any, present: Mapping[str, Any]) -> dict[str, Any]:
+def _plain(value: Any) -> Any:
+    """Keep a value only if it is small plain JSON (the envelope echoes caller data)."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= 200 else value[:200] + "..."
+    return None
+
+
+def _needs_intent_type(
+    kind: Any, present: Mapping[str, Any], served: Collection[str]
+) -> dict[str, Any]:
     if kind is None:
         message = "the intent has no `type`; choose one of the valid types and send its fields"
     else:
@@ -538,5 +371,5 @@ def _needs_intent_type(kind: Any, present: Mapping[str, Any]) -> dict[str, Any]:
         "message": message,
         "received_type": _plain(kind),
         "valid_types": list(INTENT_TYPES),
-        "intents": intent_table(),
+        "intents": intent_table(served),
     }

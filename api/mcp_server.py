@@ -35,26 +35,24 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import Receive, Scope, Send
 
-from api.intent import (
-    INTENT_TYPES,
+from api.dispatch import (
+    PRIMITIVES,
     ContextProvider,
-    IntentAnswer,
-    IntentRequest,
     call_primitive,
     describe_error,
-    ensure_primitives,
-    intent_table,
+    provider_for,
     run_intent,
+    service_version,
 )
-from api.registry import PRIMITIVES
+from api.intent import INTENT_TYPES, IntentAnswer, IntentRequest, intent_table
 
 __all__ = [
     "INTENT_TOOL",
     "SERVER_NAME",
     "TOOL_PREFIX",
+    "StatelessStreamableHttpEndpoint",
     "StreamableHttpEndpoint",
     "build_server",
-    "make_provider",
     "run_stdio",
     "tool_result",
 ]
@@ -84,7 +82,7 @@ INSTRUCTIONS = (
 
 def _intent_description() -> str:
     rows = []
-    for name, row in intent_table().items():
+    for name, row in intent_table(PRIMITIVES).items():
         needs = list(row["needs"])
         if row.get("one_of"):
             needs.append(" OR ".join(row["one_of"]))
@@ -161,14 +159,13 @@ def build_server(source: Any) -> Server[Any]:
 
     Args:
         source: The service context, a data directory, a zero-argument
-            factory, or a :class:`api.intent.ContextProvider`.
+            factory, or a :class:`api.dispatch.ContextProvider`.
 
     Returns:
         A low-level ``mcp.server.Server``; its tool list follows the registry
         at call time.
     """
-    ensure_primitives()
-    provider = make_provider(source)
+    provider = provider_for(source)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -213,22 +210,13 @@ def build_server(source: Any) -> Server[Any]:
 
     return Server(
         SERVER_NAME,
-        version=_version(),
+        version=service_version(),
         title="earthmem",
         instructions=INSTRUCTIONS,
         get_tool_input_schema=input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("earthmem")
-    except PackageNotFoundError:
-        return "0.1.0"
 
 
 async def run_stdio(server: Server[Any]) -> None:
@@ -239,7 +227,8 @@ async def run_stdio(server: Server[Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def _local_security(host: str) -> TransportSecuritySettings | None:
+def local_security(host: str) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection for loopback hosts (Host/Origin must be loopback)."""
     if host in ("127.0.0.1", "localhost", "::1"):
         return TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -278,7 +267,7 @@ class StreamableHttpEndpoint:
         """Run a session manager for the duration of the context (the app lifespan)."""
         manager = StreamableHTTPSessionManager(
             app=self.server,
-            security_settings=_local_security(self.host),
+            security_settings=local_security(self.host),
             max_request_body_size=self.max_body_bytes,
             max_sessions=1000,
         )
@@ -315,6 +304,25 @@ class StreamableHttpEndpoint:
         await manager.handle_request(scope, receive, send)
 
 
-def make_provider(source: Any) -> ContextProvider:
-    """A :class:`ContextProvider` for ``source`` (returned unchanged if it already is one)."""
-    return source if isinstance(source, ContextProvider) else ContextProvider(source)
+class StatelessStreamableHttpEndpoint(StreamableHttpEndpoint):
+    """MCP streamable HTTP without sessions (every request stands alone).
+
+    Used when several worker processes share the port: a session made in one
+    worker would be unknown to the others.
+    """
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        """Run a stateless session manager for the duration of the context."""
+        manager = StreamableHTTPSessionManager(
+            app=self.server,
+            security_settings=local_security(self.host),
+            max_request_body_size=self.max_body_bytes,
+            stateless=True,
+        )
+        async with manager.run():
+            self._manager = manager
+            try:
+                yield
+            finally:
+                self._manager = None

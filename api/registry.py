@@ -1,9 +1,10 @@
-"""The registry of query primitives: one service layer, two thin adapters.
+"""What a primitive is: a plain function with a pydantic input and output model.
 
-Each primitive is a plain function ``fn(ctx, args) -> answer`` with a pydantic
-input model and a pydantic output model (field descriptions become the REST
-OpenAPI schema and the MCP tool input/output schemas). REST (:mod:`api.rest`)
-and MCP (:mod:`api.mcp_server`) iterate this registry; neither holds logic.
+Each primitive is ``fn(ctx, args) -> answer`` with a pydantic input model and a
+pydantic output model (field descriptions become the REST OpenAPI schema and
+the MCP tool input/output schemas). :func:`primitive` attaches that description
+to the function and changes nothing else: it registers nothing. The ordered
+list of primitives served lives in one place, :data:`api.dispatch.PRIMITIVES`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["PRIMITIVES", "Primitive", "primitive"]
+__all__ = ["Primitive", "primitive", "spec_of"]
+
+_ATTR = "__earthmem_primitive__"
 
 
 @dataclass(frozen=True)
 class Primitive:
-    """One read-only query."""
+    """One query primitive."""
 
     name: str
     """Stable name: REST route ``/v1/<name>``, operation id, MCP tool ``earthmem_<name>``."""
@@ -35,10 +38,6 @@ class Primitive:
     """When to use it, limits, and what the answer means."""
 
 
-PRIMITIVES: dict[str, Primitive] = {}
-"""Registered primitives by name (filled when :mod:`api.service` is imported)."""
-
-
 def primitive(
     name: str,
     input_model: type[BaseModel],
@@ -46,14 +45,25 @@ def primitive(
     summary: str,
     description: str = "",
 ) -> Callable[[Callable[[Any, Any], BaseModel]], Callable[[Any, Any], BaseModel]]:
-    """Decorator registering a service function as a primitive."""
+    """Decorator describing a service function as a primitive (the function is unchanged)."""
 
     def wrap(fn: Callable[[Any, Any], BaseModel]) -> Callable[[Any, Any], BaseModel]:
-        if name in PRIMITIVES:
-            raise ValueError(f"primitive {name!r} registered twice")
-        PRIMITIVES[name] = Primitive(
+        spec = Primitive(
             name, input_model, output_model, fn, summary, description or (fn.__doc__ or "")
         )
+        setattr(fn, _ATTR, spec)
         return fn
 
     return wrap
+
+
+def spec_of(fn: Callable[..., Any]) -> Primitive:
+    """The :class:`Primitive` a function was described as.
+
+    Raises:
+        TypeError: ``fn`` was not decorated with :func:`primitive`.
+    """
+    spec = getattr(fn, _ATTR, None)
+    if not isinstance(spec, Primitive):
+        raise TypeError(f"{getattr(fn, '__qualname__', fn)!r} is not a primitive")
+    return spec

@@ -15,13 +15,11 @@ call the primitive (in a worker thread) and send ``model_dump(mode="json")``
 unchanged, so the receipt verifies byte for byte. Request bodies above
 ``max_body_bytes`` (256 kB by default) are refused with 413 before parsing.
 
-Fast path: ``POST /v1/<primitive>`` with ``Content-Type: application/json`` and
-a body that fits the input model is answered by :class:`FastPrimitiveRoutes`
-without FastAPI's routing, dependency and response machinery (the same
-``json.loads`` + model validation, the same call, the same ``JSONResponse``
-bytes and error bodies); anything else (a bad body, another content type)
-falls through to the FastAPI route, which produces the usual answer or error.
-The FastAPI routes stay registered, so the OpenAPI schema is unchanged.
+Every ``POST /v1/...`` body is read as JSON whatever content type the client
+declared, and a body that fits a primitive's input model is answered by the
+fast path in front of FastAPI (:mod:`api.asgi`: the same validation, call and
+bytes); anything else goes through the FastAPI routes, which answer or send the
+error. Every call goes through :mod:`api.dispatch`.
 
 :func:`app_from_env` builds the app of ``earthmem serve --workers N`` in each
 worker process; with several workers MCP runs stateless (no session survives
@@ -46,28 +44,22 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from api.errors import ApiError, NotFound
-from api.intent import (
-    INTENT_TYPES,
+from api.asgi import BodySizeLimit, FastPrimitiveRoutes, call_in_context, json_error, simple_error
+from api.dispatch import (
+    PRIMITIVES,
     ContextProvider,
-    IntentAnswer,
-    IntentRequest,
-    call_primitive,
+    Primitive,
     describe_error,
-    ensure_primitives,
+    provider_for,
     run_intent,
+    service_version,
     validation_error_body,
 )
-from api.mcp_server import (
-    StreamableHttpEndpoint,
-    _local_security,
-    _version,
-    build_server,
-    make_provider,
-)
-from api.registry import PRIMITIVES, Primitive
+from api.errors import ApiError, NotFound
+from api.intent import INTENT_TYPES, IntentAnswer, IntentRequest
+from api.mcp_server import StatelessStreamableHttpEndpoint, StreamableHttpEndpoint, build_server
 from store.errors import StoreError
 
 __all__ = [
@@ -77,7 +69,6 @@ __all__ = [
     "ENV_MCP_STATELESS",
     "ErrorBody",
     "ErrorInfo",
-    "FastPrimitiveRoutes",
     "app_from_env",
     "create_app",
 ]
@@ -123,165 +114,6 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _json_error(status: int, body: dict[str, Any]) -> JSONResponse:
-    return JSONResponse(body, status_code=status)
-
-
-def _simple_error(status: int, code: str, message: str) -> JSONResponse:
-    return _json_error(status, {"error": {"code": code, "message": message}})
-
-
-# --------------------------------------------------------------------------- body cap
-
-
-class BodySizeLimit:
-    """ASGI middleware refusing HTTP request bodies larger than ``max_bytes`` with 413.
-
-    Checks ``Content-Length`` first, then counts streamed (chunked) bytes while
-    buffering at most ``max_bytes`` before handing the body on.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None:
-            try:
-                length = int(declared)
-            except ValueError:
-                await _simple_error(400, "invalid_request", "Content-Length is not an integer")(
-                    scope, receive, send
-                )
-                return
-            if length > self.max_bytes:
-                await self._too_large(scope, receive, send)
-                return
-        if scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay([message], receive), send)
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._too_large(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        await self.app(
-            scope,
-            _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
-            send,
-        )
-
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = _simple_error(
-            413, "payload_too_large", f"request body larger than {self.max_bytes} bytes"
-        )
-        await response(scope, receive, send)
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    pending = list(messages)
-
-    async def replay() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-
-    return replay
-
-
-# --------------------------------------------------------------------------- fast path
-
-
-class FastPrimitiveRoutes:
-    """ASGI layer answering ``POST /v1/<primitive>`` JSON requests directly.
-
-    Does what the FastAPI route does (``json.loads`` of the body, validation
-    against the input model, the primitive in a worker thread, a
-    ``JSONResponse`` of the answer; API and store errors as the installed
-    handlers send them, anything else a 500 ``internal`` body and the
-    exception re-raised, as Starlette's ServerErrorMiddleware does) in one
-    step, ahead of FastAPI's middleware stack. A request it does not take as
-    is (other method, path or content type, no ``Content-Length`` or one above
-    ``max_body_bytes``, a body that is not a JSON object fitting the model) is
-    passed, body replayed, to ``fallback`` (the FastAPI app), whose routes and
-    middleware answer it or report the error as usual.
-
-    Args:
-        fallback: The full app.
-        provider: The context provider the routes use.
-        max_body_bytes: Largest body taken here (larger ones get the app's 413).
-    """
-
-    def __init__(self, fallback: ASGIApp, provider: ContextProvider, max_body_bytes: int) -> None:
-        self.fallback = fallback
-        self.provider = provider
-        self.max_body_bytes = max_body_bytes
-        self.routes = {f"/v1/{prim.name}": prim for prim in list(PRIMITIVES.values())}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        prim = self.routes.get(scope["path"]) if scope["type"] == "http" else None
-        if prim is None or scope["method"] != "POST" or scope.get("root_path"):
-            await self.fallback(scope, receive, send)
-            return
-        content_type = length = None
-        for name, value in scope["headers"]:
-            if name == b"content-type":
-                content_type = value
-            elif name == b"content-length":
-                length = value
-        if (
-            content_type is None
-            or content_type.lower() != b"application/json"
-            or length is None
-            or not length.isdigit()
-            or int(length) > self.max_body_bytes
-        ):
-            await self.fallback(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.fallback(scope, _replay([message], receive), send)
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        model = _parse_body(prim, body)
-        if model is None:
-            replay: Message = {"type": "http.request", "body": body, "more_body": False}
-            await self.fallback(scope, _replay([replay], receive), send)
-            return
-        try:
-            answer = await run_in_threadpool(_call, self.provider, prim.name, model)
-        except (ApiError, StoreError, ValidationError) as exc:
-            described = describe_error(exc)
-            assert described is not None
-            response: Response = _json_error(*described)
-        except Exception:
-            await _simple_error(500, "internal", "internal error")(scope, receive, send)
-            raise
-        else:
-            response = JSONResponse(answer)
-        await response(scope, receive, send)
-
-
 class _EarthmemApi(FastAPI):
     """FastAPI with :class:`FastPrimitiveRoutes` in front of its middleware stack."""
 
@@ -297,22 +129,6 @@ class _EarthmemApi(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def _parse_body(prim: Primitive, body: bytes) -> BaseModel | None:
-    """The input model of a JSON object body, or None (the route then handles the request)."""
-    if not body:
-        return None
-    try:
-        payload = json.loads(body)
-    except ValueError:  # JSONDecodeError, UnicodeDecodeError
-        return None
-    if not isinstance(payload, dict):
-        return None
-    try:
-        return prim.input_model.model_validate(payload)
-    except ValidationError:
-        return None
-
-
 # --------------------------------------------------------------------------- routes
 
 
@@ -320,7 +136,7 @@ def _primitive_endpoint(
     prim: Primitive, provider: ContextProvider
 ) -> Callable[..., Awaitable[Response]]:
     async def endpoint(args: BaseModel) -> Response:
-        answer = await run_in_threadpool(_call, provider, prim.name, args)
+        answer = await run_in_threadpool(call_in_context, provider, prim.name, args)
         return JSONResponse(answer)
 
     # FastAPI reads the body model from the signature; give each route its own.
@@ -338,10 +154,6 @@ def _primitive_endpoint(
     return endpoint
 
 
-def _call(provider: ContextProvider, name: str, args: BaseModel) -> dict[str, Any]:
-    return call_primitive(provider.get(), name, args)
-
-
 def _intent(provider: ContextProvider, payload: dict[str, Any]) -> dict[str, Any]:
     return run_intent(provider.get(), payload)
 
@@ -354,32 +166,6 @@ def _intent_openapi() -> dict[str, Any]:
             "content": {"application/json": {"schema": schema}},
         }
     }
-
-
-class _StatelessMcpEndpoint(StreamableHttpEndpoint):
-    """MCP streamable HTTP without sessions (every request stands alone).
-
-    Used when several worker processes share the port: a session made in one
-    worker would be unknown to the others.
-    """
-
-    @asynccontextmanager
-    async def run(self) -> AsyncIterator[None]:
-        """Run a stateless session manager for the duration of the context."""
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
-        manager = StreamableHTTPSessionManager(
-            app=self.server,
-            security_settings=_local_security(self.host),
-            max_request_body_size=self.max_body_bytes,
-            stateless=True,
-        )
-        async with manager.run():
-            self._manager = manager
-            try:
-                yield
-            finally:
-                self._manager = None
 
 
 def app_from_env() -> FastAPI:
@@ -429,8 +215,7 @@ def create_app(
 ) -> FastAPI:
     """The earthmem HTTP app: REST routes for every registered primitive, plus MCP at ``/mcp``.
 
-    Primitives are taken from the registry when the app is created (importing
-    :mod:`api.service` first if it exists).
+    Primitives are taken from :data:`api.dispatch.PRIMITIVES` when the app is created.
 
     Args:
         source: The service context, a data directory, or a zero-argument
@@ -449,9 +234,8 @@ def create_app(
     Returns:
         The FastAPI app.
     """
-    ensure_primitives()
-    provider = make_provider(source)
-    endpoint_cls = _StatelessMcpEndpoint if mcp_stateless else StreamableHttpEndpoint
+    provider = provider_for(source)
+    endpoint_cls = StatelessStreamableHttpEndpoint if mcp_stateless else StreamableHttpEndpoint
     mcp_endpoint = (
         endpoint_cls(build_server(provider), host=host, max_body_bytes=max_body_bytes)
         if mount_mcp
@@ -470,7 +254,7 @@ def create_app(
 
     app = _EarthmemApi(
         title="earthmem",
-        version=_version(),
+        version=service_version(),
         summary="A shared, materialised memory of the Earth's surface for AI agents.",
         description=(
             "Read-only queries over Sentinel-2/Sentinel-1 indices and Tessera embeddings on the "
@@ -517,7 +301,7 @@ def create_app(
         try:
             payload = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return _simple_error(
+            return simple_error(
                 422, "invalid_argument", f"the request body is not valid JSON: {exc}"
             )
         answer = await run_in_threadpool(_intent, provider, payload)
@@ -547,7 +331,7 @@ def create_app(
         ctx = await run_in_threadpool(provider.get)
         return {
             "service": "earthmem",
-            "version": _version(),
+            "version": service_version(),
             **ctx.signer.public_info(),
             "primitives": [
                 {
@@ -564,7 +348,7 @@ def create_app(
 
     @app.get("/healthz", operation_id="healthz", tags=[META_TAG], summary="Liveness")
     async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "version": _version(), "primitives": sorted(PRIMITIVES)}
+        return {"status": "ok", "version": service_version(), "primitives": sorted(PRIMITIVES)}
 
     if mcp_endpoint is not None:
         # A plain route, not Mount: Mount("/mcp") would redirect POST /mcp to /mcp/.
@@ -593,11 +377,11 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, exc: Exception) -> Response:
         described = describe_error(exc)
         assert described is not None
-        return _json_error(*described)
+        return json_error(*described)
 
     async def request_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return _json_error(*validation_error_body(list(exc.errors())))
+        return json_error(*validation_error_body(list(exc.errors())))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -606,10 +390,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404:
             message = f"no route {request.method} {request.url.path}"
-        return _json_error(exc.status_code, {"error": {"code": code, "message": message}})
+        return json_error(exc.status_code, {"error": {"code": code, "message": message}})
 
     async def internal(request: Request, exc: Exception) -> Response:
-        return _simple_error(500, "internal", "internal error")
+        return simple_error(500, "internal", "internal error")
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(StoreError, api_error)

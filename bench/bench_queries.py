@@ -115,7 +115,7 @@ def _log(msg: str) -> None:
 def _change_args(area: DemoArea) -> dict[str, Any]:
     """did_change arguments at the planted clearing: the window spans the cut."""
     from api.context import ServiceContext
-    from api.service import run
+    from api.dispatch import run
 
     ev = next(e for e in area.manifest()["events"] if e["kind"] == "forest_clearing")
     cell = address.encode(ev["centre"]["lat"], ev["centre"]["lng"])
@@ -133,7 +133,7 @@ def _change_args(area: DemoArea) -> dict[str, Any]:
 def bench_did_change(area: DemoArea, repeats: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """did_change p50 in process (warm) vs a direct CubeReader.cell_series read."""
     from api.context import ServiceContext
-    from api.service import run
+    from api.dispatch import run
     from store.cube import CubeReader
 
     args = _change_args(area)
@@ -502,7 +502,7 @@ def area_warm_single_blas(area: DemoArea, km: float, year: int, repeats: int) ->
         "from bench.common import DemoArea, time_calls\n"
         "from bench.bench_queries import _area_args\n"
         "from api.context import ServiceContext\n"
-        "from api.service import run\n"
+        "from api.dispatch import run\n"
         "from pathlib import Path\n"
         "s, d, km, year, reps, out = sys.argv[1:]\n"
         "area = DemoArea('x', Path(s), Path(d), {})\n"
@@ -524,7 +524,7 @@ def bench_area(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """area_over_time vs rioxarray reads of the same scenes, and vs exactextract."""
     from api.context import ServiceContext
-    from api.service import run
+    from api.dispatch import run
 
     box = _km_box(area, km)
     args = _area_args(area, km, year)

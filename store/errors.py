@@ -166,3 +166,21 @@ class InvalidVectorQuery(StoreError, ValueError):
 
 
 __all__ += ["InvalidVectorQuery", "VectorTableError"]
+
+
+# --------------------------------------------------------------------------- claims
+
+
+class InvalidClaim(StoreError, ValueError):
+    """A claim ``{band, op, value, tslot | window, agg}`` with a bad op, value, agg or tslot."""
+
+    code = "invalid_claim"
+
+
+class InvalidWindow(StoreError, ValueError):
+    """A tslot window that is not two increasing non-negative integers."""
+
+    code = "invalid_window"
+
+
+__all__ += ["InvalidClaim", "InvalidWindow"]

@@ -18,9 +18,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -28,7 +29,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from store.errors import InvalidInventory
+from store.address import Block, block_q_range
+from store.errors import InvalidInventory, StoreError
 from store.tslot import slot_to_date
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     "SCHEMA",
     "Inventory",
     "InventoryRow",
+    "OverpassIndex",
+    "SourceRow",
 ]
 
 INVENTORY_DIRNAME = "inventory"
@@ -274,3 +278,114 @@ class Inventory:
         """
         selected = self._select(band, bbox_blocks, t0, t1, min_clear_cells)
         return selected.sort_by([("tslot", "ascending"), ("block", "ascending")])
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """One inventory row as the overpass index holds it."""
+
+    box: tuple[int, int, int, int] | None
+    """Lattice range ``(lat_q0, lat_q1, lng_q0, lng_q1)`` of the row's block; None = any."""
+    item_ids: tuple[str, ...]
+    """Source scene ids."""
+
+
+_INDEX_COLUMNS = ("band", "tslot", "block", "item_ids")
+
+
+@dataclass(frozen=True, eq=False)
+class OverpassIndex:
+    """Which overpasses (and source scenes) exist, per band family, tslot and block.
+
+    Built once from the inventory files (:meth:`load`) and read by every fact id and
+    area query: the API never lists chunks to know what was observed.
+    """
+
+    rows: Mapping[str, Mapping[int, Sequence[SourceRow]]]
+    """``{family: {tslot: [SourceRow]}}``."""
+
+    @classmethod
+    def load(cls, inventory: Inventory) -> OverpassIndex:
+        """Read the four columns the index needs, file by file.
+
+        Falls back to :meth:`Inventory.table` when a file cannot be read that way.
+        """
+        parts: list[list[list[Any]]] = []
+        try:
+            root = inventory.root
+            files = (
+                sorted(p for p in root.glob("*.parquet") if not p.name.startswith("."))
+                if root.is_dir()
+                else []
+            )
+            for path in files:
+                with pa.OSFile(str(path)) as fh:
+                    part = pq.ParquetFile(fh, pre_buffer=False).read(
+                        columns=list(_INDEX_COLUMNS), use_threads=False
+                    )
+                parts.append([part[c].to_pylist() for c in _INDEX_COLUMNS])
+        except (OSError, KeyError, ValueError, pa.ArrowException):
+            table = inventory.table()
+            parts = [[table[c].to_pylist() for c in _INDEX_COLUMNS]]
+        rows: dict[str, dict[int, list[SourceRow]]] = {}
+        for fams, tslots, blocks, items_col in parts:
+            for fam, tslot, block, items in zip(fams, tslots, blocks, items_col, strict=True):
+                try:
+                    box: tuple[int, int, int, int] | None = block_q_range(Block.parse(block))
+                except StoreError:
+                    box = None
+                rows.setdefault(fam, {}).setdefault(int(tslot), []).append(
+                    SourceRow(box, tuple(items or ()))
+                )
+        return cls(rows)
+
+    def sources(self, family: str, tslot: int, lat_q: int, lng_q: int) -> list[str]:
+        """Source item ids of the rows covering a cell at a tslot (sorted)."""
+        out: set[str] = set()
+        for row in self.rows.get(family, {}).get(int(tslot), ()):
+            b = row.box
+            if b is None or (b[0] <= lat_q < b[1] and b[2] <= lng_q < b[3]):
+                out.update(row.item_ids)
+        return sorted(out)
+
+    def sources_any(self, family: str, tslot: int) -> list[str]:
+        """Source item ids of every row of a family at a tslot (sorted)."""
+        out: set[str] = set()
+        for row in self.rows.get(family, {}).get(int(tslot), ()):
+            out.update(row.item_ids)
+        return sorted(out)
+
+    def overpasses(
+        self,
+        family: str,
+        box: tuple[int, int, int, int],
+        t0: int | None = None,
+        t1: int | None = None,
+    ) -> list[tuple[int, list[str]]]:
+        """Overpasses of a family touching a lattice box, ``t0 <= tslot <= t1``.
+
+        Args:
+            family: ``"s2"``, ``"s1"`` or ``"geotessera"``.
+            box: ``(lat_q0, lat_q1, lng_q0, lng_q1)`` half-open.
+            t0: First tslot (inclusive), or None.
+            t1: Last tslot (inclusive), or None.
+
+        Returns:
+            ``[(tslot, sorted source item ids)]`` ascending by tslot.
+        """
+        out = []
+        for tslot, rows in sorted(self.rows.get(family, {}).items()):
+            if (t0 is not None and tslot < t0) or (t1 is not None and tslot > t1):
+                continue
+            items: set[str] = set()
+            hit = False
+            for row in rows:
+                b = row.box
+                if b is None or (
+                    b[0] < box[1] and box[0] < b[1] and b[2] < box[3] and box[2] < b[3]
+                ):
+                    hit = True
+                    items.update(row.item_ids)
+            if hit:
+                out.append((tslot, sorted(items)))
+        return out

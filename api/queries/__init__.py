@@ -1,3 +1,3 @@
-"""Query modules of the service layer (registered as primitives by :mod:`api.service`)."""
+"""Query modules of the service layer (served as primitives by :mod:`api.dispatch`)."""
 
 __all__: list[str] = []

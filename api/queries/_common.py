@@ -11,16 +11,15 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from api.context import BAND_FAMILY, CLEAR_BAND, ServiceContext, derivation_of
+from api.context import ServiceContext
 from api.errors import ApiError, InvalidArgument, from_store_error
 from api.receipts import fact_id, sign_answer
 from store import address
+from store.cube.bands import FLAG_BANDS, INDEX_NAMES, SCALAR_BANDS, clear_flag, registered
 from store.errors import StoreError
 from store.tslot import MAX_DAY_SLOT, MAX_YEAR_SLOT
 
 __all__ = [
-    "INDEX_BANDS",
-    "SCALAR_BANDS",
     "CellRef",
     "canonical_scalar_band",
     "check_window",
@@ -32,24 +31,6 @@ __all__ = [
     "slot_date",
     "store_errors",
 ]
-
-INDEX_BANDS: dict[str, str] = {
-    "ndvi": "indices.ndvi",
-    "ndwi": "indices.ndwi",
-    "ndmi": "indices.ndmi",
-    "lswi": "indices.lswi",
-    "evi": "indices.evi",
-    "vv": "s1.vv",
-    "vh": "s1.vh",
-    "vh_vv": "indices.vh_vv",
-}
-"""area_over_time index name -> cube band."""
-
-SCALAR_BANDS = (*INDEX_BANDS.values(),)
-"""Bands did_change / trajectory / claims read as one number per (cell, tslot)."""
-
-FLAG_BANDS = ("s2.clear", "s1.valid")
-"""Observation flags (claims may test them too)."""
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -99,8 +80,8 @@ def canonical_scalar_band(band: Any, *, allow_flags: bool = False) -> str:
     """
     if isinstance(band, str):
         name = band.strip()
-        if name in INDEX_BANDS:
-            return INDEX_BANDS[name]
+        if name in INDEX_NAMES:
+            return INDEX_NAMES[name]
         if name in SCALAR_BANDS or (allow_flags and name in FLAG_BANDS):
             return name
     valid = list(SCALAR_BANDS) + (list(FLAG_BANDS) if allow_flags else [])
@@ -148,8 +129,15 @@ def _slot_date(tslot: int, tempo: str) -> str:
 
 
 def clear_info(band: str) -> tuple[str, int]:
-    """(flag band, clear value) of a band's family."""
-    return CLEAR_BAND[BAND_FAMILY[band]]
+    """(flag band, clear value) of a band's family (scene bands only).
+
+    Raises:
+        KeyError: a band whose family has no observation flag (Tessera).
+    """
+    flag = clear_flag(band)
+    if flag is None:
+        raise KeyError(band)
+    return flag
 
 
 def make_fact(
@@ -173,7 +161,7 @@ def make_fact(
             srcs = ctx.sources(band, tslot, lat_q, lng_q)
     else:
         srcs = sorted(set(sources))
-    deriv = derivation or derivation_of(band)
+    deriv = derivation or registered(band).derivation
     if isinstance(value, float) and not math.isfinite(value):
         value = None
     return {

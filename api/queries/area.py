@@ -44,14 +44,15 @@ import numpy.typing as npt
 from numba import njit
 
 from api.charts import ChartSeries, render_area_chart
-from api.context import BAND_FAMILY, ServiceContext
+from api.context import ServiceContext
 from api.errors import InvalidArgument
 from api.models import AreaOverTimeAnswer, AreaOverTimeBody, AreaOverTimeIn
-from api.queries._common import INDEX_BANDS, clear_info, finish, make_fact, slot_date, store_errors
+from api.queries._common import clear_info, finish, make_fact, slot_date, store_errors
 from api.receipts import canonical_cbor
 from api.registry import primitive
 from store import address
-from store.cube import CubeReader
+from store.cube import REGISTRY, CubeReader
+from store.cube.bands import INDEX_NAMES
 
 __all__ = [
     "BASELINE_DAYS",
@@ -717,7 +718,7 @@ def _series(
     max_scenes: int,
     threshold: float,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], ChartSeries]:
-    family = BAND_FAMILY[band]
+    family = REGISTRY[band].family
     cand = ctx.overpasses(family, area.box, t0, t1)
     sources = dict(cand)
     slots = [t for t, _ in cand]
@@ -824,7 +825,7 @@ def _anomaly(
     base = {**empty, "latest_tslot": t_latest, "latest_median": latest["median"]}
     cand = [
         t
-        for t, _ in ctx.overpasses(BAND_FAMILY[band], area.box, None, year_start - 1)
+        for t, _ in ctx.overpasses(REGISTRY[band].family, area.box, None, year_start - 1)
         if _doy_distance(t, t_latest) <= BASELINE_DAYS
     ][-MAX_BASELINE:]
     if not cand:
@@ -941,11 +942,11 @@ def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAns
     else:
         specs = [("area", args.geometry, args.bbox)]
     index = args.index.strip().lower() if isinstance(args.index, str) else args.index
-    if index not in INDEX_BANDS:
+    if index not in INDEX_NAMES:
         raise InvalidArgument(
-            f"unknown index {args.index!r}; valid: {', '.join(INDEX_BANDS)}", code="unknown_index"
+            f"unknown index {args.index!r}; valid: {', '.join(INDEX_NAMES)}", code="unknown_index"
         )
-    band = INDEX_BANDS[index]
+    band = INDEX_NAMES[index]
     if isinstance(args.max_scenes, bool) or not 3 <= args.max_scenes <= 24:
         raise InvalidArgument(
             f"max_scenes must be in 3..24, got {args.max_scenes}", code="invalid_max_scenes"

@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from api.claims import evaluate, parse_claim
 from api.context import ServiceContext, nearest_slots
 from api.errors import NoObservation
 from api.models import (
@@ -35,6 +34,7 @@ from api.queries._common import (
 )
 from api.registry import primitive
 from store import address
+from store.claims import evaluate, parse_claim
 from store.cube import CubeReader
 
 __all__ = [

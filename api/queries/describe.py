@@ -22,7 +22,6 @@ import numpy.typing as npt
 from api.context import ServiceContext
 from api.errors import InvalidArgument, NotFound
 from api.queries._common import (
-    SCALAR_BANDS,
     CellRef,
     finish,
     make_fact,
@@ -36,6 +35,7 @@ from api.queries.place_models import WhatIsHereAnswer, WhatIsHereBody, WhatIsHer
 from api.queries.similar import _vector_value
 from api.registry import primitive
 from store import address
+from store.cube.bands import SCALAR_BANDS
 from store.errors import StoreError
 
 __all__ = [

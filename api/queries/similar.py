@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from api.claims import evaluate, parse_claim
 from api.context import ServiceContext
 from api.errors import InvalidArgument, NotFound
 from api.models import (
@@ -45,20 +44,19 @@ from api.queries._common import (
 )
 from api.registry import primitive
 from store import address
+from store.claims import evaluate, parse_claim
 from store.cube import CubeReader
+from store.cube.bands import VECTOR_BANDS
 from store.vectors import K_MAX, MODES, KnnTable
 
 __all__ = [
     "MAX_FILTER_COLUMNS",
     "MAX_INLINE_CHARS",
     "RERANK_MIN_CANDIDATES",
-    "VECTOR_BANDS",
     "find_similar",
     "is_like",
 ]
 
-VECTOR_BANDS = ("geotessera", "geotessera.multi_year", "geotessera.bin128")
-"""Bands find_similar scans."""
 MAX_INLINE_CHARS = 200_000
 """Longest ``inline:[...]`` key accepted."""
 RERANK_MIN_CANDIDATES = 4096

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.errors import InvalidArgument
+from api.intent import INTENTS
 from api.gazetteer import normalise_name
 
 __all__ = [
@@ -161,8 +162,6 @@ def route(question: str) -> list[tuple[Topic, list[str]]]:
 
 
 def _can_answer() -> dict[str, Any]:
-    from api.intent import INTENTS
-
     return {
         "topics": {t.name: {"words": sorted(t.words), "runs": t.runs} for t in TOPICS},
         "intents": {name: spec.answers for name, spec in INTENTS.items()},

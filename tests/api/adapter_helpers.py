@@ -15,9 +15,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.charts import ChartStore
+from api.dispatch import PRIMITIVES, Primitive
 from api.errors import NotFound
 from api.receipts import Signer, sign_answer
-from api.registry import PRIMITIVES, Primitive
 from store import address
 
 CELL_TOOL = "test_decode_cell"
@@ -113,14 +113,6 @@ def registered_test_primitives() -> Iterator[None]:
     finally:
         for name in added:
             PRIMITIVES.pop(name, None)
-
-
-def real_primitives() -> bool:
-    """Whether the service layer registered the real primitives."""
-    from api.intent import ensure_primitives
-
-    ensure_primitives()
-    return "did_change" in PRIMITIVES
 
 
 def clearing_cell(manifest: dict[str, Any]) -> str:

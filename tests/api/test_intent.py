@@ -10,12 +10,12 @@ import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from api.cli import main
+from api.dispatch import PRIMITIVES, Primitive, describe_error, run_intent
 from api.errors import ApiError, InvalidArgument
-from api.intent import INTENT_TYPES, describe_error, run_intent
+from api.intent import INTENT_TYPES
 from api.receipts import Signer, sign_answer
-from api.registry import PRIMITIVES, Primitive
 from store import address
-from tests.api.adapter_helpers import bracket, clearing_cell, real_primitives
+from tests.api.adapter_helpers import bracket, clearing_cell
 
 CELL = address.encode(23.36, 85.33)
 
@@ -323,8 +323,6 @@ def test_data_dir_defaults_to_env(
 
 @pytest.fixture(scope="module")
 def store(request: pytest.FixtureRequest) -> Any:
-    if not real_primitives():
-        pytest.skip("api.service has not registered the real primitives yet")
     return request.getfixturevalue("tiny_store")
 
 

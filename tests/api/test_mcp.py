@@ -19,9 +19,9 @@ import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
 
+from api.dispatch import PRIMITIVES
 from api.mcp_server import INTENT_TOOL, build_server
 from api.receipts import verify_answer
-from api.registry import PRIMITIVES
 from api.rest import create_app
 from store import address
 from tests.api.adapter_helpers import (
@@ -31,7 +31,6 @@ from tests.api.adapter_helpers import (
     FakeContext,
     bracket,
     clearing_cell,
-    real_primitives,
     registered_test_primitives,
 )
 
@@ -266,8 +265,6 @@ def test_streamable_http_on_the_rest_app_over_uvicorn(ctx: FakeContext) -> None:
 
 @pytest.fixture(scope="module")
 def store(request: pytest.FixtureRequest) -> Any:
-    if not real_primitives():
-        pytest.skip("api.service has not registered the real primitives yet")
     return request.getfixturevalue("tiny_store")
 
 

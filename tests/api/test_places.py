@@ -12,12 +12,11 @@ from fastapi.testclient import TestClient
 from shapely.geometry import Point, shape
 
 from api.context import ServiceContext
+from api.dispatch import run, run_intent
 from api.errors import ApiError, InvalidArgument, NotFound
-from api.intent import run_intent
 from api.queries.places import TOPICS, largest_step, route
 from api.receipts import verify_answer
 from api.rest import create_app
-from api.service import run
 from store import address, tslot
 
 

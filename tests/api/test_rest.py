@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from api.dispatch import PRIMITIVES
 from api.receipts import verify_answer
-from api.registry import PRIMITIVES
 from api.rest import create_app
 from store import address
 from tests.api.adapter_helpers import (
@@ -20,7 +20,6 @@ from tests.api.adapter_helpers import (
     FakeContext,
     bracket,
     clearing_cell,
-    real_primitives,
     registered_test_primitives,
 )
 
@@ -257,8 +256,6 @@ def test_mcp_route_needs_the_lifespan_and_answers_with_it(ctx: FakeContext) -> N
 
 @pytest.fixture(scope="module")
 def real_client(request: pytest.FixtureRequest) -> TestClient:
-    if not real_primitives():
-        pytest.skip("api.service has not registered the real primitives yet")
     store = request.getfixturevalue("tiny_store")
     return TestClient(create_app(store.data), raise_server_exceptions=False)
 

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from api.context import ServiceContext
+from api.dispatch import PRIMITIVES, run
 from api.errors import ApiError
 from api.receipts import Signer, verify_answer
-from api.service import PRIMITIVES, ServiceContext, run
 from store import address
 
 

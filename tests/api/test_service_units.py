@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from api.charts import ChartSeries, ChartStore, render_area_chart
-from api.claims import evaluate, parse_claim
-from api.errors import InvalidArgument, from_store_error
+from api.errors import from_store_error
 from api.queries.area import mann_kendall, pick_even, weighted_stats
-from store.errors import InvalidCell, SnapshotNotFound
+from store.claims import evaluate, parse_claim
+from store.errors import InvalidCell, InvalidClaim, InvalidWindow, SnapshotNotFound
 
 
 def _claim(**kw: Any):
@@ -54,7 +54,8 @@ def test_claims_vectorised() -> None:
     ],
 )
 def test_claims_reject(raw: dict[str, Any]) -> None:
-    with pytest.raises(InvalidArgument):
+    # the claim algebra is the store's: its typed errors (the API maps them to 422, same codes)
+    with pytest.raises((InvalidClaim, InvalidWindow)):
         parse_claim(raw, "indices.ndvi")
 
 

@@ -15,10 +15,10 @@ import pytest
 
 from api import context as context_mod
 from api.context import ServiceContext, _load_sources, _read_chunks
+from api.dispatch import run
 from api.queries import area as area_mod
 from api.queries.area import _pairwise, theil_sen, weighted_stats
 from api.receipts import Signer
-from api.service import run
 from store.cube import CubeReader
 from store.inventory import Inventory
 

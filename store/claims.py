@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from api.errors import InvalidArgument
+from store.errors import InvalidClaim, InvalidWindow
 
 __all__ = [
     "AGGS",
@@ -103,7 +103,7 @@ def _is_int(x: Any) -> bool:
 
 def _number(x: Any, what: str) -> float:
     if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(float(x)):
-        raise InvalidArgument(f"{what} must be a finite number, got {x!r}", code="invalid_claim")
+        raise InvalidClaim(f"{what} must be a finite number, got {x!r}")
     return float(x)
 
 
@@ -118,27 +118,21 @@ def parse_claim(raw: Mapping[str, Any], band: str) -> ParsedClaim:
         The parsed claim.
 
     Raises:
-        InvalidArgument: ``invalid_claim`` for a bad op / value / agg / tslot,
-            ``invalid_window`` for a window that is not two increasing ints.
+        InvalidClaim: a bad op / value / agg / tslot (code ``invalid_claim``).
+        InvalidWindow: a window that is not two increasing ints (code ``invalid_window``).
     """
     op = raw.get("op")
     if op not in OPS:
-        raise InvalidArgument(
-            f"unknown claim op {op!r}; valid: {', '.join(OPS)}", code="invalid_claim"
-        )
+        raise InvalidClaim(f"unknown claim op {op!r}; valid: {', '.join(OPS)}")
     agg = raw.get("agg") or "any"
     if agg not in AGGS:
-        raise InvalidArgument(
-            f"unknown agg {agg!r}; valid: {', '.join(AGGS)}", code="invalid_claim"
-        )
+        raise InvalidClaim(f"unknown agg {agg!r}; valid: {', '.join(AGGS)}")
     tslot = raw.get("tslot")
     window = raw.get("window")
     if tslot is not None and window is not None:
-        raise InvalidArgument("give tslot or window, not both", code="invalid_claim")
+        raise InvalidClaim("give tslot or window, not both")
     if tslot is not None and (not _is_int(tslot) or tslot < 0):
-        raise InvalidArgument(
-            f"claim tslot must be a non-negative integer, got {tslot!r}", code="invalid_claim"
-        )
+        raise InvalidClaim(f"claim tslot must be a non-negative integer, got {tslot!r}")
     win: tuple[int, int] | None = None
     if window is not None:
         if (
@@ -147,9 +141,8 @@ def parse_claim(raw: Mapping[str, Any], band: str) -> ParsedClaim:
             or not all(_is_int(w) for w in window)
             or not 0 <= window[0] < window[1]
         ):
-            raise InvalidArgument(
-                f"claim window must be two increasing non-negative integers, got {window!r}",
-                code="invalid_window",
+            raise InvalidWindow(
+                f"claim window must be two increasing non-negative integers, got {window!r}"
             )
         win = (int(window[0]), int(window[1]))
     value: float | tuple[float, ...] | None
@@ -162,10 +155,7 @@ def parse_claim(raw: Mapping[str, Any], band: str) -> ParsedClaim:
             or not raw_value
             or len(raw_value) > MAX_IN_VALUES
         ):
-            raise InvalidArgument(
-                f"op {op} needs a non-empty list of at most {MAX_IN_VALUES} numbers",
-                code="invalid_claim",
-            )
+            raise InvalidClaim(f"op {op} needs a non-empty list of at most {MAX_IN_VALUES} numbers")
         value = tuple(_number(v, "claim value") for v in raw_value)
     else:
         value = _number(raw_value, "claim value")

@@ -1,0 +1,232 @@
+"""ASGI layers in front of the REST app: the body cap, JSON bodies, the primitive fast path.
+
+* :class:`BodySizeLimit` refuses request bodies above ``max_bytes`` with 413
+  before anything parses them.
+* :class:`FastPrimitiveRoutes` sits in front of FastAPI's middleware stack.
+  Every ``POST /v1/...`` body is JSON whatever ``Content-Type`` the client
+  declared (``curl -d`` sends ``application/x-www-form-urlencoded``): the
+  header is normalised to ``application/json`` for every route, so the same
+  body gets the same answer everywhere. ``POST /v1/<primitive>`` with a body
+  that fits the input model is then answered directly (the same ``json.loads``
+  + model validation, the same call through :mod:`api.dispatch`, the same
+  ``JSONResponse`` bytes and error bodies) without FastAPI's routing,
+  dependency and response machinery; anything else falls through to the
+  FastAPI app, which answers or reports the error as usual. The FastAPI routes
+  stay registered, so the OpenAPI schema is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.dispatch import PRIMITIVES, ContextProvider, Primitive, call_primitive, describe_error
+from api.errors import ApiError
+from store.errors import StoreError
+
+__all__ = [
+    "BodySizeLimit",
+    "FastPrimitiveRoutes",
+    "call_in_context",
+    "json_error",
+    "simple_error",
+]
+
+JSON = b"application/json"
+"""The content type every ``POST /v1/...`` body is read as."""
+
+
+def json_error(status: int, body: dict[str, Any]) -> JSONResponse:
+    """A JSON error response."""
+    return JSONResponse(body, status_code=status)
+
+
+def simple_error(status: int, code: str, message: str) -> JSONResponse:
+    """A JSON error response with a code and a message."""
+    return json_error(status, {"error": {"code": code, "message": message}})
+
+
+def call_in_context(provider: ContextProvider, name: str, args: BaseModel) -> dict[str, Any]:
+    """Run a primitive in the provider's context (the signed answer dict)."""
+    return call_primitive(provider.get(), name, args)
+
+
+def _as_json_post(scope: Scope) -> Scope:
+    """``scope`` declaring a JSON body: a JSON media type is kept, any other one replaced."""
+    declared = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+    media = declared.split(b";", 1)[0].strip().lower()
+    if media == JSON or media.endswith(b"+json"):
+        return scope
+    headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+    headers.append((b"content-type", JSON))
+    return {**scope, "headers": headers}
+
+
+class BodySizeLimit:
+    """ASGI middleware refusing HTTP request bodies larger than ``max_bytes`` with 413.
+
+    Checks ``Content-Length`` first, then counts streamed (chunked) bytes while
+    buffering at most ``max_bytes`` before handing the body on.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None:
+            try:
+                length = int(declared)
+            except ValueError:
+                await simple_error(400, "invalid_request", "Content-Length is not an integer")(
+                    scope, receive, send
+                )
+                return
+            if length > self.max_bytes:
+                await self._too_large(scope, receive, send)
+                return
+        if scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message], receive), send)
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        await self.app(
+            scope,
+            _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
+            send,
+        )
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = simple_error(
+            413, "payload_too_large", f"request body larger than {self.max_bytes} bytes"
+        )
+        await response(scope, receive, send)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    pending = list(messages)
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replay
+
+
+class FastPrimitiveRoutes:
+    """ASGI layer answering ``POST /v1/<primitive>`` JSON requests directly.
+
+    Does what the FastAPI route does (``json.loads`` of the body, validation
+    against the input model, the primitive in a worker thread, a
+    ``JSONResponse`` of the answer; API and store errors as the installed
+    handlers send them, anything else a 500 ``internal`` body and the
+    exception re-raised, as Starlette's ServerErrorMiddleware does) in one
+    step, ahead of FastAPI's middleware stack. A request it does not take as
+    is (other method, path or content type, no ``Content-Length`` or one above
+    ``max_body_bytes``, a body that is not a JSON object fitting the model) is
+    passed, body replayed, to ``fallback`` (the FastAPI app), whose routes and
+    middleware answer it or report the error as usual.
+
+    Args:
+        fallback: The full app.
+        provider: The context provider the routes use.
+        max_body_bytes: Largest body taken here (larger ones get the app's 413).
+    """
+
+    def __init__(self, fallback: ASGIApp, provider: ContextProvider, max_body_bytes: int) -> None:
+        self.fallback = fallback
+        self.provider = provider
+        self.max_body_bytes = max_body_bytes
+        self.routes = {f"/v1/{prim.name}": prim for prim in list(PRIMITIVES.values())}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
+            await self.fallback(scope, receive, send)
+            return
+        if scope["path"].startswith("/v1/"):
+            scope = _as_json_post(scope)
+        prim = self.routes.get(scope["path"])
+        if prim is None:
+            await self.fallback(scope, receive, send)
+            return
+        content_type = length = None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value
+            elif name == b"content-length":
+                length = value
+        if (
+            content_type != JSON
+            or length is None
+            or not length.isdigit()
+            or int(length) > self.max_body_bytes
+        ):
+            await self.fallback(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.fallback(scope, _replay([message], receive), send)
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        model = parse_body(prim, body)
+        if model is None:
+            replay: Message = {"type": "http.request", "body": body, "more_body": False}
+            await self.fallback(scope, _replay([replay], receive), send)
+            return
+        try:
+            answer = await run_in_threadpool(call_in_context, self.provider, prim.name, model)
+        except (ApiError, StoreError, ValidationError) as exc:
+            described = describe_error(exc)
+            assert described is not None
+            response: Response = json_error(*described)
+        except Exception:
+            await simple_error(500, "internal", "internal error")(scope, receive, send)
+            raise
+        else:
+            response = JSONResponse(answer)
+        await response(scope, receive, send)
+
+
+def parse_body(prim: Primitive, body: bytes) -> BaseModel | None:
+    """The input model of a JSON object body, or None (the route then handles the request)."""
+    if not body:
+        return None
+    try:
+        payload = json.loads(body)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return None
+    if not isinstance(payload, dict):
+        return None
+    try:
+        return prim.input_model.model_validate(payload)
+    except ValidationError:
+        return None
