@@ -108,8 +108,8 @@ def _sample_build(args: argparse.Namespace) -> int:
 
 def _context(data: str | None) -> Any:
     """The service context of a data directory that must exist."""
+    from api.dispatch import ContextProvider
     from api.errors import InvalidArgument
-    from api.intent import ContextProvider
 
     data_dir = Path(data if data is not None else default_data_dir())
     if not data_dir.is_dir():
@@ -232,8 +232,8 @@ def _mcp(args: argparse.Namespace) -> int:
 
 
 def _intent(args: argparse.Namespace) -> int:
+    from api.dispatch import describe_error, run_intent
     from api.errors import InvalidArgument
-    from api.intent import describe_error, run_intent
 
     text = sys.stdin.read() if args.payload == "-" else args.payload
     try:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from api.context import ServiceContext
+from api.dispatch import run_intent
 from api.errors import ApiError
-from api.intent import run_intent
 from store import address
 from store.tslot import day_slot
 
@@ -20,7 +20,7 @@ __all__ = ["example_intents", "run_examples"]
 
 
 def _first_last_clear(ctx: ServiceContext, cell: str, cut: int) -> tuple[int, int] | None:
-    from api.service import run
+    from api.dispatch import run
 
     t = run(ctx, "trajectory", {"cell": cell, "band": "indices.ndvi"}).model_dump()
     clear = [p["tslot"] for p in t["points"] if p["clear"]]
