@@ -10,7 +10,7 @@ import pytest
 from api.charts import ChartSeries, ChartStore, render_area_chart
 from api.claims import evaluate, parse_claim
 from api.errors import InvalidArgument, from_store_error
-from api.queries.area import mann_kendall, pick_even, weighted_stats
+from api.queries.area_stats import mann_kendall, pick_even, weighted_stats
 from store.errors import InvalidCell, SnapshotNotFound
 
 
