@@ -52,6 +52,8 @@ __all__ = [
     "block_q_range",
     "blocks_for_bbox",
     "blocks_for_polygon",
+    "check_lat",
+    "check_lng",
     "decode",
     "decode_array",
     "encode",
@@ -209,7 +211,12 @@ def _round_half_away(x: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
     return r.astype(np.int64)
 
 
-def _check_lat(lat: float) -> float:
+def check_lat(lat: float) -> float:
+    """A latitude as a float, checked: a finite number (not a bool) in [-90, 90].
+
+    Raises:
+        InvalidLatitude: not a number, not finite, or outside [-90, 90].
+    """
     if isinstance(lat, bool) or not isinstance(lat, (int, float, np.floating, np.integer)):
         raise InvalidLatitude(f"latitude must be a number, got {lat!r}")
     value = float(lat)
@@ -220,7 +227,12 @@ def _check_lat(lat: float) -> float:
     return value
 
 
-def _check_lng(lng: float) -> float:
+def check_lng(lng: float) -> float:
+    """A longitude as a float, checked: a finite number (not a bool) in [-180, 180].
+
+    Raises:
+        InvalidLongitude: not a number, not finite, or outside [-180, 180].
+    """
     if isinstance(lng, bool) or not isinstance(lng, (int, float, np.floating, np.integer)):
         raise InvalidLongitude(f"longitude must be a number, got {lng!r}")
     value = float(lng)
@@ -263,8 +275,8 @@ def encode_q_array(
 
 def encode_q(lat: float, lng: float) -> tuple[int, int]:
     """Strictly quantise one point to ``(lat_q, lng_q)``."""
-    la = np.array([_check_lat(lat)])
-    ln = np.array([_check_lng(lng)])
+    la = np.array([check_lat(lat)])
+    ln = np.array([check_lng(lng)])
     lat_q, lng_q = _quantise(la, ln)
     return int(lat_q[0]), int(lng_q[0])
 
@@ -636,9 +648,9 @@ def bbox_q_range(
         the date line must be split by the caller).
     """
     for v in (min_lat, max_lat):
-        _check_lat(v)
+        check_lat(v)
     for v in (min_lng, max_lng):
-        _check_lng(v)
+        check_lng(v)
     if min_lat > max_lat:
         raise InvalidLatitude(f"bbox min_lat {min_lat} > max_lat {max_lat}")
     if min_lng > max_lng:

@@ -23,6 +23,7 @@ __all__ = [
     "TEMPOS",
     "Tempo",
     "check_tempo",
+    "day_of_year",
     "day_slot",
     "parse_when",
     "slot_to_date",
@@ -122,3 +123,16 @@ def slot_to_date(slot: int, tempo: str = "day") -> date:
     if not 0 <= slot <= MAX_YEAR_SLOT:
         raise InvalidDate(f"year slot {slot} outside 0..{MAX_YEAR_SLOT}")
     return date(1970 + slot, 1, 1)
+
+
+def day_of_year(slot: int) -> int:
+    """Day of the year (1 on 1 January, up to 366) of a day slot.
+
+    Example:
+        >>> day_of_year(day_slot("2024-03-15"))
+        75
+
+    Raises:
+        InvalidDate: slot outside the day-slot range or not an int.
+    """
+    return slot_to_date(slot).timetuple().tm_yday

@@ -9,7 +9,7 @@ import pytest
 
 from api.charts import ChartSeries, ChartStore, render_area_chart
 from api.errors import from_store_error
-from api.queries.area import mann_kendall, pick_even, weighted_stats
+from api.queries.area_stats import mann_kendall, pick_even, weighted_stats
 from store.claims import evaluate, parse_claim
 from store.errors import InvalidCell, InvalidClaim, InvalidWindow, SnapshotNotFound
 

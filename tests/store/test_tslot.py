@@ -64,3 +64,12 @@ def test_datetime_floor(dt: datetime) -> None:
 @given(st.integers(min_value=1970, max_value=2225))
 def test_year_round_trip(y: int) -> None:
     assert t.slot_to_date(t.year_slot(date(y, 7, 1)), "year") == date(y, 1, 1)
+
+
+def test_day_of_year() -> None:
+    assert t.day_of_year(0) == 1
+    assert t.day_of_year(t.day_slot("2024-03-15")) == 75
+    assert t.day_of_year(t.day_slot("2024-12-31")) == 366
+    assert t.day_of_year(t.day_slot("2023-12-31")) == 365
+    with pytest.raises(InvalidDate):
+        t.day_of_year(-1)

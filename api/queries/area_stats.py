@@ -1,0 +1,413 @@
+"""Pure statistics of area_over_time: weighted per-scene statistics and trend tests.
+
+* Weighted statistics (:func:`weighted_stats`, :func:`scenes_stats`): mean and
+  std (population form) weighted by the cells' weights; quantiles p10 p25
+  median p75 p90 by linear interpolation over the cumulative weights at cell
+  mid-points (``(cumsum(w) - w / 2) / sum(w)``). Compiled kernels reproduce
+  numpy's summation order, so the answers (and the fact ids bound to them)
+  have the bits of the numpy expressions, on every machine.
+* Trend tests: the two-sided Mann-Kendall test (:func:`mann_kendall`) and the
+  Theil-Sen slope (:func:`theil_sen`).
+* :func:`pick_even`: thinning a series of slots evenly in time.
+
+No I/O: arrays in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from store import threads
+
+__all__ = [
+    "mann_kendall",
+    "pick_even",
+    "scenes_stats",
+    "theil_sen",
+    "weighted_stats",
+]
+
+_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
+_PW_BLOCK = 128  # numpy's pairwise-summation block (PW_BLOCKSIZE)
+_PW_STACK = 256  # explicit recursion stack: 3 entries per level, ~log2(n / 128) levels
+
+
+@njit(cache=True, nogil=True)
+def _pairwise_leaf(a: Any, lo: int, n: int) -> float:  # pragma: no cover - numba
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    m = n - n % 8
+    while i < m:
+        b = lo + i
+        r0 += a[b]
+        r1 += a[b + 1]
+        r2 += a[b + 2]
+        r3 += a[b + 3]
+        r4 += a[b + 4]
+        r5 += a[b + 5]
+        r6 += a[b + 6]
+        r7 += a[b + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True, nogil=True)
+def _pairwise(a: Any, n: int) -> float:  # pragma: no cover - numba
+    """``a[:n].sum()`` exactly as numpy sums a contiguous float64 array.
+
+    numpy's add.reduce sums by pairwise recursion (halves rounded down to
+    multiples of 8) down to blocks of at most 128 summed with 8 accumulators;
+    doing the same additions in the same order gives the same bits. The
+    recursion runs on an explicit stack (numba cannot cache recursive functions).
+    """
+    if n <= _PW_BLOCK:
+        return _pairwise_leaf(a, 0, n)
+    los = np.empty(_PW_STACK, np.int64)
+    ns = np.empty(_PW_STACK, np.int64)
+    done = np.zeros(_PW_STACK, np.bool_)
+    vals = np.empty(_PW_STACK, np.float64)
+    top, nv = 1, 0
+    los[0], ns[0], done[0] = 0, n, False
+    while top > 0:
+        top -= 1
+        lo, m = los[top], ns[top]
+        if m <= _PW_BLOCK:
+            vals[nv] = _pairwise_leaf(a, lo, m)
+            nv += 1
+        elif done[top]:
+            nv -= 1
+            vals[nv - 1] = vals[nv - 1] + vals[nv]
+        else:
+            m2 = m // 2
+            m2 -= m2 % 8
+            done[top] = True  # combine after both halves
+            los[top + 1], ns[top + 1], done[top + 1] = lo + m2, m - m2, False
+            los[top + 2], ns[top + 2], done[top + 2] = lo, m2, False
+            top += 3
+    return vals[0]
+
+
+@njit(cache=True, nogil=True)
+def _scene_keys(bits: Any, ok: Any, keys: Any, counts: Any) -> None:  # pragma: no cover - numba
+    """Sort keys of each scene's clear finite float32 values (see :func:`_sort_order`).
+
+    ``bits`` (scenes, cells) is the uint32 view of the float32 values. Row ``s``
+    of ``keys`` gets, for each cell ``i`` (row-major) that is ``ok`` and finite,
+    the order-preserving image of its bits above ``i``; ``counts[s]`` how many.
+    Cells keep their row-major order among equal values, as in the compacted
+    reference, so sorting a row gives the reference order.
+    """
+    for s in range(bits.shape[0]):
+        n = 0
+        for i in range(bits.shape[1]):
+            b = bits[s, i]
+            if ok[s, i] and (b & np.uint32(0x7F800000)) != np.uint32(0x7F800000):
+                o = ~b if b >> np.uint32(31) else b | np.uint32(0x80000000)
+                keys[s, n] = (np.uint64(o) << np.uint64(32)) | np.uint64(i)
+                n += 1
+        counts[s] = n
+
+
+@njit(cache=True, nogil=True)
+def _keyed_stats(
+    values: Any, weights: Any, keys: Any, counts: Any, xs: Any, ws: Any, t: Any, res: Any
+) -> None:  # pragma: no cover - numba
+    """:func:`_stats_core` of each scene's values taken in the order of its sorted keys."""
+    mask = np.uint64(0xFFFFFFFF)
+    for s in range(values.shape[0]):
+        n = counts[s]
+        if n == 0:
+            continue
+        for j in range(n):
+            k = np.intp(keys[s, j] & mask)
+            xs[j] = np.float64(values[s, k])
+            ws[j] = weights[k]
+        _stats_core(xs, ws, t, n, res[s])
+
+
+@njit(cache=True, nogil=True)
+def _sorted_stats(
+    x: Any, w: Any, order: Any, xs: Any, ws: Any, t: Any, out: Any
+) -> None:  # pragma: no cover - numba
+    """Weighted mean, std and quantiles of ``x`` taken in ``order`` (see :func:`weighted_stats`)."""
+    n = order.size  # xs, ws, t: float64 scratch of at least n
+    for i in range(n):
+        k = order[i]
+        xs[i] = np.float64(x[k])
+        ws[i] = w[k]
+    _stats_core(xs, ws, t, n, out)
+
+
+@njit(cache=True, nogil=True)
+def _stats_core(xs: Any, ws: Any, t: Any, n: int, out: Any) -> None:  # pragma: no cover - numba
+    """Weighted mean, std and quantiles of sorted ``xs[:n]`` with weights ``ws[:n]``.
+
+    Reproduces the numpy expression order of the reference exactly: pairwise
+    sums of ``ws``, ``xs * ws`` and ``ws * (xs - mean) ** 2``; a running sum for
+    the cumulative mid-point weights; ``np.interp``'s arithmetic.
+    """
+    total = _pairwise(ws, n)
+    for i in range(n):
+        t[i] = xs[i] * ws[i]
+    mean = _pairwise(t, n) / total
+    for i in range(n):
+        d = xs[i] - mean
+        t[i] = ws[i] * (d * d)
+    var = _pairwise(t, n) / total
+    out[0] = mean
+    out[1] = np.sqrt(max(0.0, var))
+    c = 0.0
+    for i in range(n):
+        c += ws[i]
+        t[i] = (c - ws[i] / 2.0) / total
+    for qi in range(5):
+        out[2 + qi] = _interp(_QUANTILES[qi], t[:n], xs[:n])
+
+
+@njit(cache=True, nogil=True)
+def _interp(q: float, xp: Any, fp: Any) -> float:  # pragma: no cover - numba
+    """``np.interp(q, xp, fp)`` for ascending ``xp`` (numpy's arithmetic, same bits)."""
+    n = xp.size
+    if n == 1:
+        return fp[0]
+    if q < xp[0]:
+        return fp[0]
+    if q > xp[n - 1]:
+        return fp[n - 1]
+    lo, hi = 0, n  # j = last index with xp[j] <= q
+    while lo < hi:
+        mid = lo + ((hi - lo) >> 1)
+        if q >= xp[mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    j = lo - 1
+    if j == n - 1 or xp[j] == q:
+        return fp[j]
+    slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+    r = slope * (q - xp[j]) + fp[j]
+    if np.isnan(r):
+        r = slope * (q - xp[j + 1]) + fp[j + 1]
+        if np.isnan(r) and fp[j] == fp[j + 1]:
+            r = fp[j]
+    return r
+
+
+def _sort_order(x: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
+    """Ascending order of the values, equal values by position: the same on every machine.
+
+    numpy's default sort is not stable and its tie order depends on the SIMD path
+    of the machine (AVX2 vs AVX-512); the order of equal values moves the
+    cumulative weights, hence the quantiles (by ~1e-9) and the fact ids bound to
+    them. Values exact in float32 (cube values are) are sorted as one uint64 per
+    value: the order-preserving uint32 image of the float32 bits above the
+    position, so every key is unique and any sort algorithm gives one answer
+    (numpy's SIMD sort of uint64: faster than an argsort). Other values use a
+    stable argsort.
+    """
+    xv = np.asarray(x)
+    keys = xv.astype(np.float32)
+    if xv.size >= 1 << 32 or not np.array_equal(keys, xv):
+        return np.argsort(xv.astype(np.float64, copy=False), kind="stable")
+    bits = keys.view(np.uint32)
+    ordered = np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(1 << 31))
+    packed = (ordered.astype(np.uint64) << np.uint64(32)) | np.arange(xv.size, dtype=np.uint64)
+    packed.sort()
+    return (packed & np.uint64(0xFFFFFFFF)).astype(np.intp)
+
+
+def _stats_dict(out: npt.NDArray[np.float64]) -> dict[str, float]:
+    return {
+        "mean": float(out[0]),
+        "std": float(out[1]),
+        "p10": float(out[2]),
+        "p25": float(out[3]),
+        "median": float(out[4]),
+        "p75": float(out[5]),
+        "p90": float(out[6]),
+    }
+
+
+def weighted_stats(x: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> dict[str, float]:
+    """Weighted mean, std (population) and quantiles p10 p25 median p75 p90.
+
+    ``mean = sum(w x) / sum(w)``; ``std = sqrt(sum(w (x - mean)^2) / sum(w))``;
+    quantiles interpolate linearly over the sorted values at the cumulative
+    mid-point weights ``(cumsum(w) - w / 2) / sum(w)`` (numpy's summation
+    order throughout, in a compiled kernel).
+
+    Args:
+        x: Values (finite).
+        w: Positive weights, same shape.
+    """
+    xv = np.ascontiguousarray(np.asarray(x).ravel())
+    wv = np.ascontiguousarray(np.asarray(w, dtype=np.float64).ravel())
+    out = np.empty(7, np.float64)
+    scratch = np.empty((3, xv.size), np.float64)
+    _sorted_stats(xv, wv, _sort_order(xv), scratch[0], scratch[1], scratch[2], out)
+    return _stats_dict(out)
+
+
+def mann_kendall(y: npt.ArrayLike) -> tuple[int, float]:
+    """Mann-Kendall S and two-sided p-value (tie-corrected variance, continuity correction).
+
+    Args:
+        y: Series in time order (n >= 3).
+
+    Returns:
+        ``(S, p)``.
+    """
+    v = np.asarray(y, dtype=np.float64)
+    n = v.size
+    diff = np.sign(v[None, :] - v[:, None])
+    s = int(np.triu(diff, k=1).sum())
+    _, counts = np.unique(v, return_counts=True)
+    var = (
+        n * (n - 1) * (2 * n + 5) - float(np.sum(counts * (counts - 1) * (2 * counts + 5)))
+    ) / 18.0
+    if var <= 0:
+        return s, 1.0
+    z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
+    return s, float(math.erfc(abs(z) / math.sqrt(2.0)))
+
+
+def theil_sen(y: npt.ArrayLike, x: npt.ArrayLike) -> tuple[float, float]:
+    """Theil-Sen slope and intercept (``median(y) - slope * median(x)``).
+
+    The same arithmetic as ``scipy.stats.theilslopes(y, x)`` (method
+    ``separate``), without its confidence interval.
+
+    Args:
+        y: Values.
+        x: Abscissae (not all equal), same length.
+    """
+    yv = np.asarray(y, dtype=np.float64).ravel()
+    xv = np.asarray(x, dtype=np.float64).ravel()
+    deltax = xv[:, None] - xv
+    deltay = yv[:, None] - yv
+    pos = deltax > 0
+    slopes = deltay[pos] / deltax[pos]
+    slopes.sort()
+    slope = float(np.median(slopes))
+    return slope, float(np.median(yv) - slope * np.median(xv))
+
+
+def pick_even(tslots: list[int], m: int) -> list[int]:
+    """Choose ``m`` of sorted ``tslots`` evenly in time, keeping the first and the last."""
+    if len(tslots) <= m:
+        return list(tslots)
+    arr = np.asarray(tslots, dtype=np.float64)
+    targets = np.linspace(arr[0], arr[-1], m)
+    free = np.ones(arr.size, bool)
+    chosen = []
+    for t in targets:
+        cand = np.flatnonzero(free)
+        j = cand[int(np.argmin(np.abs(arr[cand] - t)))]
+        free[j] = False
+        chosen.append(int(j))
+    return [tslots[j] for j in sorted(chosen)]
+
+
+_THREADED_SCENES = 4  # scenes per call from which half go to a pool thread
+_KEY_BYTES = 32 << 20  # sort keys held at once per thread (a group of scenes)
+
+
+def scenes_stats(
+    values: npt.NDArray[Any],
+    oks: npt.NDArray[np.bool_],
+    weights: npt.NDArray[np.float64],
+    n_total: int,
+) -> list[dict[str, Any] | None]:
+    """:func:`weighted_stats` and clear counts of each scene's clear finite values.
+
+    Float32 values (every index and backscatter band) take one pass per group
+    of scenes: a kernel writes each scene's sort keys (:func:`_sort_order`'s,
+    with the cell index for the position, which orders ties the same way),
+    numpy sorts each row, a kernel reduces the values in key order. Other
+    dtypes take the reference path. From a few scenes on, and with more than
+    one core, half of them go to a thread of :func:`store.threads.worker_pool`
+    (the sort and the kernels release the GIL); the result does not depend on
+    the split.
+
+    Args:
+        values: ``(scenes, h, w)`` values of a band over an area's lattice box.
+        oks: ``(scenes, h, w)`` clear cells inside the area.
+        weights: ``(h, w)`` cell weights.
+        n_total: Cells of the area (the denominator of the clear fraction).
+
+    Returns:
+        Per scene, the statistics with ``n_clear``, ``n_total`` and
+        ``clear_fraction``; None for a scene with no clear finite value.
+    """
+    weights = np.ascontiguousarray(weights, dtype=np.float64).ravel()
+    n_scenes = values.shape[0]
+    res = np.empty((n_scenes, 7), np.float64)
+    counts = np.zeros(n_scenes, np.int64)
+
+    flat_values = np.ascontiguousarray(values.reshape(n_scenes, -1))
+    flat_ok = np.ascontiguousarray(oks.reshape(n_scenes, -1))
+
+    def work(lo: int, hi: int) -> None:
+        if hi <= lo:
+            return
+        scratch = np.empty((3, weights.size), np.float64)
+        if flat_values.dtype == np.float32:
+            # keys of a group of scenes at a time: ~_KEY_BYTES whatever the area
+            group = max(1, min(hi - lo, _KEY_BYTES // max(1, 8 * weights.size)))
+            keys = np.empty((group, weights.size), np.uint64)
+            for g0 in range(lo, hi, group):
+                g1 = min(hi, g0 + group)
+                kg = keys[: g1 - g0]
+                _scene_keys(flat_values[g0:g1].view(np.uint32), flat_ok[g0:g1], kg, counts[g0:g1])
+                for j in range(g1 - g0):
+                    kg[j, : counts[g0 + j]].sort()
+                _keyed_stats(
+                    flat_values[g0:g1],
+                    weights,
+                    kg,
+                    counts[g0:g1],
+                    scratch[0],
+                    scratch[1],
+                    scratch[2],
+                    res[g0:g1],
+                )
+            return
+        for i in range(lo, hi):
+            sel = flat_ok[i] & np.isfinite(flat_values[i])
+            x, w = flat_values[i][sel], weights[sel]
+            counts[i] = x.size
+            if x.size:
+                _sorted_stats(x, w, _sort_order(x), scratch[0], scratch[1], scratch[2], res[i])
+
+    half = n_scenes // 2
+    if n_scenes >= _THREADED_SCENES and threads.core_count() > 1:
+        other = threads.worker_pool().submit(work, half, n_scenes)
+        work(0, half)
+        other.result()
+    else:
+        work(0, n_scenes)
+    out: list[dict[str, Any] | None] = []
+    for i in range(n_scenes):
+        n = int(counts[i])
+        if n == 0:
+            out.append(None)
+            continue
+        stats: dict[str, Any] = _stats_dict(res[i])
+        stats.update({"n_clear": n, "n_total": n_total, "clear_fraction": n / max(1, n_total)})
+        out.append(stats)
+    return out
