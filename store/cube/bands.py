@@ -94,6 +94,17 @@ class BandSpec:
     """Short names accepted for this band (area_over_time's ``index``, claims)."""
 
     @property
+    def array_path(self) -> str:
+        """:attr:`path` of a stored band.
+
+        Raises:
+            UnknownBand: the band is not stored in the cube.
+        """
+        if self.path is None:
+            raise UnknownBand(f"band {self.name!r} is not stored in the cube")
+        return self.path
+
+    @property
     def group(self) -> str:
         """The group (band family) holding the array."""
         return (self.path or self.name).split("/", 1)[0]

@@ -175,7 +175,7 @@ def ensure_layout(repo: ic.Repository, block_level: int) -> int:
         parent = root[spec.group]
         assert isinstance(parent, zarr.Group)
         parent.create_array(
-            str(spec.path).split("/", 1)[1],
+            spec.array_path.split("/", 1)[1],
             shape=spec.shape,
             dtype=spec.dtype,
             chunks=spec.chunks(level),

@@ -140,10 +140,10 @@ class CubeReader:
             The lazily-read Zarr array (full lattice shape).
         """
         spec = band_spec(band)
-        arr = self._arrays.get(spec.path)
+        arr = self._arrays.get(spec.array_path)
         if arr is None:
-            arr = zarr.open_array(self.session.store, path=spec.path, mode="r", zarr_format=3)
-            self._arrays[spec.path] = arr
+            arr = zarr.open_array(self.session.store, path=spec.array_path, mode="r", zarr_format=3)
+            self._arrays[spec.array_path] = arr
         return arr
 
     def chunks(self, band: str) -> npt.NDArray[np.int64]:
@@ -159,7 +159,7 @@ class CubeReader:
 
         async def collect() -> list[tuple[int, ...]]:
             coords: AsyncIterator[tuple[int, ...]] = self.session.chunk_coordinates(
-                "/" + spec.path, batch_size=10_000
+                "/" + spec.array_path, batch_size=10_000
             )
             return [c async for c in coords]
 
@@ -175,14 +175,14 @@ class CubeReader:
         it while others wait).
         """
         spec = band_spec(band)
-        index = self._index.get(spec.path or spec.name)
+        index = self._index.get(spec.array_path)
         if index is not None:
             return index
         with self.cache.single_flight(("index", self._snapshot_id, spec.name)):
-            index = self._index.get(spec.path or spec.name)
+            index = self._index.get(spec.array_path)
             if index is None:
                 index = self._build_index(spec)
-                self._index[spec.path or spec.name] = index
+                self._index[spec.array_path] = index
         return index
 
     def _build_index(self, spec: BandSpec) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
@@ -339,7 +339,7 @@ class CubeReader:
     def codec(self, band: str) -> ChunkCodec | None:
         """The band's chunk codec, or None when its codecs need zarr's own indexing."""
         spec = band_spec(band)
-        path = str(spec.path)
+        path = spec.array_path
         if path not in self._codecs:
             codec = ChunkCodec(self.array(band), path)
             self._codecs[path] = codec if codec.supported else None

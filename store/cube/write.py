@@ -125,19 +125,21 @@ class CubeTransaction:
         """Whether exiting created a new snapshot."""
 
     def _array(self, spec: BandSpec) -> zarr.Array:
-        arr = self._arrays.get(spec.path)
+        arr = self._arrays.get(spec.array_path)
         if arr is None:
-            opened = zarr.open_array(self._session.store, path=spec.path, mode="r+", zarr_format=3)
+            opened = zarr.open_array(
+                self._session.store, path=spec.array_path, mode="r+", zarr_format=3
+            )
             arr = opened.with_config({"write_empty_chunks": False})
-            self._arrays[spec.path] = arr
+            self._arrays[spec.array_path] = arr
         return arr
 
     def _codec(self, spec: BandSpec) -> ChunkCodec:
         # array metadata never changes once the layout exists: open it once per writer
-        codec = self._codecs.get(spec.path)
+        codec = self._codecs.get(spec.array_path)
         if codec is None:
-            codec = ChunkCodec(self._array(spec), spec.path)
-            self._codecs[spec.path] = codec
+            codec = ChunkCodec(self._array(spec), spec.array_path)
+            self._codecs[spec.array_path] = codec
         return codec
 
     def _write_chunks(
