@@ -13,9 +13,10 @@ from pydantic import BaseModel
 
 from api.context import BAND_FAMILY, CLEAR_BAND, ServiceContext, derivation_of
 from api.errors import ApiError, InvalidArgument, from_store_error
-from api.receipts import fact_id, sign_answer
+from api.receipts import sign_answer
 from store import address
 from store.errors import StoreError
+from store.facts import fact_id
 from store.tslot import MAX_DAY_SLOT, MAX_YEAR_SLOT
 
 __all__ = [

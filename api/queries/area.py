@@ -48,10 +48,10 @@ from api.context import BAND_FAMILY, ServiceContext
 from api.errors import InvalidArgument
 from api.models import AreaOverTimeAnswer, AreaOverTimeBody, AreaOverTimeIn
 from api.queries._common import INDEX_BANDS, clear_info, finish, make_fact, slot_date, store_errors
-from api.receipts import canonical_cbor
 from api.registry import primitive
 from store import address
 from store.cube import CubeReader
+from store.facts import canonical_cbor
 
 __all__ = [
     "BASELINE_DAYS",
