@@ -174,6 +174,16 @@ def _validated(prim: Primitive, args: Mapping[str, Any] | BaseModel) -> BaseMode
     return prim.input_model.model_validate(dict(args))
 
 
+def _run(prim: Primitive, ctx: Any, model: BaseModel) -> BaseModel:
+    """Run a primitive; a store error leaves as the API error of the same code."""
+    try:
+        return prim.fn(ctx, model)
+    except StoreError as exc:
+        if isinstance(exc, ApiError):
+            raise
+        raise from_store_error(exc) from exc
+
+
 def parse_args(name: str, args: Mapping[str, Any]) -> BaseModel:
     """Validate raw arguments into a primitive's input model.
 
@@ -196,7 +206,7 @@ def run(ctx: ServiceContext, name: str, args: Mapping[str, Any]) -> BaseModel:
         The answer model.
     """
     model = parse_args(name, args)
-    return _primitive(name).fn(ctx, model)
+    return _run(_primitive(name), ctx, model)
 
 
 def call_primitive(ctx: Any, name: str, args: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
@@ -218,7 +228,7 @@ def call_primitive(ctx: Any, name: str, args: Mapping[str, Any] | BaseModel) -> 
         ApiError, StoreError: Raised by the primitive.
     """
     prim = _primitive(name)
-    answer = prim.fn(ctx, _validated(prim, args))
+    answer = _run(prim, ctx, _validated(prim, args))
     signed = signed_dump(answer)  # the dict finish() signed: no second dump
     return signed if signed is not None else answer.model_dump(mode="json")
 

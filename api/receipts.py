@@ -1,36 +1,18 @@
-"""Fact ids, query digests and signed receipts.
+"""Query digests, answer digests and signed receipts.
 
 Everything here is pure except :meth:`Signer.load_or_create`, which reads or
 creates the signing key file.
 
-Canonical encoding (used by fact ids, query digests and answer digests)
------------------------------------------------------------------------
-Values are first *normalised* into a JSON-shaped tree, then encoded as
-canonical CBOR (``cbor2.dumps(canonical=True)``: definite lengths, map keys
-sorted length-first then bytewise), except that every float is forced to a
-9-byte float64 (canonical CBOR would otherwise shrink ``1.5`` to a float16).
-Normalisation:
-
-* ``None``, ``bool`` and ``str`` are kept; ``bytes`` stay a CBOR byte string.
-* Integers stay CBOR integers and floats are always float64 (numpy float32
-  values are widened exactly); ``1`` and ``1.0`` are different values, as
-  they are in a JSON document written by Python. NaN and ±inf are refused.
-* Lists, tuples and numpy arrays become arrays; mappings become maps with
-  string keys.
-* Query arguments only: ``None`` values are dropped from mappings, so an
-  omitted optional argument and an explicit ``null`` digest alike. Answers
-  keep their nulls (removing one is a change).
-
-Because the normalised tree is what JSON can carry, a document that went
-through ``json.dumps``/``json.loads`` digests to the same bytes. Verification
-works on the parsed JSON value: whitespace and key order of a saved file do
-not matter, any change of a value, a key, a type (``1`` -> ``1.0``) does.
-
-Fact id
+Digests
 -------
-``"f1:" + blake3(cbor({cell, band, tslot, value, sources, derivation})).hex()``,
-``sources`` sorted and de-duplicated. ``f1`` names this layout; a future layout
-gets a new prefix. No clocks go in, so two replicas holding the same fact agree.
+Query and answer digests are blake3 over the canonical CBOR of
+:mod:`store.facts` (the encoding fact ids use): the query digest hashes
+``{primitive, args}`` with ``None`` values dropped, the answer digest hashes
+the answer without its ``receipt`` (nulls kept). Verification works on the
+parsed JSON value: whitespace and key order of a saved file do not matter, any
+change of a value, a key, a type (``1`` -> ``1.0``) does. Values without a
+canonical form raise :class:`api.errors.InvalidArgument` here, with the code
+of the store error (``invalid_number``, ``invalid_value``).
 
 Receipt preimage (version 1)
 ----------------------------
@@ -58,7 +40,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
 import re
 import struct
@@ -71,23 +52,20 @@ from pathlib import Path
 from typing import Any
 
 import blake3
-import cbor2
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from api.errors import InvalidArgument, ReceiptKeyError
+from api.errors import InvalidArgument, ReceiptKeyError, from_store_error
+from store.errors import CanonicalFormError
+from store.facts import FACT_ID_PREFIX, canonical_cbor, digest, fast_cbor, normalise
 
 __all__ = [
     "DOMAIN_TAG",
-    "FACT_ID_PREFIX",
     "KEY_FILE",
     "RECEIPT_VERSION",
     "Signer",
     "VerifyResult",
     "answer_digest",
-    "canonical_cbor",
-    "fact_id",
-    "normalise",
     "query_digest",
     "receipt_preimage",
     "sign_answer",
@@ -100,13 +78,9 @@ RECEIPT_VERSION = 1
 DOMAIN_TAG = b"earthmem.receipt.v1"
 """Domain-separation tag, the first item of every receipt preimage."""
 
-FACT_ID_PREFIX = "f1:"
-"""Prefix naming the fact-id layout (blake3 over canonical CBOR, version 1)."""
-
 KEY_FILE = Path("keys") / "receipt_ed25519.key"
 """Location of the 32-byte ed25519 seed, relative to the data directory."""
 
-_F64 = struct.Struct(">d")
 _U32 = struct.Struct(">I")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX128 = re.compile(r"[0-9a-f]{128}")
@@ -130,249 +104,7 @@ _RECEIPT_FIELDS = frozenset(
 )
 
 
-# --------------------------------------------------------------------------- canonical form
-
-
-class _Float64:
-    """Marker so the CBOR encoder writes a float as 9-byte float64."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: float) -> None:
-        self.value = value
-
-
-def _encode_marker(encoder: Any, value: Any) -> None:
-    if isinstance(value, _Float64):
-        encoder.write(b"\xfb" + _F64.pack(value.value))
-        return
-    raise TypeError(f"cannot encode {type(value).__name__}")
-
-
-def _number(x: float) -> float:
-    if not math.isfinite(x):
-        raise InvalidArgument(f"non-finite number {x!r} cannot be hashed", code="invalid_number")
-    return float(x)
-
-
-def normalise(value: Any, *, drop_none: bool = False) -> Any:
-    """Normalise a value into the JSON-shaped tree that is hashed.
-
-    Args:
-        value: None, bool, int, float, str, bytes, a sequence, a mapping with
-            string keys, or a numpy scalar/array (anything with ``tolist``).
-
-    Returns:
-        drop_none: Drop ``None`` values from mappings (query arguments).
-
-    Returns:
-        A tree of None/bool/int/float/str/bytes/list/dict with the rules in the
-        module docstring applied.
-
-    Raises:
-        InvalidArgument: NaN or infinity, non-string mapping keys, or an
-            unsupported type.
-    """
-    if value is None or isinstance(value, bool | str | bytes):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return _number(value)
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise InvalidArgument(
-                    f"mapping keys must be strings, got {type(k).__name__}", code="invalid_value"
-                )
-            if v is not None or not drop_none:
-                out[k] = normalise(v, drop_none=drop_none)
-        return out
-    if isinstance(value, list | tuple):
-        return [normalise(v, drop_none=drop_none) for v in value]
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist):  # numpy scalar or array
-        return normalise(tolist(), drop_none=drop_none)
-    raise InvalidArgument(
-        f"cannot hash a value of type {type(value).__name__}", code="invalid_value"
-    )
-
-
-def _mark_floats(tree: Any) -> Any:
-    if isinstance(tree, float):
-        return _Float64(tree)
-    if isinstance(tree, dict):
-        return {k: _mark_floats(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_mark_floats(v) for v in tree]
-    return tree
-
-
-def _canonical_cbor_slow(value: Any) -> bytes:
-    return cbor2.dumps(_mark_floats(normalise(value)), canonical=True, default=_encode_marker)
-
-
-# Fast path: one pass that normalises and encodes plain values (exact types dict, list,
-# tuple, str, int within 64 bits, finite float, bool, None, bytes). Anything else
-# (numpy values, subclasses, non-string keys, NaN, big ints, unencodable strings, deep
-# nesting) raises _Slow and the caller takes the reference path above, so both paths
-# give the same bytes and the same errors. Map keys are sorted length-first, then
-# bytewise, as ``cbor2.dumps(canonical=True)`` does; the order of a key set is cached.
-
-
-class _Slow(Exception):
-    """The value needs the reference (normalise + cbor2) path."""
-
-
-_HEAD_SMALL = [bytes([i]) for i in range(256)]
-_U16 = struct.Struct(">H")
-_U64 = struct.Struct(">Q")
-_KEY_ORDER: dict[tuple[str, ...], tuple[tuple[str, bytes], ...]] = {}
-_KEY_ORDER_MAX = 4096
-
-
-def _head(major: int, n: int) -> bytes:
-    m = major << 5
-    if n < 24:
-        return _HEAD_SMALL[m | n]
-    if n < 0x100:
-        return bytes((m | 24, n))
-    if n < 0x10000:
-        return _HEAD_SMALL[m | 25] + _U16.pack(n)
-    if n < 0x100000000:
-        return _HEAD_SMALL[m | 26] + _U32.pack(n)
-    return _HEAD_SMALL[m | 27] + _U64.pack(n)
-
-
-def _key_order(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
-    order = _KEY_ORDER.get(keys)
-    if order is None:
-        for k in keys:
-            if type(k) is not str:
-                raise _Slow
-        encoded = [(k, k.encode("utf-8")) for k in keys]
-        encoded.sort(key=lambda kb: (len(kb[1]), kb[1]))
-        order = tuple((k, _head(3, len(b)) + b) for k, b in encoded)
-        if len(_KEY_ORDER) >= _KEY_ORDER_MAX:
-            _KEY_ORDER.clear()
-        _KEY_ORDER[keys] = order
-    return order
-
-
-def _encode_fast(value: Any, out: list[bytes], allow_bytes: bool, drop_none: bool) -> None:
-    t = type(value)
-    if t is str:
-        data = value.encode("utf-8")
-        out.append(_head(3, len(data)))
-        out.append(data)
-    elif t is float:
-        if value - value != 0.0:  # NaN or infinity
-            raise _Slow
-        out.append(b"\xfb" + _F64.pack(value))
-    elif t is dict:
-        order = _key_order(tuple(value))
-        if drop_none:
-            order = tuple(kb for kb in order if value[kb[0]] is not None)
-        out.append(_head(5, len(order)))
-        for k, kb in order:
-            out.append(kb)
-            _encode_fast(value[k], out, allow_bytes, drop_none)
-    elif t is int:
-        if 0 <= value <= 0xFFFFFFFFFFFFFFFF:
-            out.append(_head(0, value))
-        elif -0x10000000000000000 <= value < 0:
-            out.append(_head(1, -1 - value))
-        else:
-            raise _Slow
-    elif value is None:
-        out.append(b"\xf6")
-    elif t is bool:
-        out.append(b"\xf5" if value else b"\xf4")
-    elif t is list or t is tuple:
-        out.append(_head(4, len(value)))
-        for v in value:
-            _encode_fast(v, out, allow_bytes, drop_none)
-    elif t is bytes and allow_bytes:
-        out.append(_head(2, len(value)))
-        out.append(value)
-    else:
-        raise _Slow
-
-
-def _fast_cbor(value: Any, *, allow_bytes: bool, drop_none: bool = False) -> bytes | None:
-    """Canonical CBOR of a plain value in one pass, or None when the slow path is needed."""
-    out: list[bytes] = []
-    try:
-        _encode_fast(value, out, allow_bytes, drop_none)
-    except (_Slow, UnicodeEncodeError, RecursionError):
-        return None
-    return b"".join(out)
-
-
-def canonical_cbor(value: Any) -> bytes:
-    """Canonical CBOR bytes of ``normalise(value)``, floats as float64.
-
-    Args:
-        value: Anything :func:`normalise` accepts.
-
-    Returns:
-        The encoded bytes.
-
-    Raises:
-        InvalidArgument: As :func:`normalise`.
-    """
-    fast = _fast_cbor(value, allow_bytes=True)
-    return fast if fast is not None else _canonical_cbor_slow(value)
-
-
-def _digest(data: bytes) -> bytes:
-    return blake3.blake3(data).digest()
-
-
-def fact_id(
-    cell: str,
-    band: str,
-    tslot: int,
-    value: Any,
-    source_ids: Sequence[str],
-    derivation: str,
-) -> str:
-    """Content id of one fact; identical on every replica holding the same fact.
-
-    Args:
-        cell: cell64 text of the fact's cell.
-        band: Band name, e.g. ``"indices.ndvi"``.
-        tslot: Time slot (day or year slot of the band's tempo).
-        value: The fact's value: a number, a list (embedding), bytes, or None
-            (absence). NaN is refused: an absent value must be ``None``.
-        source_ids: Source item ids (STAC ids); order and duplicates do not matter.
-        derivation: Name and version of the computation, e.g. ``"ndvi.v1"``.
-
-    Returns:
-        ``"f1:"`` followed by 64 lowercase hex characters.
-
-    Raises:
-        InvalidArgument: NaN/inf in the value, or wrongly typed arguments.
-    """
-    if not isinstance(cell, str) or not isinstance(band, str) or not isinstance(derivation, str):
-        raise InvalidArgument("cell, band and derivation must be strings", code="invalid_fact")
-    if isinstance(tslot, bool) or not isinstance(tslot, int):
-        tslot_int = getattr(tslot, "item", lambda: None)()
-        if isinstance(tslot_int, bool) or not isinstance(tslot_int, int):
-            raise InvalidArgument(f"tslot must be an integer, got {tslot!r}", code="invalid_fact")
-        tslot = tslot_int
-    if isinstance(source_ids, str) or not all(isinstance(s, str) for s in source_ids):
-        raise InvalidArgument("source_ids must be a sequence of strings", code="invalid_fact")
-    body = {
-        "cell": cell,
-        "band": band,
-        "tslot": int(tslot),
-        "value": value,  # canonical_cbor normalises it
-        "sources": sorted(set(source_ids)),
-        "derivation": derivation,
-    }
-    return FACT_ID_PREFIX + blake3.blake3(canonical_cbor(body)).hexdigest()
+# --------------------------------------------------------------------------- query and answer digests
 
 
 def query_digest(primitive: str, args: Mapping[str, Any]) -> bytes:
@@ -387,14 +119,20 @@ def query_digest(primitive: str, args: Mapping[str, Any]) -> bytes:
 
     Returns:
         32 raw bytes.
+
+    Raises:
+        InvalidArgument: An argument value has no canonical form (NaN, ...).
     """
     if type(args) is dict and type(primitive) is str:
-        fast = _fast_cbor({"primitive": primitive, "args": args}, allow_bytes=True, drop_none=True)
+        fast = fast_cbor({"primitive": primitive, "args": args}, allow_bytes=True, drop_none=True)
         if fast is not None:
-            return _digest(fast)
-    return _digest(
-        canonical_cbor({"primitive": primitive, "args": normalise(dict(args), drop_none=True)})
-    )
+            return digest(fast)
+    try:
+        return digest(
+            canonical_cbor({"primitive": primitive, "args": normalise(dict(args), drop_none=True)})
+        )
+    except CanonicalFormError as exc:
+        raise from_store_error(exc) from exc
 
 
 def _json_round_trip(value: Any, what: str) -> Any:
@@ -422,10 +160,13 @@ def answer_digest(answer: Mapping[str, Any]) -> bytes:
     body = {k: v for k, v in answer.items() if k != "receipt"}
     # Plain JSON values come back from a JSON round trip unchanged, so the fast path
     # encodes them directly (bytes are not JSON: they take the slow path, which refuses them).
-    fast = _fast_cbor(body, allow_bytes=False)
+    fast = fast_cbor(body, allow_bytes=False)
     if fast is not None:
-        return _digest(fast)
-    return _digest(canonical_cbor(_json_round_trip(body, "answer")))
+        return digest(fast)
+    try:
+        return digest(canonical_cbor(_json_round_trip(body, "answer")))
+    except CanonicalFormError as exc:
+        raise from_store_error(exc) from exc
 
 
 # --------------------------------------------------------------------------- preimage
@@ -651,7 +392,10 @@ def sign_answer(
             f"served_at must be RFC 3339 UTC ending in Z, got {served!r}", code="invalid_receipt"
         )
     req = request_id if request_id is not None else uuid.uuid4().hex
-    query = _json_round_trip(normalise(dict(args), drop_none=True), "query")
+    try:
+        query = _json_round_trip(normalise(dict(args), drop_none=True), "query")
+    except CanonicalFormError as exc:
+        raise from_store_error(exc) from exc
     q_digest = query_digest(primitive, query)
     a_digest = answer_digest(answer)
     cell_list = _sorted_unique(cells, "cells")
@@ -668,7 +412,7 @@ def sign_answer(
         answer_digest=a_digest,
         key_id=key_id,
     )
-    signature = signer.sign(_digest(preimage))
+    signature = signer.sign(digest(preimage))
     receipt = {
         "version": RECEIPT_VERSION,
         "request_id": req,
@@ -799,7 +543,7 @@ def verify_answer(
             return _fail("receipt.query is not in normalised form", key_id)
         q_digest = query_digest(strings["primitive"] or "", query)
         a_digest = answer_digest(doc)
-    except (ValueError, TypeError) as exc:  # InvalidArgument is a ValueError
+    except (ValueError, TypeError) as exc:  # InvalidArgument, CanonicalFormError: ValueErrors
         return _fail(f"cannot recompute digests: {exc}", key_id)
     if q_digest.hex() != hexes["query_digest"]:
         return _fail("query digest does not match receipt.query", key_id)
@@ -818,7 +562,7 @@ def verify_answer(
         key_id=key_id or "",
     )
     try:
-        VerifyKey(embedded).verify(_digest(preimage), bytes.fromhex(signature_hex))
+        VerifyKey(embedded).verify(digest(preimage), bytes.fromhex(signature_hex))
     except BadSignatureError:
         return _fail("signature does not verify", key_id)
     except Exception as exc:  # malformed key material (e.g. not a curve point)

@@ -184,3 +184,27 @@ class InvalidWindow(StoreError, ValueError):
 
 
 __all__ += ["InvalidClaim", "InvalidWindow"]
+
+
+# --------------------------------------------------------------------------- canonical form and fact ids (store/facts.py)
+
+
+class CanonicalFormError(StoreError, ValueError):
+    """A value that has no canonical form: an unsupported type or a non-string mapping key."""
+
+    code = "invalid_value"
+
+
+class NonFiniteNumber(CanonicalFormError):
+    """NaN or infinity in a value to hash (an absent value must be ``None``)."""
+
+    code = "invalid_number"
+
+
+class InvalidFact(CanonicalFormError):
+    """Fact-id arguments of the wrong type (cell, band, derivation, tslot or source ids)."""
+
+    code = "invalid_fact"
+
+
+__all__ += ["CanonicalFormError", "InvalidFact", "NonFiniteNumber"]

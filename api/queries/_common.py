@@ -13,10 +13,11 @@ from pydantic import BaseModel
 
 from api.context import ServiceContext
 from api.errors import ApiError, InvalidArgument, from_store_error
-from api.receipts import fact_id, sign_answer
+from api.receipts import sign_answer
 from store import address
 from store.cube.bands import FLAG_BANDS, INDEX_NAMES, SCALAR_BANDS, clear_flag, registered
 from store.errors import StoreError
+from store.facts import fact_id
 from store.tslot import MAX_DAY_SLOT, MAX_YEAR_SLOT
 
 __all__ = [

@@ -23,8 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from api.errors import InvalidArgument
-from api.receipts import canonical_cbor
 from store import address
+from store.facts import canonical_cbor
 
 __all__ = [
     "MAX_AREA_KM2",

@@ -20,14 +20,22 @@ from pydantic import BaseModel
 from api.context import ServiceContext
 from api.errors import ApiError, InvalidArgument
 from api.gazetteer import MAX_TEXT_CHARS
-from api.models import AreaOverTimeIn, DidChangeIn, FindSimilarIn, TrajectoryIn
+from api.models import (
+    AreaOverTimeIn,
+    AskAnswer,
+    AskBody,
+    AskIn,
+    DidChangeIn,
+    FindSimilarIn,
+    TrajectoryIn,
+    WhatIsHereIn,
+)
 from api.queries._common import CellRef, parse_cell_arg, slot_date, store_errors
 from api.queries.area import area_over_time
 from api.queries.cell import SIGMA_FLOOR, CellSeries, _sigma, did_change, read_cell
 from api.queries.cell import trajectory as trajectory_query
 from api.queries.describe import _SHORT, _fmt, what_is_here
 from api.queries.locate import Located, _geocode, _latlng_cell, _pinned, _where
-from api.queries.place_models import AskAnswer, AskBody, AskIn, WhatIsHereIn
 from api.queries.similar import find_similar
 from api.queries.topics import SIMILAR_K, Topic, _can_answer, _check_question, _year_of, route
 from api.receipts import sign_answer

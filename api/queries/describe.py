@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from api.context import ServiceContext
 from api.errors import InvalidArgument, NotFound
+from api.models import WhatIsHereAnswer, WhatIsHereBody, WhatIsHereIn
 from api.queries._common import (
     CellRef,
     finish,
@@ -31,7 +32,6 @@ from api.queries._common import (
 )
 from api.queries.cell import SIGMA_FLOOR, Z_THRESHOLD, _sigma, read_cell
 from api.queries.locate import Located, _features, _geocode, _pinned, _where
-from api.queries.place_models import WhatIsHereAnswer, WhatIsHereBody, WhatIsHereIn
 from api.queries.similar import _vector_value
 from api.registry import primitive
 from store import address

@@ -12,7 +12,7 @@
 * **ask**: :mod:`api.queries.ask` (question reading in :mod:`api.queries.topics`).
 
 Locating helpers are in :mod:`api.queries.locate` and the pydantic models in
-:mod:`api.queries.place_models`. Importing this module registers all three
+:mod:`api.models.places`. Importing this module registers all three
 primitives, in the order where_is, what_is_here, ask (the registry's order is
 the order of the REST routes and MCP tools).
 """
@@ -23,11 +23,7 @@ import json
 
 from api.context import ServiceContext
 from api.errors import NotFound
-from api.queries._common import finish
-from api.queries.ask import MAX_SCAN_CELLS, ask
-from api.queries.describe import CHANGE_LOOKBACK_DAYS, land_cover, largest_step, what_is_here
-from api.queries.locate import NEAR_KM, _alternatives, _confidence, _features, _place_out
-from api.queries.place_models import (
+from api.models import (
     AskAnswer,
     AskIn,
     WhatIsHereAnswer,
@@ -36,6 +32,10 @@ from api.queries.place_models import (
     WhereIsBody,
     WhereIsIn,
 )
+from api.queries._common import finish
+from api.queries.ask import MAX_SCAN_CELLS, ask
+from api.queries.describe import CHANGE_LOOKBACK_DAYS, land_cover, largest_step, what_is_here
+from api.queries.locate import NEAR_KM, _alternatives, _confidence, _features, _place_out
 from api.queries.topics import MAX_QUESTION_CHARS, TOPICS, route
 from api.registry import primitive
 from store import address

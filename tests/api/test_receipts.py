@@ -1,4 +1,4 @@
-"""Fact ids, query digests and signed receipts (api/receipts.py)."""
+"""Query digests and signed receipts (api/receipts.py); fact ids: tests/store/test_facts.py."""
 
 from __future__ import annotations
 
@@ -6,14 +6,11 @@ import copy
 import json
 import os
 import stat
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import blake3
-import numpy as np
 import pytest
 
 from api.errors import InvalidArgument, ReceiptKeyError
@@ -22,13 +19,12 @@ from api.receipts import (
     KEY_FILE,
     Signer,
     answer_digest,
-    canonical_cbor,
-    fact_id,
     query_digest,
     receipt_preimage,
     sign_answer,
     verify_answer,
 )
+from store.facts import fact_id
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,85 +63,6 @@ def signed(signer: Signer) -> dict[str, Any]:
         request_id="req-1",
         served_at="2025-06-01T12:00:00.000Z",
     )
-
-
-# ----------------------------------------------------------------------------- fact ids
-
-
-def test_fact_id_format_and_source_order_independence() -> None:
-    a = fact_id(CELL_A, "indices.ndvi", 19800, 0.71, ["S2B_2", "S2A_1"], "ndvi.v1")
-    b = fact_id(CELL_A, "indices.ndvi", 19800, 0.71, ("S2A_1", "S2B_2", "S2A_1"), "ndvi.v1")
-    assert a == b == FACTS[0]
-    assert a.startswith("f1:")
-    assert len(a) == 3 + 64
-    int(a[3:], 16)
-
-
-def test_fact_id_same_in_another_process() -> None:
-    """Two 'replicas' (separate interpreters, different hash seeds) agree."""
-    code = (
-        "from api.receipts import fact_id;"
-        f"print(fact_id({CELL_A!r}, 'indices.ndvi', 19800, 0.71, ['S2B_2', 'S2A_1'], 'ndvi.v1'))"
-    )
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    assert out.stdout.strip() == FACTS[0]
-
-
-def test_fact_id_sensitive_to_every_field() -> None:
-    base = (CELL_A, "indices.ndvi", 19800, 0.71, ["S2A_1", "S2B_2"], "ndvi.v1")
-    variants = [
-        (CELL_B, *base[1:]),
-        (CELL_A, "indices.ndwi", *base[2:]),
-        (CELL_A, "indices.ndvi", 19801, *base[3:]),
-        (CELL_A, "indices.ndvi", 19800, 0.7100000000000001, *base[4:]),
-        (CELL_A, "indices.ndvi", 19800, 0.71, ["S2A_1"], "ndvi.v1"),
-        (CELL_A, "indices.ndvi", 19800, 0.71, ["S2A_1", "S2B_2"], "ndvi.v2"),
-        (CELL_A, "indices.ndvi", 19800, None, ["S2A_1", "S2B_2"], "ndvi.v1"),
-    ]
-    ids = {fact_id(*base)} | {fact_id(*v) for v in variants}  # type: ignore[arg-type]
-    assert len(ids) == len(variants) + 1
-
-
-def test_fact_id_value_normalisation() -> None:
-    # numpy scalars, int/float with integral value, and arrays vs lists agree.
-    f32 = np.float32(0.25)
-    assert fact_id(CELL_A, "b", 1, f32, [], "d") == fact_id(CELL_A, "b", 1, 0.25, [], "d")
-    # Integers and floats are distinct types, as in JSON written by Python.
-    assert fact_id(CELL_A, "b", 1, 2.0, [], "d") != fact_id(CELL_A, "b", 1, 2, [], "d")
-    assert fact_id(CELL_A, "b", np.int64(1), 2, [], "d") == fact_id(CELL_A, "b", 1, 2, [], "d")
-    vec = np.arange(-64, 64, dtype=np.int8)
-    assert fact_id(CELL_A, "geotessera", 54, vec, [], "t") == fact_id(
-        CELL_A, "geotessera", 54, list(range(-64, 64)), [], "t"
-    )
-    # Booleans are not integers.
-    assert fact_id(CELL_A, "b", 1, True, [], "d") != fact_id(CELL_A, "b", 1, 1, [], "d")
-
-
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), [1.0, float("-inf")]])
-def test_fact_id_rejects_non_finite(bad: Any) -> None:
-    with pytest.raises(InvalidArgument):
-        fact_id(CELL_A, "b", 1, bad, [], "d")
-
-
-def test_fact_id_rejects_bad_types() -> None:
-    with pytest.raises(InvalidArgument):
-        fact_id(CELL_A, "b", 1.5, 1, [], "d")  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgument):
-        fact_id(CELL_A, "b", 1, 1, "S2A_1", "d")  # a str is not a list of ids
-
-
-def test_canonical_cbor_floats_are_float64_and_maps_sorted() -> None:
-    assert canonical_cbor(1.5) == b"\xfb" + bytes.fromhex("3ff8000000000000")
-    assert canonical_cbor({"b": 1, "a": 2}) == canonical_cbor({"a": 2, "b": 1})
 
 
 # ----------------------------------------------------------------------------- query digest
@@ -422,6 +339,23 @@ def test_sign_rejects_bad_answers(signer: Signer, answer: dict[str, Any]) -> Non
 def test_sign_rejects_bad_served_at(signer: Signer) -> None:
     with pytest.raises(InvalidArgument):
         sign_answer(signer, "p", {}, {}, [], [], "s", served_at="2025-06-01 12:00")
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [({"x": float("nan")}, "invalid_number"), ({"x": {1: 2}}, "invalid_value")],
+)
+def test_args_without_canonical_form_are_invalid_arguments(
+    signer: Signer, args: dict[str, Any], code: str
+) -> None:
+    """store.facts refuses them with a store error; the API raises InvalidArgument, same code."""
+    with pytest.raises(InvalidArgument) as err:
+        sign_answer(signer, "p", args, {}, [], [], "s")
+    assert err.value.code == code
+    assert err.value.status == 422
+    with pytest.raises(InvalidArgument) as err:
+        query_digest("p", args)
+    assert err.value.code == code
 
 
 def test_verify_nan_in_saved_doc_does_not_raise(signed: dict[str, Any]) -> None:

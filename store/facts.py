@@ -1,0 +1,340 @@
+"""Canonical form of hashed values, and fact ids.
+
+Pure (no I/O, no clocks) and independent of the API, so the pipeline can
+compute and re-check fact ids itself; :mod:`api.receipts` builds its query and
+answer digests on the same encoding.
+
+Canonical encoding (used by fact ids, query digests and answer digests)
+-----------------------------------------------------------------------
+Values are first *normalised* into a JSON-shaped tree, then encoded as
+canonical CBOR (``cbor2.dumps(canonical=True)``: definite lengths, map keys
+sorted length-first then bytewise), except that every float is forced to a
+9-byte float64 (canonical CBOR would otherwise shrink ``1.5`` to a float16).
+Normalisation:
+
+* ``None``, ``bool`` and ``str`` are kept; ``bytes`` stay a CBOR byte string.
+* Integers stay CBOR integers and floats are always float64 (numpy float32
+  values are widened exactly); ``1`` and ``1.0`` are different values, as
+  they are in a JSON document written by Python. NaN and ±inf are refused.
+* Lists, tuples and numpy arrays become arrays; mappings become maps with
+  string keys.
+* Query arguments only: ``None`` values are dropped from mappings, so an
+  omitted optional argument and an explicit ``null`` digest alike. Answers
+  keep their nulls (removing one is a change).
+
+Because the normalised tree is what JSON can carry, a document that went
+through ``json.dumps``/``json.loads`` digests to the same bytes.
+
+Two encoders give the same bytes and the same errors: the reference
+:func:`canonical_cbor_reference` (normalise, then ``cbor2``) and the one-pass
+:func:`fast_cbor` for plain values; :func:`canonical_cbor` tries the second
+and falls back to the first.
+
+Fact id
+-------
+``"f1:" + blake3(cbor({cell, band, tslot, value, sources, derivation})).hex()``,
+``sources`` sorted and de-duplicated. ``f1`` names this layout; a future layout
+gets a new prefix. No clocks go in, so two replicas holding the same fact agree.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import blake3
+import cbor2
+
+from store.errors import CanonicalFormError, InvalidFact, NonFiniteNumber
+
+__all__ = [
+    "FACT_ID_PREFIX",
+    "canonical_cbor",
+    "canonical_cbor_reference",
+    "digest",
+    "fact_id",
+    "fast_cbor",
+    "normalise",
+]
+
+FACT_ID_PREFIX = "f1:"
+"""Prefix naming the fact-id layout (blake3 over canonical CBOR, version 1)."""
+
+_F64 = struct.Struct(">d")
+_U32 = struct.Struct(">I")
+
+
+# --------------------------------------------------------------------------- normalise and the reference encoder
+
+
+class _Float64:
+    """Marker so the CBOR encoder writes a float as 9-byte float64."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+
+def _encode_marker(encoder: Any, value: Any) -> None:
+    if isinstance(value, _Float64):
+        encoder.write(b"\xfb" + _F64.pack(value.value))
+        return
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def _number(x: float) -> float:
+    if not math.isfinite(x):
+        raise NonFiniteNumber(f"non-finite number {x!r} cannot be hashed")
+    return float(x)
+
+
+def normalise(value: Any, *, drop_none: bool = False) -> Any:
+    """Normalise a value into the JSON-shaped tree that is hashed.
+
+    Args:
+        value: None, bool, int, float, str, bytes, a sequence, a mapping with
+            string keys, or a numpy scalar/array (anything with ``tolist``).
+        drop_none: Drop ``None`` values from mappings (query arguments).
+
+    Returns:
+        A tree of None/bool/int/float/str/bytes/list/dict with the rules in the
+        module docstring applied.
+
+    Raises:
+        NonFiniteNumber: NaN or infinity.
+        CanonicalFormError: Non-string mapping keys, or an unsupported type.
+    """
+    if value is None or isinstance(value, bool | str | bytes):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _number(value)
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise CanonicalFormError(f"mapping keys must be strings, got {type(k).__name__}")
+            if v is not None or not drop_none:
+                out[k] = normalise(v, drop_none=drop_none)
+        return out
+    if isinstance(value, list | tuple):
+        return [normalise(v, drop_none=drop_none) for v in value]
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):  # numpy scalar or array
+        return normalise(tolist(), drop_none=drop_none)
+    raise CanonicalFormError(f"cannot hash a value of type {type(value).__name__}")
+
+
+def _mark_floats(tree: Any) -> Any:
+    if isinstance(tree, float):
+        return _Float64(tree)
+    if isinstance(tree, dict):
+        return {k: _mark_floats(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_mark_floats(v) for v in tree]
+    return tree
+
+
+def canonical_cbor_reference(value: Any) -> bytes:
+    """Canonical CBOR by the reference path: :func:`normalise`, then ``cbor2`` (canonical).
+
+    :func:`canonical_cbor` gives the same bytes (faster for plain values); this
+    one is the definition the fast encoder is checked against.
+
+    Args:
+        value: Anything :func:`normalise` accepts.
+
+    Returns:
+        The encoded bytes.
+
+    Raises:
+        CanonicalFormError: As :func:`normalise`.
+    """
+    return cbor2.dumps(_mark_floats(normalise(value)), canonical=True, default=_encode_marker)
+
+
+# --------------------------------------------------------------------------- the one-pass encoder
+
+# One pass that normalises and encodes plain values (exact types dict, list, tuple, str,
+# int within 64 bits, finite float, bool, None, bytes). Anything else (numpy values,
+# subclasses, non-string keys, NaN, big ints, unencodable strings, deep nesting) raises
+# _Slow and the caller takes the reference path above, so both paths give the same bytes
+# and the same errors. Map keys are sorted length-first, then bytewise, as
+# ``cbor2.dumps(canonical=True)`` does; the order of a key set is cached.
+
+
+class _Slow(Exception):
+    """The value needs the reference (normalise + cbor2) path."""
+
+
+_HEAD_SMALL = [bytes([i]) for i in range(256)]
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+_KEY_ORDER: dict[tuple[str, ...], tuple[tuple[str, bytes], ...]] = {}
+_KEY_ORDER_MAX = 4096
+
+
+def _head(major: int, n: int) -> bytes:
+    m = major << 5
+    if n < 24:
+        return _HEAD_SMALL[m | n]
+    if n < 0x100:
+        return bytes((m | 24, n))
+    if n < 0x10000:
+        return _HEAD_SMALL[m | 25] + _U16.pack(n)
+    if n < 0x100000000:
+        return _HEAD_SMALL[m | 26] + _U32.pack(n)
+    return _HEAD_SMALL[m | 27] + _U64.pack(n)
+
+
+def _key_order(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
+    order = _KEY_ORDER.get(keys)
+    if order is None:
+        for k in keys:
+            if type(k) is not str:
+                raise _Slow
+        encoded = [(k, k.encode("utf-8")) for k in keys]
+        encoded.sort(key=lambda kb: (len(kb[1]), kb[1]))
+        order = tuple((k, _head(3, len(b)) + b) for k, b in encoded)
+        if len(_KEY_ORDER) >= _KEY_ORDER_MAX:
+            _KEY_ORDER.clear()
+        _KEY_ORDER[keys] = order
+    return order
+
+
+def _encode_fast(value: Any, out: list[bytes], allow_bytes: bool, drop_none: bool) -> None:
+    t = type(value)
+    if t is str:
+        data = value.encode("utf-8")
+        out.append(_head(3, len(data)))
+        out.append(data)
+    elif t is float:
+        if value - value != 0.0:  # NaN or infinity
+            raise _Slow
+        out.append(b"\xfb" + _F64.pack(value))
+    elif t is dict:
+        order = _key_order(tuple(value))
+        if drop_none:
+            order = tuple(kb for kb in order if value[kb[0]] is not None)
+        out.append(_head(5, len(order)))
+        for k, kb in order:
+            out.append(kb)
+            _encode_fast(value[k], out, allow_bytes, drop_none)
+    elif t is int:
+        if 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+            out.append(_head(0, value))
+        elif -0x10000000000000000 <= value < 0:
+            out.append(_head(1, -1 - value))
+        else:
+            raise _Slow
+    elif value is None:
+        out.append(b"\xf6")
+    elif t is bool:
+        out.append(b"\xf5" if value else b"\xf4")
+    elif t is list or t is tuple:
+        out.append(_head(4, len(value)))
+        for v in value:
+            _encode_fast(v, out, allow_bytes, drop_none)
+    elif t is bytes and allow_bytes:
+        out.append(_head(2, len(value)))
+        out.append(value)
+    else:
+        raise _Slow
+
+
+def fast_cbor(value: Any, *, allow_bytes: bool, drop_none: bool = False) -> bytes | None:
+    """Canonical CBOR of a plain value in one pass, or None when the reference path is needed.
+
+    Where it answers, the bytes equal :func:`canonical_cbor_reference` of the
+    value (with ``None`` map values removed first when ``drop_none``).
+
+    Args:
+        value: The value; only exact plain types are taken (see the comment above).
+        allow_bytes: Encode ``bytes`` (False declines them: JSON cannot carry bytes).
+        drop_none: Leave out map entries whose value is ``None`` (query arguments).
+
+    Returns:
+        The encoded bytes, or None when the value needs the reference path
+        (which also raises the errors this one does not).
+    """
+    out: list[bytes] = []
+    try:
+        _encode_fast(value, out, allow_bytes, drop_none)
+    except (_Slow, UnicodeEncodeError, RecursionError):
+        return None
+    return b"".join(out)
+
+
+# --------------------------------------------------------------------------- canonical bytes, digests, fact ids
+
+
+def canonical_cbor(value: Any) -> bytes:
+    """Canonical CBOR bytes of ``normalise(value)``, floats as float64.
+
+    Args:
+        value: Anything :func:`normalise` accepts.
+
+    Returns:
+        The encoded bytes.
+
+    Raises:
+        CanonicalFormError: As :func:`normalise`.
+    """
+    fast = fast_cbor(value, allow_bytes=True)
+    return fast if fast is not None else canonical_cbor_reference(value)
+
+
+def digest(data: bytes) -> bytes:
+    """blake3 digest of ``data``: 32 raw bytes (fact ids, query and answer digests, receipts)."""
+    return blake3.blake3(data).digest()
+
+
+def fact_id(
+    cell: str,
+    band: str,
+    tslot: int,
+    value: Any,
+    source_ids: Sequence[str],
+    derivation: str,
+) -> str:
+    """Content id of one fact; identical on every replica holding the same fact.
+
+    Args:
+        cell: cell64 text of the fact's cell.
+        band: Band name, e.g. ``"indices.ndvi"``.
+        tslot: Time slot (day or year slot of the band's tempo).
+        value: The fact's value: a number, a list (embedding), bytes, or None
+            (absence). NaN is refused: an absent value must be ``None``.
+        source_ids: Source item ids (STAC ids); order and duplicates do not matter.
+        derivation: Name and version of the computation, e.g. ``"ndvi.v1"``.
+
+    Returns:
+        ``"f1:"`` followed by 64 lowercase hex characters.
+
+    Raises:
+        NonFiniteNumber: NaN or infinity in the value.
+        InvalidFact: Wrongly typed arguments.
+        CanonicalFormError: A value :func:`normalise` refuses.
+    """
+    if not isinstance(cell, str) or not isinstance(band, str) or not isinstance(derivation, str):
+        raise InvalidFact("cell, band and derivation must be strings")
+    if isinstance(tslot, bool) or not isinstance(tslot, int):
+        tslot_int = getattr(tslot, "item", lambda: None)()
+        if isinstance(tslot_int, bool) or not isinstance(tslot_int, int):
+            raise InvalidFact(f"tslot must be an integer, got {tslot!r}")
+        tslot = tslot_int
+    if isinstance(source_ids, str) or not all(isinstance(s, str) for s in source_ids):
+        raise InvalidFact("source_ids must be a sequence of strings")
+    body = {
+        "cell": cell,
+        "band": band,
+        "tslot": int(tslot),
+        "value": value,  # canonical_cbor normalises it
+        "sources": sorted(set(source_ids)),
+        "derivation": derivation,
+    }
+    return FACT_ID_PREFIX + blake3.blake3(canonical_cbor(body)).hexdigest()

@@ -1,0 +1,149 @@
+"""Canonical form and fact ids (store/facts.py): ids, encodings, and the fast encoder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.errors import InvalidFact, NonFiniteNumber
+from store.facts import canonical_cbor, canonical_cbor_reference, fact_id, fast_cbor
+
+REPO = Path(__file__).resolve().parents[2]
+
+CELL_A = "c64:23.3431:85.3094"
+CELL_B = "c64:23.3432:85.3095"
+FACTS = [
+    fact_id(CELL_A, "indices.ndvi", 19800, 0.71, ["S2A_1", "S2B_2"], "ndvi.v1"),
+    fact_id(CELL_A, "indices.ndvi", 19830, 0.23, ["S2A_3"], "ndvi.v1"),
+]
+
+
+# ----------------------------------------------------------------------------- fact ids
+
+
+def test_fact_id_format_and_source_order_independence() -> None:
+    a = fact_id(CELL_A, "indices.ndvi", 19800, 0.71, ["S2B_2", "S2A_1"], "ndvi.v1")
+    b = fact_id(CELL_A, "indices.ndvi", 19800, 0.71, ("S2A_1", "S2B_2", "S2A_1"), "ndvi.v1")
+    assert a == b == FACTS[0]
+    assert a.startswith("f1:")
+    assert len(a) == 3 + 64
+    int(a[3:], 16)
+
+
+def test_fact_id_same_in_another_process() -> None:
+    """Two 'replicas' (separate interpreters, different hash seeds) agree."""
+    code = (
+        "from store.facts import fact_id;"
+        f"print(fact_id({CELL_A!r}, 'indices.ndvi', 19800, 0.71, ['S2B_2', 'S2A_1'], 'ndvi.v1'))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert out.stdout.strip() == FACTS[0]
+
+
+def test_fact_id_sensitive_to_every_field() -> None:
+    base = (CELL_A, "indices.ndvi", 19800, 0.71, ["S2A_1", "S2B_2"], "ndvi.v1")
+    variants = [
+        (CELL_B, *base[1:]),
+        (CELL_A, "indices.ndwi", *base[2:]),
+        (CELL_A, "indices.ndvi", 19801, *base[3:]),
+        (CELL_A, "indices.ndvi", 19800, 0.7100000000000001, *base[4:]),
+        (CELL_A, "indices.ndvi", 19800, 0.71, ["S2A_1"], "ndvi.v1"),
+        (CELL_A, "indices.ndvi", 19800, 0.71, ["S2A_1", "S2B_2"], "ndvi.v2"),
+        (CELL_A, "indices.ndvi", 19800, None, ["S2A_1", "S2B_2"], "ndvi.v1"),
+    ]
+    ids = {fact_id(*base)} | {fact_id(*v) for v in variants}  # type: ignore[arg-type]
+    assert len(ids) == len(variants) + 1
+
+
+def test_fact_id_value_normalisation() -> None:
+    # numpy scalars, int/float with integral value, and arrays vs lists agree.
+    f32 = np.float32(0.25)
+    assert fact_id(CELL_A, "b", 1, f32, [], "d") == fact_id(CELL_A, "b", 1, 0.25, [], "d")
+    # Integers and floats are distinct types, as in JSON written by Python.
+    assert fact_id(CELL_A, "b", 1, 2.0, [], "d") != fact_id(CELL_A, "b", 1, 2, [], "d")
+    assert fact_id(CELL_A, "b", np.int64(1), 2, [], "d") == fact_id(CELL_A, "b", 1, 2, [], "d")
+    vec = np.arange(-64, 64, dtype=np.int8)
+    assert fact_id(CELL_A, "geotessera", 54, vec, [], "t") == fact_id(
+        CELL_A, "geotessera", 54, list(range(-64, 64)), [], "t"
+    )
+    # Booleans are not integers.
+    assert fact_id(CELL_A, "b", 1, True, [], "d") != fact_id(CELL_A, "b", 1, 1, [], "d")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), [1.0, float("-inf")]])
+def test_fact_id_rejects_non_finite(bad: Any) -> None:
+    with pytest.raises(NonFiniteNumber):
+        fact_id(CELL_A, "b", 1, bad, [], "d")
+
+
+def test_fact_id_rejects_bad_types() -> None:
+    with pytest.raises(InvalidFact):
+        fact_id(CELL_A, "b", 1.5, 1, [], "d")  # type: ignore[arg-type]
+    with pytest.raises(InvalidFact):
+        fact_id(CELL_A, "b", 1, 1, "S2A_1", "d")  # a str is not a list of ids
+
+
+def test_canonical_cbor_floats_are_float64_and_maps_sorted() -> None:
+    assert canonical_cbor(1.5) == b"\xfb" + bytes.fromhex("3ff8000000000000")
+    assert canonical_cbor({"b": 1, "a": 2}) == canonical_cbor({"a": 2, "b": 1})
+
+
+# ----------------------------------------------------------------------------- fast encoder
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_fast_cbor_equals_the_reference_encoder(value) -> None:
+    fast = fast_cbor(value, allow_bytes=True)
+    slow = canonical_cbor_reference(value)
+    if fast is not None:  # the fast path may decline (then canonical_cbor takes the slow one)
+        assert fast == slow
+    assert canonical_cbor(value) == slow
+
+
+def test_store_facts_does_not_import_the_api() -> None:
+    """The pipeline computes fact ids without the API layer."""
+    code = (
+        "import sys, store.facts; print(sorted(m for m in sys.modules if m.split('.')[0] == 'api'))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert out.stdout.strip() == "[]"
