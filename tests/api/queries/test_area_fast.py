@@ -1,8 +1,9 @@
-"""area_over_time fast paths on the tiny cube: tile reads, lean inventory sources, scene stats.
+"""area_over_time fast paths on the tiny cube: tile reads and scene stats.
 
-The tile reads must give the same values as Zarr, the lean inventory the same
-rows as the table, and the answers the reference statistics of the cube's
-values (the kernels themselves: test_area_stats.py).
+The tile reads must give the same values as Zarr and the answers the reference
+statistics of the cube's values (the kernels themselves: test_area_stats.py;
+chunk decoding: tests/store/cube/test_read.py; the overpass index:
+tests/store/test_inventory_index.py).
 """
 
 from __future__ import annotations
@@ -12,15 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from api import context as context_mod
-from api.context import ServiceContext, _load_sources, _read_chunks
+from api.context import ServiceContext
 from api.dispatch import run
 from api.queries import area as area_mod
 from api.queries import area_stats as stats_mod
 from api.queries.area_geometry import parse_area
 from api.receipts import Signer
 from store.cube import CubeReader
-from store.inventory import Inventory
 from tests.api.queries.area_reference import reference_stats as _reference_stats
 
 
@@ -54,20 +53,6 @@ def test_tile_read_equals_zarr(tiny_store: Any, reader: CubeReader, band: str) -
     assert ctx.cache_info()["tiles"] > 0
     again = area_mod._read(ctx, reader, band, box, slots)  # from the tile cache
     np.testing.assert_array_equal(again, want)
-
-
-def test_chunks_read_through_zarr_when_codecs_are_not_plain(
-    tiny_store: Any, reader: CubeReader, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    coords = reader.chunks("indices.ndvi")[:5]
-    keys = [(int(c[0]), int(c[1]), int(c[2])) for c in coords]
-    direct = _read_chunks(reader, "indices.ndvi", keys)
-    monkeypatch.setattr(context_mod, "_chunk_decoder", lambda arr: None)
-    via_zarr = _read_chunks(reader, "indices.ndvi", keys)
-    for a, b in zip(direct, via_zarr, strict=True):
-        assert a is not None
-        assert b is not None
-        np.testing.assert_array_equal(a, b)
 
 
 def test_area_stats_equal_reference_on_cube_values(tiny_store: Any, reader: CubeReader) -> None:
@@ -138,24 +123,3 @@ def test_tile_cache_is_bounded(tiny_store: Any) -> None:
     info = small.cache_info()
     assert info["columns"] + info["tiles"] == 1
     assert info["limit"] == 1
-
-
-def test_lean_sources_equal_the_inventory_table(tiny_store: Any) -> None:
-    inv = Inventory(tiny_store.data)
-    lean = _load_sources(inv)
-    table = inv.table()
-    rows = sorted(
-        (fam, int(t), blk, tuple(items or ()))
-        for fam, t, blk, items in zip(
-            table["band"].to_pylist(),
-            table["tslot"].to_pylist(),
-            table["block"].to_pylist(),
-            table["item_ids"].to_pylist(),
-            strict=True,
-        )
-    )
-    assert rows
-    n_lean = sum(len(r) for by_t in lean.values() for r in by_t.values())
-    assert n_lean == len(rows)
-    for fam, t, _, items in rows:
-        assert items in [r.item_ids for r in lean[fam][t]]
