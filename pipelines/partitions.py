@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date
 
 from dagster import (
     DagsterInstance,
@@ -25,7 +25,7 @@ from dagster import (
 
 from store import address
 from store.cube import TIME_CHUNK_DAYS
-from store.tslot import day_slot
+from store.tslot import day_slot, slot_to_date
 
 __all__ = [
     "BLOCKS",
@@ -64,8 +64,7 @@ def week_t0(week_key: str) -> int:
 def week_key_of(d: date) -> str:
     """Week partition key holding a date."""
     slot = day_slot(d)
-    start = slot - slot % TIME_CHUNK_DAYS
-    return (date(1970, 1, 1) + timedelta(days=start)).isoformat()
+    return slot_to_date(slot - slot % TIME_CHUNK_DAYS).isoformat()
 
 
 def scene_key(week: str, block: str) -> MultiPartitionKey:

@@ -5,7 +5,8 @@
 
 Inputs may be :class:`datetime.date`, :class:`datetime.datetime` (timezone-aware;
 naive means UTC) or ISO 8601 strings (``YYYY-MM-DD`` or a full timestamp, ``Z``
-allowed). Pure functions; bad input raises :class:`store.errors.InvalidDate`.
+allowed). :func:`parse_datetime` reads the timestamps of STAC items (RFC 3339).
+Pure functions; bad input raises :class:`store.errors.InvalidDate`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "check_tempo",
     "day_of_year",
     "day_slot",
+    "parse_datetime",
     "parse_when",
     "slot_to_date",
     "to_slot",
@@ -70,6 +72,38 @@ def parse_when(value: date | datetime | str) -> datetime:
             raise InvalidDate(f"invalid date {value!r}: {exc}") from None
     else:
         raise InvalidDate(f"expected a date, datetime or ISO string, got {type(value).__name__}")
+    return _as_utc(dt, value)
+
+
+def parse_datetime(value: object) -> datetime:
+    """Parse an RFC 3339 timestamp (a STAC ``datetime``) into an aware UTC datetime.
+
+    Stricter than :func:`parse_when` where STAC is: only a string or a
+    datetime is a timestamp (a bare date object is refused), and the text is
+    taken as it stands (no stripping). ``Z`` or ``z`` means UTC, as RFC 3339
+    allows; a string without an offset, or a naive datetime, means UTC.
+
+    Example:
+        >>> parse_datetime("2024-03-15T10:30:00Z").isoformat()
+        '2024-03-15T10:30:00+00:00'
+
+    Raises:
+        InvalidDate: Not a string or datetime, not a timestamp, or out of datetime's range.
+    """
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise InvalidDate(f"bad timestamp {value!r}") from None
+    else:
+        raise InvalidDate(f"bad timestamp {value!r}")
+    return _as_utc(dt, value)
+
+
+def _as_utc(dt: datetime, value: object) -> datetime:
+    """``dt`` in UTC (naive means UTC); ``value`` names the input in the error."""
     if dt.tzinfo is None:
         return dt.replace(tzinfo=UTC)
     try:

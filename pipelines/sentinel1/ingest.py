@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,9 +12,10 @@ from rasterio.enums import Resampling
 from pipelines.lattice import LatticeWindow, read_onto_lattice
 from pipelines.sentinel1.compute import backscatter_bands
 from pipelines.sources.models import SceneItem, Skip
-from store.tslot import day_slot
+from pipelines.stacking import days_of_week, empty_week, unreadable
+from store.inventory import InventoryRow
 
-__all__ = ["S1_BANDS", "S1Week", "stack_week"]
+__all__ = ["S1_BANDS", "S1Week", "inventory_rows", "stack_week"]
 
 S1_BANDS = ("vv", "vh", "vh_vv")
 
@@ -38,29 +38,19 @@ class S1Week:
 
 def stack_week(items: Sequence[SceneItem], window: LatticeWindow, t0: int) -> S1Week:
     """Read the week's S1 items onto the window; same-day scenes merge first-valid."""
-    h, w = window.shape
-    values = {k: np.full((7, h, w), np.nan, dtype=np.float32) for k in S1_BANDS}
-    valid = np.zeros((7, h, w), dtype=np.uint8)
-    by_day: dict[int, list[SceneItem]] = defaultdict(list)
-    for it in items:
-        by_day[day_slot(it.datetime)].append(it)
+    values, valid = empty_week(window, S1_BANDS)
     ids: dict[int, tuple[str, ...]] = {}
     skipped: list[Skip] = []
-    for slot in sorted(by_day):
-        if not t0 <= slot < t0 + 7:
-            skipped.extend(Skip(i.id, f"day slot {slot} outside week") for i in by_day[slot])
-            continue
+    for slot, day_items in days_of_week(items, t0, skipped):
         used = []
-        for it in sorted(by_day[slot], key=lambda i: i.id):
+        for it in day_items:
             try:
                 pol = {
                     p: read_onto_lattice(it.assets[p].href, window, resampling=Resampling.bilinear)
                     for p in ("vv", "vh")
                 }
             except Exception as exc:
-                skipped.append(
-                    Skip(it.id, f"unreadable: {type(exc).__name__}: {exc}"[:300], code="corrupt")
-                )
+                skipped.append(unreadable(it, exc))
                 continue
             bands = backscatter_bands(pol["vv"], pol["vh"])
             ok = np.isfinite(bands["vv"]) & np.isfinite(bands["vh"]) & (valid[slot - t0] == 0)
@@ -72,3 +62,12 @@ def stack_week(items: Sequence[SceneItem], window: LatticeWindow, t0: int) -> S1
         if used:
             ids[slot] = tuple(used)
     return S1Week(t0, values, valid, ids, tuple(skipped))
+
+
+def inventory_rows(week: S1Week, band: str, block: str) -> list[InventoryRow]:
+    """Inventory rows of a stacked week: one per day with scenes (valid cells counted as clear)."""
+    rows = []
+    for slot, ids in sorted(week.item_ids.items()):
+        valid = int(week.valid[slot - week.t0].sum())
+        rows.append(InventoryRow(band, slot, block, ids, clear_cells=valid, total_cells=valid))
+    return rows

@@ -9,18 +9,22 @@ from __future__ import annotations
 import numpy as np
 from dagster import AssetCheckResult, AssetCheckSeverity
 
+from pipelines.family import FamilyCheck
 from pipelines.lattice import LatticeWindow
 from pipelines.sentinel2.compute import CLEAR, INDEX_NAMES, NO_OBSERVATION
 from pipelines.sentinel2.ingest import WeekStack
 
-__all__ = ["CHECK_NAMES", "evaluate_checks"]
+__all__ = ["CHECKS", "evaluate_checks"]
 
-CHECK_NAMES = (
-    "index_range",
-    "clear_cells_finite",
-    "reflectance_sanity",
-    "clear_fraction",
-    "chunk_coverage",
+CHECKS = (
+    FamilyCheck("index_range", "every index within [-1, 1] (EVI within [-3, 3])"),
+    FamilyCheck("clear_cells_finite", "no NaN in clear cells"),
+    FamilyCheck(
+        "reflectance_sanity",
+        "median vegetation red reflectance >= 0 (catches a double-applied offset)",
+    ),
+    FamilyCheck("clear_fraction", "share of observed cells that are clear (warn only)"),
+    FamilyCheck("chunk_coverage", "the written region covers the area's part of the block"),
 )
 """The checks of ``s2_indices``, in the order they are reported."""
 

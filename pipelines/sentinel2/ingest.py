@@ -9,7 +9,6 @@ re-materialising is idempotent).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -27,9 +26,17 @@ from pipelines.sentinel2.compute import (
     scl_clear,
 )
 from pipelines.sources.models import SceneItem, Skip
-from store.tslot import day_slot
+from pipelines.stacking import days_of_week, empty_week, unreadable
+from store.inventory import InventoryRow
 
-__all__ = ["REFLECTANCE_ROLES", "SceneStats", "WeekStack", "read_scene", "stack_week"]
+__all__ = [
+    "REFLECTANCE_ROLES",
+    "SceneStats",
+    "WeekStack",
+    "inventory_rows",
+    "read_scene",
+    "stack_week",
+]
 
 REFLECTANCE_ROLES = ("blue", "green", "red", "nir", "swir16")
 _VEGETATION_SCL = 4
@@ -108,31 +115,17 @@ def stack_week(items: Sequence[SceneItem], window: LatticeWindow, t0: int) -> We
         window: the partition's lattice window.
         t0: first day slot of the week (multiple of 7).
     """
-    h, w = window.shape
-    values = {k: np.full((7, h, w), np.nan, dtype=np.float32) for k in INDEX_NAMES}
-    clear = np.zeros((7, h, w), dtype=np.uint8)
-    by_day: dict[int, list[SceneItem]] = defaultdict(list)
-    for it in items:
-        by_day[day_slot(it.datetime)].append(it)
+    values, clear = empty_week(window, INDEX_NAMES)
     days: dict[int, DayComposite] = {}
     stats: list[SceneStats] = []
     skipped: list[Skip] = []
-    for slot in sorted(by_day):
-        if not t0 <= slot < t0 + 7:
-            skipped.extend(
-                Skip(i.id, f"day slot {slot} outside week {t0}..{t0 + 6}") for i in by_day[slot]
-            )
-            continue
+    for slot, day_items in days_of_week(items, t0, skipped):
         scenes = []
-        for it in sorted(by_day[slot], key=lambda i: i.id):
+        for it in day_items:
             try:
                 idx, observed, ok, st = read_scene(it, window)
-            except (
-                Exception
-            ) as exc:  # a corrupt or unreadable file is a recorded skip, never a crash
-                skipped.append(
-                    Skip(it.id, f"unreadable: {type(exc).__name__}: {exc}"[:300], code="corrupt")
-                )
+            except Exception as exc:
+                skipped.append(unreadable(it, exc))
                 continue
             stats.append(st)
             if observed.any():
@@ -145,3 +138,19 @@ def stack_week(items: Sequence[SceneItem], window: LatticeWindow, t0: int) -> We
             values[k][slot - t0] = day.indices[k]
         clear[slot - t0] = day.clear
     return WeekStack(t0, values, clear, days, tuple(stats), tuple(skipped))
+
+
+def inventory_rows(stack: WeekStack, band: str, block: str) -> list[InventoryRow]:
+    """Inventory rows of a stacked week: one per day with scenes, with its clear and observed cells."""
+    return [
+        InventoryRow(
+            band,
+            slot,
+            block,
+            day.item_ids,
+            clear_cells=day.n_clear,
+            total_cells=day.n_observed,
+            cloud_fraction=(1 - day.n_clear / day.n_observed) if day.n_observed else None,
+        )
+        for slot, day in sorted(stack.days.items())
+    ]

@@ -8,7 +8,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pipelines.sources.errors import CorruptItem
 from pipelines.sources.models import SceneItem, SearchResult, Skip
-from pipelines.sources.parse import parse_datetime
+from store.errors import InvalidDate
+from store.tslot import parse_datetime
 
 __all__ = [
     "BBox",
@@ -102,11 +103,14 @@ def item_in_window(data: Mapping[str, Any], bbox: BBox, lo: datetime, hi: dateti
     from shapely.geometry import box, shape
 
     props = data.get("properties") or {}
-    if props.get("datetime"):
-        t0 = t1 = parse_datetime(props["datetime"])
-    else:
-        t0 = parse_datetime(props.get("start_datetime"))
-        t1 = parse_datetime(props.get("end_datetime") or props.get("start_datetime"))
+    try:
+        if props.get("datetime"):
+            t0 = t1 = parse_datetime(props["datetime"])
+        else:
+            t0 = parse_datetime(props.get("start_datetime"))
+            t1 = parse_datetime(props.get("end_datetime") or props.get("start_datetime"))
+    except InvalidDate as err:
+        raise CorruptItem(err.message) from err
     if t1 < lo or t0 > hi:
         return False
     area = box(*bbox)

@@ -15,7 +15,7 @@ import posixpath
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -31,12 +31,13 @@ from pipelines.sources.bands import (
 )
 from pipelines.sources.errors import CorruptItem, MissingAsset, SourceError, UnknownCRS
 from pipelines.sources.models import AssetRef, Kind, ScaleSource, SceneItem, Skip
+from store.errors import InvalidDate
+from store.tslot import parse_datetime
 
 __all__ = [
     "BASELINE_04_DATE",
     "baseline_rule",
     "item_to_dict",
-    "parse_datetime",
     "parse_item",
     "parse_or_skip",
     "processing_baseline",
@@ -55,26 +56,6 @@ def item_to_dict(item: pystac.Item) -> dict[str, Any]:
     for key, asset in item.assets.items():
         data["assets"][key]["href"] = asset.get_absolute_href() or asset.href
     return data
-
-
-def parse_datetime(value: Any) -> datetime:
-    """Parse an RFC 3339 timestamp (``Z`` allowed) into an aware UTC datetime.
-
-    Raises:
-        CorruptItem: The value is not a timestamp.
-    """
-    if isinstance(value, datetime):
-        parsed = value
-    elif isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError as err:
-            raise CorruptItem(f"bad timestamp {value!r}") from err
-    else:
-        raise CorruptItem(f"bad timestamp {value!r}")
-    if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
 
 
 def processing_baseline(item_id: str, props: Mapping[str, Any]) -> str | None:
@@ -321,7 +302,10 @@ def parse_item(
         for link in data.get("links", ()):
             if isinstance(link, Mapping) and link.get("rel") == "self":
                 source_href = link.get("href")
-    when = parse_datetime(props.get("datetime") or props.get("start_datetime"))
+    try:
+        when = parse_datetime(props.get("datetime") or props.get("start_datetime"))
+    except InvalidDate as err:
+        raise CorruptItem(err.message) from err
     bbox = _bbox(data)
     kind = kind or _infer_kind(data, props)
     raw_assets = data.get("assets")

@@ -11,16 +11,18 @@ PC token endpoint (``GET {endpoint}/{account}/{container}`` ->
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, MutableMapping
-from datetime import UTC, datetime
 from typing import Any
 
 import pystac
 
 from pipelines.sources.errors import CatalogUnreachable
+from store.errors import InvalidDate
+from store.tslot import parse_datetime
 
 __all__ = [
     "PC_TOKEN_ENDPOINT",
@@ -64,11 +66,8 @@ def http_token_fetcher(endpoint: str = PC_TOKEN_ENDPOINT, timeout_s: float = 10.
         expiry = time.time() + 45 * 60.0
         raw_expiry = body.get("msft:expiry")
         if isinstance(raw_expiry, str):
-            try:
-                parsed = datetime.fromisoformat(raw_expiry.replace("Z", "+00:00"))
-                expiry = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
-            except ValueError:
-                pass
+            with contextlib.suppress(InvalidDate):  # keep the default on a bad expiry
+                expiry = parse_datetime(raw_expiry).timestamp()
         return token, expiry
 
     return fetch

@@ -73,3 +73,46 @@ def test_day_of_year() -> None:
     assert t.day_of_year(t.day_slot("2023-12-31")) == 365
     with pytest.raises(InvalidDate):
         t.day_of_year(-1)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024-03-15T10:30:00Z", datetime(2024, 3, 15, 10, 30, tzinfo=UTC)),
+        ("2024-03-15t10:30:00z", datetime(2024, 3, 15, 10, 30, tzinfo=UTC)),
+        ("2024-03-15T10:30:00.123456+00:00", datetime(2024, 3, 15, 10, 30, 0, 123456, tzinfo=UTC)),
+        ("2024-03-15T12:30:00+02:00", datetime(2024, 3, 15, 10, 30, tzinfo=UTC)),
+        ("2024-03-15T10:30:00", datetime(2024, 3, 15, 10, 30, tzinfo=UTC)),
+        ("2024-03-15", datetime(2024, 3, 15, tzinfo=UTC)),
+    ],
+)
+def test_parse_datetime_reads_rfc3339_into_utc(text: str, expected: datetime) -> None:
+    parsed = t.parse_datetime(text)
+    assert parsed == expected
+    assert parsed.tzinfo is UTC
+
+
+def test_parse_datetime_takes_datetimes_naive_as_utc() -> None:
+    assert t.parse_datetime(datetime(2024, 3, 15, 1)) == datetime(2024, 3, 15, 1, tzinfo=UTC)
+    ist = timezone(timedelta(hours=5, minutes=30))
+    aware = t.parse_datetime(datetime(2024, 3, 15, 2, tzinfo=ist))
+    assert aware == datetime(2024, 3, 14, 20, 30, tzinfo=UTC)
+    assert aware.tzinfo is UTC
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        None,
+        "",
+        "yesterday",
+        "2024-13-01T00:00:00Z",
+        " 2024-03-15T10:30:00Z",
+        date(2024, 3, 15),
+        1710498600,
+        "0001-01-01T00:00:00+05:00",
+    ],
+)
+def test_parse_datetime_refuses_what_is_not_a_timestamp(bad) -> None:
+    with pytest.raises(InvalidDate, match=r"bad timestamp|out of range"):
+        t.parse_datetime(bad)

@@ -222,3 +222,10 @@ def test_models_are_frozen() -> None:
         scene.assets["red"] = scene.assets["nir"]  # type: ignore[index]
     with pytest.raises(dataclasses.FrozenInstanceError):
         scene.assets["red"].scale = 1.0  # type: ignore[misc]
+
+
+def test_a_bad_timestamp_is_a_corrupt_item_naming_the_value() -> None:
+    item = load_fixture("earth_search_s2_l2a.json")
+    item["properties"]["datetime"] = "2024-13-01T00:00:00Z"
+    with pytest.raises(CorruptItem, match="bad timestamp '2024-13-01T00:00:00Z'"):
+        parse_item(item)
