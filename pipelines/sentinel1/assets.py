@@ -5,12 +5,12 @@ from operator import attrgetter
 from pipelines.family import SceneFamily
 from pipelines.family_assets import scene_assets
 from pipelines.sentinel1.checks import CHECKS, evaluate_checks
-from pipelines.sentinel1.ingest import S1_BANDS, S1Week, inventory_rows, stack_week
+from pipelines.sentinel1.ingest import S1Week, inventory_rows, stack_week
+from store.cube.bands import FAMILY_FLAGS, family_scalars
 
 __all__ = ["S1", "s1_backscatter", "s1_items"]
 
 COLLECTION = "sentinel-1-rtc"
-_BAND_NAME = {"vv": "s1.vv", "vh": "s1.vh", "vh_vv": "indices.vh_vv"}
 
 S1: SceneFamily[S1Week] = SceneFamily(
     name="s1",
@@ -22,8 +22,8 @@ S1: SceneFamily[S1Week] = SceneFamily(
     checks=CHECKS,
     stack_week=stack_week,
     evaluate_checks=evaluate_checks,
-    bands=tuple((k, _BAND_NAME[k]) for k in S1_BANDS),
-    flag_band="s1.valid",
+    bands=family_scalars("s1"),
+    flag_band=FAMILY_FLAGS["s1"][0],
     flags=attrgetter("valid"),
     inventory_rows=inventory_rows,
 )

@@ -13,11 +13,12 @@ from pipelines.lattice import LatticeWindow, read_onto_lattice
 from pipelines.sentinel1.compute import backscatter_bands
 from pipelines.sources.models import SceneItem, Skip
 from pipelines.stacking import days_of_week, empty_week, unreadable
+from store.cube.bands import family_scalars
 from store.inventory import InventoryRow
 
 __all__ = ["S1_BANDS", "S1Week", "inventory_rows", "stack_week"]
 
-S1_BANDS = ("vv", "vh", "vh_vv")
+S1_BANDS = tuple(short for short, _ in family_scalars("s1"))
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from operator import attrgetter
 from pipelines.family import SceneFamily
 from pipelines.family_assets import scene_assets
 from pipelines.sentinel2.checks import CHECKS, evaluate_checks
-from pipelines.sentinel2.compute import INDEX_NAMES
 from pipelines.sentinel2.ingest import WeekStack, inventory_rows, stack_week
+from store.cube.bands import FAMILY_FLAGS, family_scalars
 
 __all__ = ["S2", "s2_indices", "s2_items"]
 
@@ -25,8 +25,8 @@ S2: SceneFamily[WeekStack] = SceneFamily(
     checks=CHECKS,
     stack_week=stack_week,
     evaluate_checks=evaluate_checks,
-    bands=tuple((name, f"indices.{name}") for name in INDEX_NAMES),
-    flag_band="s2.clear",
+    bands=family_scalars("s2"),
+    flag_band=FAMILY_FLAGS["s2"][0],
     flags=attrgetter("clear"),
     inventory_rows=inventory_rows,
     commit_items=True,

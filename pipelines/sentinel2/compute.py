@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from store.cube.bands import family_scalars
+
 __all__ = [
     "CLEAR",
     "DROPPED_SCL",
@@ -36,7 +38,7 @@ DROPPED_SCL = (0, 1, 3, 8, 9, 10)
 """SCL classes treated as not clear (see module docstring for 2 and 11)."""
 NO_OBSERVATION, MASKED, CLEAR = 0, 1, 2
 """Values of the per-cell ``s2/clear`` array: not observed / observed but masked / clear."""
-INDEX_NAMES = ("ndvi", "ndwi", "ndmi", "lswi", "evi")
+INDEX_NAMES = tuple(short for short, _ in family_scalars("s2"))
 
 Float = npt.NDArray[np.float32]
 

@@ -31,6 +31,7 @@ from store.errors import UnknownBand
 __all__ = [
     "BANDS",
     "DAY_SLOTS",
+    "FAMILY_FLAGS",
     "FLAG_BANDS",
     "INDEX_NAMES",
     "REGISTRY",
@@ -46,6 +47,7 @@ __all__ = [
     "Tempo",
     "band_spec",
     "clear_flag",
+    "family_scalars",
     "registered",
     "resolve_alias",
 ]
@@ -218,9 +220,10 @@ INDEX_NAMES: Mapping[str, str] = MappingProxyType(
 )
 """Short index name (area_over_time's ``index``) -> band."""
 
-_CLEAR: Mapping[str, tuple[str, int]] = MappingProxyType(
+FAMILY_FLAGS: Mapping[str, tuple[str, int]] = MappingProxyType(
     {"s2": ("s2.clear", 2), "s1": ("s1.valid", 1)}
 )
+"""Scene family -> (its observation flag band, the flag value meaning clear / valid)."""
 
 
 def band_spec(band: str) -> BandSpec:
@@ -262,4 +265,17 @@ def resolve_alias(name: str) -> str | None:
 
 def clear_flag(band: str) -> tuple[str, int] | None:
     """``(flag band, value meaning clear/valid)`` of a band's family; None for Tessera bands."""
-    return _CLEAR.get(registered(band).family)
+    return FAMILY_FLAGS.get(registered(band).family)
+
+
+def family_scalars(family: Family) -> tuple[tuple[str, str], ...]:
+    """``(short name, band)`` of a family's scalar bands, in registry order.
+
+    The pipelines compute these per scene (``ndvi`` -> ``indices.ndvi``, ``vh_vv`` ->
+    ``indices.vh_vv``) and write them under the band name.
+    """
+    return tuple(
+        (spec.aliases[0], spec.name)
+        for spec in _SPECS
+        if spec.family == family and spec.kind == "scalar"
+    )
