@@ -283,19 +283,19 @@ class ServiceContext:
 
     def column(self, reader: CubeReader, band: str, lat_q: int, lng_q: int) -> Column:
         """The cached time column of the block holding a cell (:meth:`CubeReader.column`)."""
-        return reader.column(band, lat_q, lng_q)
+        return reader.column(band, lat_q, lng_q, self.chunks)
 
     def cell_series(
         self, reader: CubeReader, band: str, lat_q: int, lng_q: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
         """A cell's full series, fill included (:meth:`CubeReader.column_series`)."""
-        return reader.column_series(band, lat_q, lng_q)
+        return reader.column_series(band, lat_q, lng_q, self.chunks)
 
     def tiles(
         self, reader: CubeReader, band: str, keys: Sequence[tuple[int, int, int]]
     ) -> list[npt.NDArray[Any] | None]:
         """Decoded chunks ``(chunk row, chunk column, time chunk)`` (:meth:`CubeReader.tiles`)."""
-        return reader.tiles(band, keys)
+        return reader.tiles(band, keys, self.chunks)
 
     def cache_info(self) -> dict[str, int]:
         """Entries (columns, tiles) and bytes of the chunk cache."""

@@ -239,7 +239,7 @@ class CubeReader:
 
     # ------------------------------------------------------------------ cached block reads
 
-    def column(self, band: str, lat_q: int, lng_q: int) -> Column:
+    def column(self, band: str, lat_q: int, lng_q: int, cache: ChunkCache | None = None) -> Column:
         """The time column of the block holding ``(lat_q, lng_q)``, from the cache.
 
         On a miss it reads every existing time chunk of that block once (one thread
@@ -249,21 +249,23 @@ class CubeReader:
             band: Band name.
             lat_q: Row of any cell of the block.
             lng_q: Column of any cell of the block.
+            cache: The cache to use (default: this reader's :attr:`cache`).
 
         Returns:
             The block's column (empty ``tslots`` when the band has no data there).
         """
         spec = band_spec(band)
+        cache = cache if cache is not None else self.cache
         side = 1 << self.block_level
         key = (self._snapshot_id, band, lat_q // side, lng_q // side)
-        col = self.cache.column(key)
+        col = cache.column(key)
         if col is not None:
             return col
-        with self.cache.single_flight(("column", key)):
-            col = self.cache.column(key)
+        with cache.single_flight(("column", key)):
+            col = cache.column(key)
             if col is None:
                 col = self._load_column(spec, key[2], key[3])
-                self.cache.put([(key, col)])
+                cache.put([(key, col)])
         return col
 
     def _load_column(self, spec: BandSpec, cy: int, cx: int) -> Column:
@@ -283,17 +285,20 @@ class CubeReader:
         return Column(slots[keep], np.ascontiguousarray(values[keep]), y0, x0)
 
     def column_series(
-        self, band: str, lat_q: int, lng_q: int
+        self, band: str, lat_q: int, lng_q: int, cache: ChunkCache | None = None
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
         """A cell's series from its block's cached column: ``(tslots, values)``, fill included.
 
         Callers mask fill themselves (NaN for floats, 0 for flags).
         """
-        col = self.column(band, lat_q, lng_q)
+        col = self.column(band, lat_q, lng_q, cache)
         return col.tslots, col.cell(lat_q, lng_q)
 
     def tiles(
-        self, band: str, keys: Sequence[tuple[int, int, int]]
+        self,
+        band: str,
+        keys: Sequence[tuple[int, int, int]],
+        cache: ChunkCache | None = None,
     ) -> list[npt.NDArray[Any] | None]:
         """Decoded chunks of a band, one time chunk of one block each, through the cache.
 
@@ -302,12 +307,14 @@ class CubeReader:
         Args:
             band: Band name (3-D bands; extra dimensions read at chunk 0).
             keys: ``(chunk row, chunk column, time chunk)`` per wanted chunk.
+            cache: The cache to use (default: this reader's :attr:`cache`).
 
         Returns:
             Per key the read-only chunk ``(time_chunk, side, side[, d])``, or None
             when the chunk does not exist (all fill).
         """
         band_spec(band)  # raises for an unknown band
+        cache = cache if cache is not None else self.cache
         sid = self._snapshot_id
         index = self.chunk_index(band)
         out: list[npt.NDArray[Any] | None] = [None] * len(keys)
@@ -320,7 +327,7 @@ class CubeReader:
                 present = stored[(cy, cx)] = set() if tcs is None else set(tcs.tolist())
             if tc not in present:
                 continue  # no such chunk: fill
-            hit = self.cache.tile((sid, band, cy, cx, tc))
+            hit = cache.tile((sid, band, cy, cx, tc))
             if hit is not None:
                 out[i] = hit
             else:
@@ -331,7 +338,7 @@ class CubeReader:
             for k, arr in zip(wanted, got, strict=True):
                 for i in missing[k]:
                     out[i] = arr
-            self.cache.put(
+            cache.put(
                 [((sid, band, *k), a) for k, a in zip(wanted, got, strict=True) if a is not None]
             )
         return out
