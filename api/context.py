@@ -63,8 +63,8 @@ from store.address import Block, block_q_range
 from store.cube import CubeReader, band_spec
 from store.errors import StoreError
 from store.inventory import Inventory
+from store.knn import KnnTable
 from store.snapshots import MAIN_BRANCH, lookup_snapshot
-from store.vectors import KnnTable
 
 _LOG = logging.getLogger("earthmem.context")
 
