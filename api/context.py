@@ -52,9 +52,9 @@ from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column, CubeRe
 from store.cube.cache import SingleFlight
 from store.errors import InvalidDate, StoreError
 from store.inventory import Inventory, OverpassIndex
+from store.knn import KnnTable
 from store.snapshots import MAIN_BRANCH, lookup_snapshot, snapshot_at
 from store.tslot import parse_when
-from store.vectors import KnnTable
 
 _LOG = logging.getLogger("earthmem.context")
 

@@ -32,7 +32,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.data import cached_table
-from store import vectors as V
+from store import knn as V
 
 K = 10
 

@@ -722,7 +722,7 @@ def _serve_and_query(data: Path, cells: list[str], modes: tuple[str, ...]) -> di
 
 def bench_memory(n: int, queries: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Peak RSS of the query server answering find_similar over an n-row mmap table."""
-    from store.vectors import KnnTable
+    from store.knn import KnnTable
 
     data = _mem_data_dir(n)
     table = KnnTable.open(data / "knn" / "geotessera" / "2024")

@@ -132,7 +132,7 @@ def cached_table(
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Path of a k-NN table of :func:`tessera_like` data, generating it on first use."""
-    from store.vectors import upgrade_table, write_table
+    from store.knn import upgrade_table, write_table
 
     root = Path(cache_dir) if cache_dir is not None else CACHE_DIR
     path = root / f"tessera_v{GEN_VERSION}_n{n}_d{d}_c{n_classes}_s{seed}"

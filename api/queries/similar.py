@@ -47,7 +47,7 @@ from store import address
 from store.claims import evaluate, parse_claim
 from store.cube import CubeReader
 from store.cube.bands import VECTOR_BANDS
-from store.vectors import K_MAX, MODES, KnnTable
+from store.knn import K_MAX, MODES, KnnTable
 
 __all__ = [
     "MAX_FILTER_COLUMNS",
@@ -61,14 +61,13 @@ __all__ = [
 MAX_INLINE_CHARS = 200_000
 """Longest ``inline:[...]`` key accepted."""
 RERANK_MIN_CANDIDATES = 4096
-"""Fewest Hamming candidates hamming_then_rerank re-scores (rescoring 4096 int8 rows costs ~0.1 ms).
+"""Fewest Hamming candidates hamming_then_rerank re-scores (re-scoring that many rows is cheap).
 
 The multiple used is ``max(table.rerank_multiple, ceil(RERANK_MIN_CANDIDATES / k))`` (the table's
-multiple is calibrated for recall@10 >= 0.95 when it is written). Measured
-recall@10 against exact cosine on the tiny sample's 2024 table (1.7k rows, very flat neighbour
-scores): 0.69 / 0.82 / 0.94 for multiples 16 / 32 / 64 with the bare multiple; the floor makes it
-exact there (the candidates cover the table) and keeps recall@10 >= 0.95 on clustered 50k-row
-synthetic data (tests/api/test_service.py).
+multiple is calibrated for recall@10 >= 0.95 when it is written). On small tables with very flat
+neighbour scores (the tiny sample's) the bare multiple misses neighbours; the floor makes the
+rerank exact there (the candidates cover the table), and tests/api/test_service.py checks
+recall@10 >= 0.95 on clustered synthetic data.
 """
 MAX_FILTER_COLUMNS = 64
 """Most chunk columns (128 x 128 cells each) a filter may read (~1 M cells of table)."""

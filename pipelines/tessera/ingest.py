@@ -12,7 +12,7 @@ import rasterio
 from pipelines.lattice import LatticeWindow
 from pipelines.sources.models import SceneItem, Skip
 from pipelines.tessera.compute import gather_onto_lattice
-from store.vectors import binarize
+from store.knn import binarize
 
 __all__ = ["TesseraVintage", "load_vintage"]
 

@@ -1,4 +1,4 @@
-"""Build the k-NN tables (``store.vectors``) from the cube's Tessera vintages."""
+"""Build the k-NN tables (``store.knn``) from the cube's Tessera vintages."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 from pipelines.lattice import LatticeWindow
 from store import address
 from store.cube import CubeReader
+from store.knn import KnnTable, write_table
 from store.tslot import year_slot
-from store.vectors import KnnTable, write_table
 
 __all__ = ["MULTI_YEAR_DIR", "build_multi_year_table", "build_year_table", "table_dir"]
 

@@ -355,7 +355,7 @@ def test_rerank_recall_at_10_tiny(ctx: ServiceContext) -> None:
 def test_rerank_recall_at_10_synthetic(tmp_path: Any) -> None:
     """50k clustered Tessera-like rows (bench.data), where the candidates are ~8% of the table."""
     from bench.data import tessera_like
-    from store.vectors import write_table
+    from store.knn import write_table
 
     cells, vectors, scales = tessera_like(50_000, seed=3)
     write_table(

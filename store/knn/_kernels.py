@@ -1,4 +1,4 @@
-"""Numba scan kernels behind :mod:`store.vectors` (private).
+"""Numba scan kernels behind :mod:`store.knn` (private to the package).
 
 Every kernel scans rows in blocks: a vectorisable pass computes one block of
 raw scores (int32 dot products or Hamming distances) into a small buffer, a

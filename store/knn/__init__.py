@@ -1,0 +1,67 @@
+"""k-NN vector tables (one directory per band vintage, memory-mapped) and their scans.
+
+Modules, in import order (each imports only the ones before it):
+
+* :mod:`store.knn._kernels`: the numba scan loops (int8 cosine, popcount, pread).
+* :mod:`store.knn.mapped`: read-only file descriptors, mapping checks, page release.
+* :mod:`store.knn.codes`: sign codes of the rotated rows, int8 norms, row heads.
+* :mod:`store.knn.scan`: top-k scans over arrays (``cosine``, ``hamming``,
+  ``hamming_then_rerank``), the merge of chunk results, the launch guard for
+  parallel kernels, and the rerank calibration.
+* :mod:`store.knn.table`: :class:`KnnTable`, one memory-mapped table and its
+  scans that never hold the table resident (the directory layout is there).
+* :mod:`store.knn.write`: :func:`write_table` (atomic symlink swap) and
+  :func:`upgrade_table`.
+"""
+
+from __future__ import annotations
+
+from store.knn.codes import (
+    BIN_BYTES,
+    HEAD_MIN_D,
+    ROTATION_SEED,
+    binarize,
+    head_dims,
+    head_layout,
+    int8_norms,
+    rotation,
+)
+from store.knn.scan import (
+    CALIBRATION_MULTIPLES,
+    DEFAULT_RERANK_MULTIPLE,
+    K_MAX,
+    MODES,
+    KnnResult,
+    Mode,
+    calibrate_rerank_multiple,
+    cosine_topk,
+    hamming_then_rerank,
+    hamming_topk,
+)
+from store.knn.table import KnnTable
+from store.knn.write import FORMAT, upgrade_table, write_table
+
+__all__ = [
+    "BIN_BYTES",
+    "CALIBRATION_MULTIPLES",
+    "DEFAULT_RERANK_MULTIPLE",
+    "FORMAT",
+    "HEAD_MIN_D",
+    "K_MAX",
+    "MODES",
+    "ROTATION_SEED",
+    "KnnResult",
+    "KnnTable",
+    "Mode",
+    "binarize",
+    "calibrate_rerank_multiple",
+    "cosine_topk",
+    "hamming_then_rerank",
+    "hamming_topk",
+    "head_dims",
+    "head_layout",
+    "int8_norms",
+    "rotation",
+    "upgrade_table",
+    "write_table",
+]

@@ -1,0 +1,149 @@
+"""Derived per-row data of a table: sign codes of the rotated rows, int8 norms, row heads.
+
+* :func:`binarize`: sign bits of the row rotated by a fixed, seeded orthogonal
+  matrix (:func:`rotation`), packed; the ``hamming`` modes compare these.
+* :func:`int8_norms`: exact L2 norm of each int8 row (the cosine denominator).
+* :func:`head_layout`: the row at its highest-variance dimensions plus the norm
+  of the rest rounded up, which bounds a row's dot product for the pruned scan.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import numpy.typing as npt
+
+from store.errors import InvalidVectorQuery
+
+__all__ = [
+    "BIN_BYTES",
+    "HEAD_MIN_D",
+    "ROTATION_SEED",
+    "binarize",
+    "head_dims",
+    "head_layout",
+    "int8_norms",
+    "rotation",
+]
+
+ROTATION_SEED = 0x7E55E4A
+"""Seed of the fixed orthogonal rotation applied before taking sign bits."""
+
+BIN_BYTES = 16
+"""Bytes per binary code (128 sign bits)."""
+
+_WRITE_CHUNK = 1 << 18  # rows per chunk when deriving norms / codes (bounds float temporaries)
+
+
+HEAD_MIN_D = 64
+"""Tables with at least this many dimensions get heads (see :func:`head_layout`)."""
+
+
+@functools.cache
+def _rotation_cached(d: int, seed: int) -> npt.NDArray[np.float64]:
+    g = np.random.default_rng(seed).standard_normal((d, d))
+    q, r = np.linalg.qr(g)
+    q = q * np.where(np.diag(r) < 0, -1.0, 1.0)[None, :]
+    q.setflags(write=False)
+    return q
+
+
+def rotation(d: int = 128, seed: int = ROTATION_SEED) -> npt.NDArray[np.float64]:
+    """The fixed orthogonal matrix used before binarising.
+
+    QR of a seeded standard normal ``d x d`` matrix (numpy ``default_rng``), with
+    the columns' signs corrected so that R has a positive diagonal (this makes
+    the matrix unique, i.e. Haar-distributed, and reproducible).
+
+    Args:
+        d: Dimension.
+        seed: ``default_rng`` seed.
+
+    Returns:
+        Read-only float64 ``(d, d)`` orthogonal matrix.
+    """
+    return _rotation_cached(int(d), int(seed))
+
+
+def binarize(vectors: npt.ArrayLike, seed: int = ROTATION_SEED) -> npt.NDArray[np.uint8]:
+    """Sign bits of the rotated vectors, packed (``np.packbits``, big bit order).
+
+    The per-cell Tessera scale is positive, so the signs of ``int8 @ R.T`` are
+    the signs of the dequantised vector's rotation: codes come from the int8
+    rows directly. Worked in row chunks (float64 temporaries stay small).
+
+    Args:
+        vectors: ``(N, D)`` int8 (or float) rows, D a multiple of 8; or one ``(D,)`` vector.
+        seed: rotation seed.
+
+    Returns:
+        ``(N, D // 8)`` uint8 codes (``(D // 8,)`` for a single vector).
+    """
+    v = np.asarray(vectors)
+    single = v.ndim == 1
+    v2 = v[None, :] if single else v
+    if v2.ndim != 2 or v2.shape[1] % 8:
+        raise InvalidVectorQuery(f"cannot binarize shape {v.shape}: need (N, D) with D % 8 == 0")
+    d = v2.shape[1]
+    rt = rotation(d, seed).T
+    out = np.empty((v2.shape[0], d // 8), np.uint8)
+    for a in range(0, v2.shape[0], _WRITE_CHUNK):
+        block = np.asarray(v2[a : a + _WRITE_CHUNK], dtype=np.float64)
+        out[a : a + _WRITE_CHUNK] = np.packbits(block @ rt > 0, axis=1)
+    return out[0] if single else out
+
+
+def int8_norms(vectors: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """L2 norm of each int8 row (exact integer sum of squares, then sqrt)."""
+    v = np.asarray(vectors)
+    out = np.empty(v.shape[0], np.float32)
+    for a in range(0, v.shape[0], _WRITE_CHUNK):
+        block = v[a : a + _WRITE_CHUNK].astype(np.int32)
+        out[a : a + _WRITE_CHUNK] = np.sqrt(np.einsum("ij,ij->i", block, block).astype(np.float64))
+    return out
+
+
+def head_dims(d: int) -> int:
+    """Dimensions kept in a row's head: half of D in multiples of 16 (64 for D = 128).
+
+    A longer head leaves less energy in the tail, so the bound prunes more rows;
+    half of D keeps the heads at half the table's bytes, and 64 dimensions make a
+    head exactly one 64-byte cache line.
+    """
+    return max(16, (d // 2) // 16 * 16)
+
+
+def head_layout(
+    vectors: npt.ArrayLike,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int8], npt.NDArray[np.float32]]:
+    """Heads for pruned exact cosine scans.
+
+    The head dimensions are the :func:`head_dims` dimensions of largest
+    variance over the table (ascending indices); a row's head is its values
+    there, its tail norm the L2 norm of its other values, rounded up to the next
+    float32 (a safe Cauchy-Schwarz bound; see :func:`store.knn._kernels.cosine_scan_pruned`).
+
+    Returns:
+        ``(head_index (H,), heads (N, H) int8, tail_norms (N,) float32)``.
+    """
+    v = np.asarray(vectors)
+    n, d = v.shape
+    s1 = np.zeros(d)
+    s2 = np.zeros(d)
+    for a in range(0, n, _WRITE_CHUNK):
+        block = v[a : a + _WRITE_CHUNK].astype(np.float64)
+        s1 += block.sum(axis=0)
+        s2 += (block * block).sum(axis=0)
+    var = s2 / max(n, 1) - (s1 / max(n, 1)) ** 2
+    head = np.sort(np.argsort(-var, kind="stable")[: head_dims(d)]).astype(np.int64)
+    tail = np.setdiff1d(np.arange(d), head)
+    heads = np.empty((n, head.size), np.int8)
+    tnorm = np.empty(n, np.float32)
+    for a in range(0, n, _WRITE_CHUNK):
+        block = v[a : a + _WRITE_CHUNK]
+        heads[a : a + _WRITE_CHUNK] = block[:, head]
+        t = block[:, tail].astype(np.int32)
+        exact = np.sqrt(np.einsum("ij,ij->i", t, t).astype(np.float64))
+        tnorm[a : a + _WRITE_CHUNK] = np.nextafter(exact.astype(np.float32), np.float32(np.inf))
+    return head, heads, tnorm

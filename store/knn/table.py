@@ -1,0 +1,557 @@
+"""The k-NN table of one band vintage: a directory of memory-mapped arrays, and its scans.
+
+Layout of a table directory (all arrays ``.npy``, C-contiguous, little-endian)::
+
+    cells.npy    uint64 (N,)     raw cell64 ids, strictly ascending
+    vectors.npy  int8   (N, D)   Tessera int8 embedding (D=128; 256 for a two-vintage concat, ...)
+    scales.npy   float32 (N,)    per-cell Tessera dequantisation scale (value = int8 * scale)
+    norms.npy    float32 (N,)    L2 norm of the int8 row
+    bin128.npy   uint8  (N, 16)  sign bits of the rotated vector (only when D == 128)
+    bin128w.npy  uint64 (2, N)   the same codes word-major (plane j = word j of every row)
+    head.npy     int8   (N, H)   the row at its H highest-variance dimensions (H = D / 2)
+    tailnorm.npy float32 (N,)    L2 norm of the row's other dimensions, rounded up
+    meta.json                    band, tslot, vintage, N, D, rotation_seed, digest,
+                                 head_dims, head_index, rerank_multiple, ...
+
+:meth:`KnnTable.open` resolves the table's symlink once and memory-maps every
+array (``np.load(mmap_mode="r")``): opening a table reads only headers. Tables
+written before heads and planes existed open and scan unpruned
+(:func:`store.knn.write.upgrade_table` rewrites them).
+
+:meth:`KnnTable.search` scores as :mod:`store.knn.scan` does, but never holds
+a large table resident: large tables are read with ``pread`` into small buffers
+or scanned through the mapping region by region, releasing each region after
+it. Exact cosine over tables of at least :data:`PRUNE_MIN_ROWS` rows is
+pruned: heads first, a Cauchy-Schwarz bound per row, whole rows only where the
+bound reaches the current k-th best
+(:func:`store.knn._kernels.cosine_scan_pruned`; same answer).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from store.errors import InvalidVectorQuery, VectorTableError
+from store.knn import _kernels
+from store.knn.codes import BIN_BYTES, binarize, int8_norms
+from store.knn.mapped import check_mapped, data_offset, file_mapped, open_ro, read_meta, release
+from store.knn.scan import (
+    DEFAULT_RERANK_MULTIPLE,
+    MAX_CANDIDATES,
+    MODES,
+    SPARSE_MASK,
+    KnnResult,
+    check_k,
+    cosine_topk,
+    hamming_candidates,
+    merge_topk,
+    n_chunks,
+    prep_mask,
+    prep_query,
+    run_parallel,
+)
+
+__all__ = ["FILE_SCAN_BYTES", "PRUNE_MIN_ROWS", "KnnTable"]
+
+FILE_SCAN_BYTES = 8 << 20
+"""Tables with more bytes than this (per scanned array) are scanned in parallel chunks that never
+leave the table resident (pread into small buffers, or the mapping released region by region)."""
+PRUNE_MIN_ROWS = 1 << 19
+"""Tables with at least this many rows are scanned pruned (heads first) when they have heads.
+
+Below, the seed sample and the per-buffer bookkeeping cost more than the bytes
+saved. bench/RESULTS.md lists the pruned scan beside the unpruned one
+("cosine full scan, no pruning") at 10^6 and 10^7 rows.
+"""
+_ARRAYS = ("cells", "vectors", "scales", "norms")
+_SPLIT_MAX_KEEP = 64  # Hamming scans keeping fewer rows than this read the word-major planes
+_SAMPLE_RUNS = 32
+_SEED_RUN_ROWS = 256  # rows per run of the pruned cosine scan's seed sample (32 x 256 rows, 1 MB)
+_GATHER_ROWS = 1 << 16  # a sparse mask with at most this many rows is gathered by pread
+
+
+@dataclass(frozen=True, eq=False)
+class KnnTable:
+    """One memory-mapped k-NN table (a band vintage). Open with :meth:`open`."""
+
+    path: Path
+    """Resolved version directory the arrays were mapped from."""
+    meta: dict[str, Any]
+    """Contents of ``meta.json``."""
+    cells: npt.NDArray[np.uint64]
+    """``(N,)`` raw cell64 ids, ascending (memmap)."""
+    vectors: npt.NDArray[np.int8]
+    """``(N, D)`` int8 rows (memmap)."""
+    scales: npt.NDArray[np.float32]
+    """``(N,)`` dequantisation scales (memmap)."""
+    norms: npt.NDArray[np.float32]
+    """``(N,)`` int8 row norms (memmap)."""
+    bin128: npt.NDArray[np.uint8] | None = field(default=None)
+    """``(N, 16)`` binary codes (memmap), or None when D != 128."""
+    head: npt.NDArray[np.int8] | None = field(default=None)
+    """``(N, H)`` row heads (memmap; :func:`store.knn.codes.head_layout`), or None (older tables, small D)."""
+    tailnorm: npt.NDArray[np.float32] | None = field(default=None)
+    """``(N,)`` tail norms rounded up (memmap), with :attr:`head`."""
+    bin128w: npt.NDArray[np.uint64] | None = field(default=None)
+    """``(2, N)`` the binary codes word-major (memmap), or None (older tables, D != 128)."""
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str]) -> KnnTable:
+        """Memory-map a table written by :func:`store.knn.write.write_table` (reads headers only).
+
+        Raises:
+            VectorTableError: missing files, wrong shapes or dtypes.
+        """
+        for attempt in range(3):
+            # Resolve the link once; retry if a concurrent replace removed that version
+            # between the resolve and the maps (open maps themselves stay valid).
+            path = Path(os.path.realpath(directory))
+            try:
+                meta = read_meta(path)
+                names = (
+                    *_ARRAYS,
+                    *(("bin128",) if meta.get("has_bin128") else ()),
+                    *(("head", "tailnorm") if meta.get("head_dims") else ()),
+                    *(("bin128w",) if meta.get("has_bin128w") else ()),
+                )
+                arrays = {
+                    name: np.load(path / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+                    for name in names
+                }
+                break
+            except (OSError, ValueError) as e:
+                if attempt == 2 or Path(os.path.realpath(directory)) == path:
+                    raise VectorTableError(f"cannot open table {path}: {e}") from e
+        n, d = int(meta["n"]), int(meta["d"])
+        expect = {
+            "cells": (np.uint64, (n,)),
+            "vectors": (np.int8, (n, d)),
+            "scales": (np.float32, (n,)),
+            "norms": (np.float32, (n,)),
+            "bin128": (np.uint8, (n, BIN_BYTES)),
+            "head": (np.int8, (n, int(meta.get("head_dims") or 0))),
+            "tailnorm": (np.float32, (n,)),
+            "bin128w": (np.uint64, (2, n)),
+        }
+        if meta.get("head_dims"):
+            hi = meta.get("head_index")
+            if (
+                not isinstance(hi, list)
+                or len(hi) != int(meta["head_dims"])
+                or sorted(set(hi)) != hi
+                or not all(isinstance(i, int) and 0 <= i < d for i in hi)
+            ):
+                raise VectorTableError(f"{path}/meta.json: bad head_index")
+        for name, arr in arrays.items():
+            dt, shape = expect[name]
+            if arr.dtype != dt or arr.shape != shape or not arr.flags.c_contiguous:
+                raise VectorTableError(f"{path / name}.npy: expected {np.dtype(dt)} {shape}")
+        return cls(
+            path=path,
+            meta=meta,
+            cells=arrays["cells"],
+            vectors=arrays["vectors"],
+            scales=arrays["scales"],
+            norms=arrays["norms"],
+            bin128=arrays.get("bin128"),
+            head=arrays.get("head"),
+            tailnorm=arrays.get("tailnorm"),
+            bin128w=arrays.get("bin128w"),
+        )
+
+    @property
+    def n(self) -> int:
+        """Number of rows."""
+        return int(self.vectors.shape[0])
+
+    @property
+    def d(self) -> int:
+        """Vector dimension."""
+        return int(self.vectors.shape[1])
+
+    @property
+    def rerank_multiple(self) -> int:
+        """Candidate multiple for ``hamming_then_rerank`` (calibrated one if stored)."""
+        return int(self.meta.get("rerank_multiple", DEFAULT_RERANK_MULTIPLE))
+
+    def row_of(self, cell_raw: int) -> int | None:
+        """Row of a raw cell64 id, or None when the table has no vector for it."""
+        c = np.uint64(cell_raw)
+        try:
+            i = int(np.searchsorted(self.cells, c))
+            return i if i < self.n and self.cells[i] == c else None
+        finally:
+            release(self.cells, 0, self.n)
+
+    def rows_of(self, cells_raw: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Vectorised :meth:`row_of`; -1 where a cell is absent."""
+        c = np.asarray(cells_raw, dtype=np.uint64)
+        try:
+            i = np.searchsorted(self.cells, c)
+            ok = i < self.n
+            ok[ok] = self.cells[i[ok]] == c[ok]
+        finally:
+            release(self.cells, 0, self.n)
+        return np.where(ok, i, -1).astype(np.int64)
+
+    # Point reads copy out of the mapping and then drop the touched pages: a fault
+    # on a hot page-cache file maps the whole large folio around the page (many
+    # pages per row read), so a server answering many queries would otherwise grow
+    # towards the table's size.
+
+    def vector(self, row: int) -> npt.NDArray[np.int8]:
+        """The int8 vector of one row (a copy)."""
+        return self._point(self.vectors, row)
+
+    def scale(self, row: int) -> float:
+        """The dequantisation scale of one row."""
+        return float(self._point(self.scales, row))
+
+    def norm(self, row: int) -> float:
+        """The int8 L2 norm of one row."""
+        return float(self._point(self.norms, row))
+
+    def cells_at(self, rows: npt.ArrayLike) -> npt.NDArray[np.uint64]:
+        """Raw cell64 ids of the given rows (a copy)."""
+        r = np.asarray(rows, dtype=np.int64)
+        if r.size == 0:
+            return np.zeros(0, np.uint64)
+        try:
+            return np.array(self.cells[r])
+        finally:
+            release(self.cells, 0, self.n)
+
+    def _point(self, arr: Any, row: int) -> Any:
+        r = int(row)
+        if not 0 <= r < self.n:
+            raise InvalidVectorQuery(f"row {row} outside 0..{self.n - 1}")
+        try:
+            return np.array(arr[r])
+        finally:
+            release(arr, r, r + 1)
+
+    def dequantised(self, row: int) -> npt.NDArray[np.float32]:
+        """The float32 embedding of one row (int8 * scale)."""
+        return self.vector(row).astype(np.float32) * np.float32(self.scale(row))
+
+    def search(
+        self,
+        query: npt.ArrayLike,
+        *,
+        k: int = 10,
+        mode: str = "cosine",
+        mask: npt.ArrayLike | None = None,
+        exclude_row: int | None = None,
+        rerank_multiple: int | None = None,
+        query_code: npt.ArrayLike | None = None,
+    ) -> KnnResult:
+        """Nearest rows to a query vector.
+
+        Args:
+            query: ``(D,)`` int8 or float vector (inline vectors are float).
+            k: 1..:data:`K_MAX`.
+            mode: ``cosine``, ``hamming`` or ``hamming_then_rerank``.
+            mask: Optional ``(N,)`` bool eligibility (the caller's filter).
+            exclude_row: Row never returned.
+            rerank_multiple: Hamming candidates per neighbour for the rerank (default:
+                the table's calibrated ``meta["rerank_multiple"]``, else
+                :data:`DEFAULT_RERANK_MULTIPLE`).
+            query_code: The query's 16-byte code if known (default: :func:`binarize`).
+
+        Raises:
+            InvalidVectorQuery: unknown mode, Hamming on a table without codes,
+                wrong dimension, zero query, bad k or mask.
+        """
+        if mode not in MODES:
+            raise InvalidVectorQuery(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        if mode == "cosine":
+            return self._cosine_blockwise(query, k, mask, exclude_row)
+        if self.bin128 is None:
+            raise InvalidVectorQuery(
+                f"mode {mode!r} needs binary codes; this table (D={self.d}) has none"
+            )
+        q = np.asarray(query)
+        if q.ndim != 1 or q.shape[0] != self.d:
+            raise InvalidVectorQuery(f"query must have dimension {self.d}, got shape {q.shape}")
+        code = binarize(q) if query_code is None else np.asarray(query_code, np.uint8)
+        if mode == "hamming":
+            kk = check_k(k)
+            keys, top, scanned = self._hamming_blockwise(code, kk, mask, exclude_row)
+            bits = self.bin128.shape[1] * 8
+            return KnnResult(
+                rows=top, scores=1.0 + 2.0 * keys / bits, scanned=scanned, mode="hamming"
+            )
+        multiple = self.rerank_multiple if rerank_multiple is None else rerank_multiple
+        if (
+            isinstance(multiple, bool)
+            or not isinstance(multiple, (int, np.integer))
+            or multiple < 1
+        ):
+            raise InvalidVectorQuery(f"multiple must be a positive integer, got {multiple!r}")
+        k = check_k(k)
+        _, cand, scanned = self._hamming_blockwise(
+            code, min(MAX_CANDIDATES, int(multiple) * k), mask, exclude_row
+        )
+        if cand.size == 0:
+            return KnnResult(np.empty(0, np.int64), np.empty(0), scanned, "hamming_then_rerank", 0)
+        cand = np.sort(cand)
+        # Read the candidates with pread, not through the mapping: a page fault on a
+        # hot file maps the whole (large) page-cache folio around it, so a few
+        # thousand scattered rows would make most of the table resident.
+        vectors = self._read_rows(cand)
+        norms = int8_norms(vectors)  # equal to the stored norms; avoids faulting those pages in
+        exact = cosine_topk(vectors, norms, q, k)
+        return KnnResult(
+            cand[exact.rows], exact.scores, scanned, "hamming_then_rerank", int(cand.size)
+        )
+
+    def _hamming_blockwise(
+        self,
+        code: npt.NDArray[np.uint8],
+        n_keep: int,
+        mask: npt.ArrayLike | None,
+        exclude_row: int | None,
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], int]:
+        """Best ``n_keep`` rows by Hamming distance; ``(-distance, rows, scanned)``, best first.
+
+        Small tables and sparse masks use the serial kernels. A large table is
+        scanned in parallel chunks through the mapping, each chunk releasing every
+        4 MB region after its scan (:func:`store.knn._kernels.hamming_scan`, or
+        :func:`store.knn._kernels.hamming_scan_split` over the word-major planes for
+        small ``n_keep``), so the codes never become resident in this process.
+        """
+        assert self.bin128 is not None
+        n = self.n
+        m = prep_mask(mask, n)
+        if n * BIN_BYTES <= FILE_SCAN_BYTES or (m is not None and m.mean() < SPARSE_MASK):
+            try:
+                return hamming_candidates(self.bin128, code, n_keep, m, exclude_row)
+            finally:
+                release(self.bin128, 0, n)
+        q = np.ascontiguousarray(np.asarray(code, dtype=np.uint8))
+        if q.shape != (BIN_BYTES,):
+            raise InvalidVectorQuery(f"query code must have {BIN_BYTES} bytes, got shape {q.shape}")
+        marr = m if m is not None else np.ones(1, np.bool_)
+        exclude = -1 if exclude_row is None else int(exclude_row)
+        # word-major planes pay off when the limit is tight (few rows pass the first
+        # word): small n_keep. For rerank candidate lists (thousands of rows) most
+        # regions need their second words anyway, and the row-major scan reads less.
+        planes = self.bin128w if n_keep < _SPLIT_MAX_KEEP else None
+        check_mapped(
+            self.path, {"bin128w": planes} if planes is not None else {"bin128": self.bin128}
+        )
+        if planes is not None:
+            out = run_parallel(
+                _kernels.hamming_scan_split,
+                planes,
+                q.view("<u8"),
+                marr,
+                m is not None,
+                exclude,
+                n_keep,
+                n_chunks(n),
+                file_mapped(planes),
+            )
+        else:
+            out = run_parallel(
+                _kernels.hamming_scan,
+                self.bin128.view(np.uint64),
+                q.view(np.uint64),
+                marr,
+                m is not None,
+                exclude,
+                n_keep,
+                n_chunks(n),
+                file_mapped(self.bin128),
+            )
+        keys, rows = merge_topk(out, n_keep)
+        return keys, rows, n
+
+    def _check_errs(self, errs: npt.NDArray[np.int64], name: str) -> None:
+        bad = errs[errs > 0]
+        if bad.size:
+            raise VectorTableError(f"{self.path}/{name}: short read at row {int(bad.min()) - 1}")
+
+    def _read_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
+        """Rows of ``vectors`` read with ``pread`` (runs coalesced, in a compiled loop)."""
+        out = np.empty((rows.size, self.d), dtype=np.int8)
+        with open_ro(self.path / "vectors.npy") as fd:
+            bad = _kernels.pread_rows(
+                fd, np.ascontiguousarray(rows, np.int64), self.d, data_offset(self.vectors), out
+            )
+        if bad >= 0:
+            raise VectorTableError(f"{self.path}/vectors.npy: short read at row {int(rows[bad])}")
+        return out
+
+    def _cosine_blockwise(
+        self, query: npt.ArrayLike, k: int, mask: npt.ArrayLike | None, exclude_row: int | None
+    ) -> KnnResult:
+        """Exact cosine over the whole table, never holding it resident.
+
+        A memory-mapped scan would leave every page it touched resident in the
+        process (the whole table, for a full scan), and dropping pages after each
+        block costs a page fault per page on every query. Instead a large table is
+        read with ``pread`` into small per-chunk buffers that stay in cache
+        (:func:`store.knn._kernels.cosine_scan_file`), in parallel chunks; the page
+        cache serves repeated scans. Small tables (<= :data:`FILE_SCAN_BYTES`) are
+        scanned through the mapping. A sparse mask (< 25 % eligible, at most
+        2^16 rows) reads only the eligible rows. Results equal one whole-table
+        :func:`cosine_topk` scan (ties by lower row).
+        """
+        k = check_k(k)
+        n, d = self.n, self.d
+        if n * (d + 4) <= FILE_SCAN_BYTES:
+            try:
+                return cosine_topk(
+                    self.vectors, self.norms, query, k, mask=mask, exclude_row=exclude_row
+                )
+            finally:
+                release(self.vectors, 0, n)
+        qi, qf, use_float, qnorm = prep_query(query, d)
+        m = prep_mask(mask, n)
+        exclude = -1 if exclude_row is None else int(exclude_row)
+        if m is not None and m.mean() < SPARSE_MASK:
+            cand = np.flatnonzero(m).astype(np.int64)
+            cand = cand[cand != exclude]
+            if cand.size <= _GATHER_ROWS:
+                vectors = self._read_rows(cand)
+                part = cosine_topk(vectors, int8_norms(vectors), query, k)
+                return KnnResult(cand[part.rows], part.scores, int(cand.size), "cosine")
+        marr = m if m is not None else np.ones(1, np.bool_)
+        if (
+            self.head is not None
+            and self.tailnorm is not None
+            and not use_float
+            and self.n >= PRUNE_MIN_ROWS
+        ):
+            return self._cosine_pruned(qi, qnorm, k, marr, m is not None, exclude)
+        with open_ro(self.path / "vectors.npy") as fdv, open_ro(self.path / "norms.npy") as fdn:
+            out = run_parallel(
+                _kernels.cosine_scan_file,
+                fdv,
+                data_offset(self.vectors),
+                fdn,
+                data_offset(self.norms),
+                n,
+                d,
+                qi,
+                qf,
+                use_float,
+                marr,
+                m is not None,
+                exclude,
+                k,
+                n_chunks(n),
+            )
+        self._check_errs(out[3], "vectors.npy or norms.npy")
+        keys, top = merge_topk(out[:3], k)
+        return KnnResult(rows=top, scores=keys / qnorm, scanned=n, mode="cosine")
+
+    def _cosine_pruned(
+        self,
+        qi: npt.NDArray[np.int16],
+        qnorm: float,
+        k: int,
+        mask: npt.NDArray[np.bool_],
+        use_mask: bool,
+        exclude: int,
+    ) -> KnnResult:
+        """Exact cosine from the heads (:func:`store.knn._kernels.cosine_scan_pruned`)."""
+        assert self.head is not None
+        assert self.tailnorm is not None
+        head_index = np.asarray(self.meta["head_index"], np.int64)
+        tail = np.ones(self.d, bool)
+        tail[head_index] = False
+        qt = qi[tail].astype(np.float64)
+        qtn = math.nextafter(math.sqrt(float(np.dot(qt, qt))), math.inf)
+        check_mapped(self.path, {"head": self.head, "norms": self.norms, "tailnorm": self.tailnorm})
+        with open_ro(self.path / "vectors.npy") as fdv:
+            out = run_parallel(
+                _kernels.cosine_scan_pruned,
+                self.head,
+                self.norms,
+                self.tailnorm,
+                fdv,
+                data_offset(self.vectors),
+                self.n,
+                int(head_index.size),
+                self.d,
+                np.ascontiguousarray(qi[head_index]),
+                qi,
+                qtn,
+                mask,
+                use_mask,
+                exclude,
+                k,
+                n_chunks(self.n),
+                self._cosine_seed(qi, k, mask, use_mask, exclude),
+                file_mapped(self.head, self.norms, self.tailnorm),
+            )
+        self._check_errs(out[3], "head.npy, norms.npy, tailnorm.npy or vectors.npy")
+        keys, top = merge_topk(out[:3], k)
+        return KnnResult(
+            rows=top,
+            scores=keys / qnorm,
+            scanned=self.n,
+            mode="cosine",
+            rows_read_whole=int(out[4].sum()),
+        )
+
+    def _cosine_seed(
+        self,
+        qi: npt.NDArray[np.int16],
+        k: int,
+        mask: npt.NDArray[np.bool_],
+        use_mask: bool,
+        exclude: int,
+    ) -> float:
+        """The k-th best exact key over a sample of eligible rows (-inf if fewer than k).
+
+        Any k eligible rows bound the k-th best key of the table from below, so the
+        pruned scan may skip every row whose bound is under it from its first
+        buffer on, instead of waiting for its heaps to fill. The sample is
+        :data:`_SAMPLE_RUNS` evenly spaced runs of :data:`_SEED_RUN_ROWS` rows.
+        """
+        n = self.n
+        starts = np.linspace(0, max(0, n - _SEED_RUN_ROWS), _SAMPLE_RUNS).astype(np.int64)
+        rows = (starts[:, None] + np.arange(_SEED_RUN_ROWS)[None, :]).ravel()
+        if n < 2 * _SAMPLE_RUNS * _SEED_RUN_ROWS:  # runs may overlap: make the rows unique
+            rows = np.unique(rows)
+        rows = rows[(rows < n) & (rows != exclude)]
+        if use_mask:
+            rows = rows[mask[rows]]
+        if rows.size < k:
+            return -math.inf
+        vectors = self._read_rows(rows)
+        out = _kernels.cosine_scan_serial(
+            vectors,
+            int8_norms(vectors),
+            qi,
+            np.zeros(1, np.float32),
+            False,
+            np.ones(1, np.bool_),
+            False,
+            -1,
+            k,
+        )
+        kth, _ = merge_topk(out, k)
+        return float(kth[-1]) if kth.size == k else -math.inf
+
+    def search_row(self, row: int, **kwargs: Any) -> KnnResult:
+        """Neighbours of a stored row (the row itself is excluded).
+
+        Uses the stored int8 vector (and stored code for Hamming, which equals
+        :func:`binarize` of the row). Keyword arguments as in :meth:`search`.
+        """
+        if not 0 <= int(row) < self.n:
+            raise InvalidVectorQuery(f"row {row} outside 0..{self.n - 1}")
+        r = int(row)
+        code = None if self.bin128 is None else self._point(self.bin128, r)
+        return self.search(self.vector(r), exclude_row=r, query_code=code, **kwargs)

@@ -1,0 +1,227 @@
+"""Writing k-NN tables: :func:`write_table` (atomic, content-addressed) and :func:`upgrade_table`.
+
+Writes are atomic: :func:`write_table` fills a hidden versioned directory and
+then swaps a symlink (``<name> -> .<name>@<digest>``) with one ``rename``, so a
+reader resolving the name sees either the old or the new table, never a mix.
+Every file and both directories are fsynced before the swap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import blake3
+import numpy as np
+import numpy.typing as npt
+
+from store.errors import VectorTableError
+from store.knn.codes import (
+    BIN_BYTES,
+    HEAD_MIN_D,
+    ROTATION_SEED,
+    binarize,
+    head_layout,
+    int8_norms,
+)
+from store.knn.mapped import read_meta
+from store.knn.scan import calibrate_rerank_multiple
+from store.knn.table import KnnTable
+
+__all__ = ["FORMAT", "upgrade_table", "write_table"]
+
+FORMAT = "earthmem.knn/1"
+"""Format tag written into ``meta.json``."""
+
+
+def _digest(arrays: dict[str, np.ndarray]) -> str:
+    h = blake3.blake3()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        flat = a.reshape(-1).view(np.uint8)
+        step = 1 << 26
+        for i in range(0, flat.size, step):
+            h.update(flat[i : i + step].data)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_table(
+    directory: str | os.PathLike[str],
+    cells: npt.ArrayLike,
+    vectors_int8: npt.ArrayLike,
+    scales: npt.ArrayLike,
+    meta: dict[str, Any],
+    *,
+    replace: bool = False,
+    calibrate: bool = True,
+) -> None:
+    """Write one k-NN table atomically.
+
+    The arrays are written into a hidden sibling ``.<name>@<digest>``; then the
+    name ``directory`` is pointed at it by an atomic symlink rename. If a table
+    already exists there: identical content is a no-op; different content
+    raises unless ``replace=True``, in which case it is swapped atomically and
+    the old version directory is removed (open memory maps stay valid).
+
+    Args:
+        directory: Table path (becomes a symlink to the version directory).
+        cells: ``(N,)`` raw cell64 ids, unique (sorted here if needed).
+        vectors_int8: ``(N, D)`` int8 embeddings.
+        scales: ``(N,)`` positive per-cell dequantisation scales.
+        meta: Caller metadata; must hold ``band`` and ``tslot`` (also e.g. ``vintage``).
+        replace: Allow replacing a different existing table.
+        calibrate: For tables with bin128 codes, measure the ``hamming_then_rerank``
+            candidate multiple that keeps recall@10 >= 0.95 on this table
+            (:func:`calibrate_rerank_multiple`, 50 queries) and store it in meta as
+            ``rerank_multiple`` (with the recall per multiple), unless meta has one.
+
+    Raises:
+        VectorTableError: bad shapes/dtypes, duplicate cells, non-positive scales,
+            or an existing different table without ``replace``.
+    """
+    path = Path(directory)
+    c = np.asarray(cells)
+    v = np.asarray(vectors_int8)
+    s = np.asarray(scales)
+    if c.ndim != 1 or not np.issubdtype(c.dtype, np.integer):
+        raise VectorTableError(f"cells must be a 1-D integer array, got {c.dtype} {c.shape}")
+    if v.dtype != np.int8 or v.ndim != 2 or v.shape[0] != c.shape[0] or v.shape[1] < 1:
+        raise VectorTableError(
+            f"vectors must be int8 (N, D) with N={c.shape[0]}, got {v.dtype} {v.shape}"
+        )
+    if s.shape != c.shape or not np.all(np.isfinite(s)) or (s.size and s.min() <= 0):
+        raise VectorTableError("scales must be finite, positive, one per cell")
+    for key in ("band", "tslot"):
+        if key not in meta:
+            raise VectorTableError(f"meta must contain {key!r}")
+    c = c.astype(np.uint64, copy=False)
+    if c.size > 1 and not np.all(c[1:] > c[:-1]):
+        order = np.argsort(c, kind="stable")
+        c, v, s = c[order], v[order], s[order]
+        if np.any(c[1:] == c[:-1]):
+            raise VectorTableError("cells contain duplicates")
+    n, d = v.shape
+    arrays: dict[str, np.ndarray] = {
+        "cells": np.ascontiguousarray(c),
+        "vectors": np.ascontiguousarray(v),
+        "scales": np.ascontiguousarray(s, dtype=np.float32),
+        "norms": int8_norms(v),
+    }
+    extra: dict[str, Any] = {}
+    if d >= HEAD_MIN_D and n > 0:
+        head_index, arrays["head"], arrays["tailnorm"] = head_layout(arrays["vectors"])
+        extra["head_dims"] = int(head_index.size)
+        extra["head_index"] = head_index.tolist()
+    if d == BIN_BYTES * 8:
+        arrays["bin128"] = binarize(v, ROTATION_SEED)
+        # the same codes word-major: plane j holds word j of every row (scanned first-word first)
+        arrays["bin128w"] = np.ascontiguousarray(arrays["bin128"].view("<u8").T)
+        if calibrate and "rerank_multiple" not in meta and n > 1:
+            chosen, recall = calibrate_rerank_multiple(
+                arrays["vectors"], arrays["norms"], arrays["bin128"]
+            )
+            extra["rerank_multiple"] = chosen
+            extra["rerank_recall_at_10"] = {str(m): r for m, r in recall.items()}
+    digest = _digest(arrays)
+    full_meta = {
+        **meta,
+        **extra,
+        "format": FORMAT,
+        "n": int(n),
+        "d": int(d),
+        "rotation_seed": ROTATION_SEED,
+        "has_bin128": "bin128" in arrays,
+        "has_bin128w": "bin128w" in arrays,
+        "digest": digest,
+        "created_by": meta.get("created_by", "earthmem.store.vectors"),
+    }
+
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        if not path.is_symlink():
+            raise VectorTableError(f"{path} exists and is not a table written by write_table")
+        old_meta = read_meta(path)
+        if old_meta.get("digest") == digest and old_meta == full_meta:
+            return
+        if not replace:
+            raise VectorTableError(f"{path} holds a different table (pass replace=True)")
+    version = parent / f".{path.name}@{digest[:16]}-{uuid.uuid4().hex[:8]}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; tables are read by the server
+    try:
+        for name, arr in arrays.items():
+            with open(tmp / f"{name}.npy", "wb") as f:
+                np.save(f, arr)
+                f.flush()
+                os.fsync(f.fileno())
+        with open(tmp / "meta.json", "w") as f:
+            json.dump(full_meta, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        os.rename(tmp, version)
+        old_target = Path(os.path.realpath(path)) if path.is_symlink() else None
+        link_tmp = parent / f".{path.name}.link-{uuid.uuid4().hex[:8]}"
+        os.symlink(version.name, link_tmp)
+        os.replace(link_tmp, path)  # the atomic step
+        _fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old_target is not None and old_target.parent == parent and old_target != version:
+        shutil.rmtree(old_target, ignore_errors=True)
+
+
+_DERIVED_META = (
+    "format",
+    "n",
+    "d",
+    "rotation_seed",
+    "has_bin128",
+    "digest",
+    "head_dims",
+    "head_index",
+)
+
+
+def upgrade_table(directory: str | os.PathLike[str]) -> bool:
+    """Rewrite a table written by an older version with the current layout (heads).
+
+    The rows, cells, scales and caller metadata (including a stored calibration)
+    are kept; the derived arrays are recomputed and the new version is swapped in
+    atomically, as :func:`write_table` does. Readers holding the old version keep
+    reading it.
+
+    Returns:
+        True when the table was rewritten, False when it was current already.
+    """
+    t = KnnTable.open(directory)
+    heads_ok = t.head is not None or t.d < HEAD_MIN_D
+    planes_ok = t.bin128w is not None or t.d != BIN_BYTES * 8
+    if (heads_ok and planes_ok) or t.n == 0:
+        return False
+    meta = {k: v for k, v in t.meta.items() if k not in _DERIVED_META}
+    write_table(
+        directory,
+        np.array(t.cells),
+        np.array(t.vectors),
+        np.array(t.scales),
+        meta,
+        replace=True,
+    )
+    return True

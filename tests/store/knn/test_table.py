@@ -1,0 +1,310 @@
+"""KnnTable: mapped tables, file and pruned scans equal to the array scans, concurrency."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from bench.data import tessera_like
+from store import knn as V
+from store.errors import InvalidVectorQuery, VectorTableError
+from store.knn import mapped as knn_mapped
+from store.knn import scan as knn_scan
+from store.knn import table as knn_table
+
+META = {"band": "geotessera", "tslot": 54, "vintage": 2024}
+
+
+def test_table_roundtrip_mmap_and_search(tmp_path, small):
+    cells, vec, scales, _, codes = small
+    path = tmp_path / "geotessera_2024"
+    shuffled = np.random.default_rng(0).permutation(cells.size)  # write_table sorts
+    V.write_table(path, cells[shuffled], vec[shuffled], scales[shuffled], META)
+    t = V.KnnTable.open(path)
+    for arr in (t.cells, t.vectors, t.scales, t.norms, t.bin128):
+        assert isinstance(arr, np.memmap)
+    np.testing.assert_array_equal(np.asarray(t.cells), cells)
+    np.testing.assert_array_equal(np.asarray(t.vectors), vec)
+    np.testing.assert_array_equal(np.asarray(t.bin128), codes)
+    assert t.meta["n"] == cells.size
+    assert t.meta["d"] == 128
+    assert t.meta["band"] == "geotessera"
+    assert t.meta["rotation_seed"] == V.ROTATION_SEED
+    assert t.meta["rerank_multiple"] in V.CALIBRATION_MULTIPLES  # calibrated at write time
+    assert t.rerank_multiple == t.meta["rerank_multiple"]
+    assert t.meta["rerank_recall_at_10"][str(t.rerank_multiple)] >= 0.95
+    assert t.row_of(int(cells[123])) == 123
+    assert t.row_of(int(cells[123]) + 1) is None
+    np.testing.assert_array_equal(t.rows_of([cells[5], 1, cells[-1]]), [5, -1, cells.size - 1])
+    for mode in V.MODES:
+        res = t.search_row(10, k=5, mode=mode)
+        assert res.mode == mode
+        assert 10 not in res.rows
+        assert res.rows.size == 5
+    with pytest.raises(InvalidVectorQuery):
+        t.search(vec[0], mode="euclid")
+
+
+def test_table_without_codes(tmp_path):
+    rng = np.random.default_rng(0)
+    vec = rng.integers(-127, 128, (50, 256), dtype=np.int8)
+    V.write_table(
+        tmp_path / "multi", np.arange(50, dtype=np.uint64), vec, np.ones(50, np.float32), META
+    )
+    t = V.KnnTable.open(tmp_path / "multi")
+    assert t.bin128 is None
+    assert t.d == 256
+    assert t.search_row(0, k=3).rows.size == 3
+    with pytest.raises(InvalidVectorQuery):
+        t.search_row(0, k=3, mode="hamming")
+
+
+def _random_table(tmp_path, n: int, *, seed: int):
+    """A written and reopened table of ``n`` random 128-D int8 rows (no rerank calibration)."""
+
+    vecs = np.random.default_rng(seed).integers(-127, 128, size=(n, 128), dtype=np.int8)
+    cells = np.arange(n, dtype=np.uint64) + np.uint64(1 << 60)
+    meta = {"band": "geotessera", "tslot": 54}
+    V.write_table(tmp_path / "t", cells, vecs, np.ones(n, np.float32), meta, calibrate=False)
+    return V.KnnTable.open(tmp_path / "t"), vecs
+
+
+def test_file_scans_equal_the_mapped_scans(tmp_path, monkeypatch) -> None:
+    """Large tables are scanned from the files (pread into small buffers, several per
+    chunk, heap carried over); results equal the in-memory kernels, masks and
+    exclusions included, and a file cut short is a typed error, not garbage."""
+
+    n = 40_000  # 5.3 MB of rows (> 20 pread buffers), 640 kB of codes (3 buffers)
+    table, vecs = _random_table(tmp_path, n, seed=7)
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    mask = np.ones(n, bool)
+    mask[::3] = False
+    sparse = np.zeros(n, bool)
+    sparse[::50] = True
+    for m in (None, mask, sparse):
+        for ex in (None, 10, n - 1):
+            got = table.search(vecs[10], k=25, exclude_row=ex, mask=m)
+            ref = V.cosine_topk(table.vectors, table.norms, vecs[10], 25, exclude_row=ex, mask=m)
+            np.testing.assert_array_equal(got.rows, ref.rows)
+            np.testing.assert_allclose(got.scores, ref.scores)
+            if ex is not None:
+                assert ex not in got.rows
+            hb = table.search(vecs[10], k=25, mode="hamming", exclude_row=ex, mask=m)
+            hr = V.hamming_topk(table.bin128, V.binarize(vecs[10]), 25, exclude_row=ex, mask=m)
+            np.testing.assert_array_equal(hb.rows, hr.rows)
+            np.testing.assert_allclose(hb.scores, hr.scores)
+    # a float query that is not an int8 multiple takes the float path through the file
+    qf = vecs[3].astype(np.float32) + 0.37
+    np.testing.assert_array_equal(
+        table.search(qf, k=7).rows, V.cosine_topk(table.vectors, table.norms, qf, 7).rows
+    )
+    # many Hamming candidates (the rerank's scan) through the file
+    hb = table.search(vecs[4], k=10, mode="hamming_then_rerank", rerank_multiple=300)
+    hr = V.hamming_then_rerank(table.vectors, table.norms, table.bin128, vecs[4], 10, multiple=300)
+    np.testing.assert_array_equal(hb.rows, hr.rows)
+    # truncate the file under the open table: a short read is reported, not scored
+    with open(table.path / "vectors.npy", "r+b") as f:
+        f.truncate(int(table.vectors.offset) + 1000 * 128)
+    with pytest.raises(VectorTableError, match="short read"):
+        table.search(vecs[10], k=5)
+
+
+def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch) -> None:
+    """Tables carry row heads; the pruned scan (head bound, whole rows read only for
+    rows that can enter) returns exactly the full scan's answer: clustered data,
+    masks, exclusion, exact duplicates (ties by row), zero rows, a query with its
+    energy spread evenly (little pruning), and k larger than the eligible rows."""
+
+    cells, vecs, scales = tessera_like(30_000, 128, 12, seed=5)
+    vecs = vecs.copy()
+    vecs[100:110] = vecs[7]  # exact duplicates of row 7: ties resolved by row
+    vecs[200] = 0  # a zero row scores 0
+    V.write_table(
+        tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
+    )
+    table = V.KnnTable.open(tmp_path / "t")
+    assert table.head is not None
+    assert table.head.shape == (30_000, V.head_dims(128))
+    # tail norms bound the true ones from above
+    tail = np.setdiff1d(np.arange(128), table.meta["head_index"])
+    true_tail = np.linalg.norm(vecs[:, tail].astype(np.float64), axis=1)
+    assert np.all(np.asarray(table.tailnorm, np.float64) >= true_tail)
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
+    mask = np.ones(30_000, bool)
+    mask[1::2] = False
+    flat = np.full(128, 9, np.int8)
+    for q, ex in ((vecs[7], 7), (vecs[7], None), (vecs[12_345], 12_345), (flat, None)):
+        for m in (None, mask):
+            for k in (1, 10, 60):
+                got = table.search(q, k=k, exclude_row=ex, mask=m)
+                ref = V.cosine_topk(table.vectors, table.norms, q, k, exclude_row=ex, mask=m)
+                np.testing.assert_array_equal(got.rows, ref.rows)
+                np.testing.assert_array_equal(got.scores, ref.scores)
+                assert got.rows_read_whole is not None
+    # ties: the duplicates of row 7 come back in row order right after row 7
+    got = table.search(vecs[7], k=11)
+    assert got.rows.tolist()[:11] == [7, *range(100, 110)]
+    # most rows are pruned for a clustered query
+    assert table.search(vecs[12_345], k=10).rows_read_whole < 30_000 // 4
+    # k beyond the eligible rows: all of them, ranked
+    few = np.zeros(30_000, bool)
+    few[[3, 4, 5]] = True
+    monkeypatch.setattr(knn_table, "SPARSE_MASK", 0.0)  # force the scan, not the gather
+    assert sorted(table.search(vecs[3], k=50, mask=few).rows.tolist()) == [3, 4, 5]
+    # a float query that is no int8 multiple takes the unpruned file scan
+    qf = vecs[9].astype(np.float32) + 0.3
+    np.testing.assert_array_equal(
+        table.search(qf, k=5).rows, V.cosine_topk(table.vectors, table.norms, qf, 5).rows
+    )
+    # heads are read in place: a truncated file is refused before any page is touched
+    with open(table.path / "head.npy", "r+b") as f:
+        f.truncate(int(table.head.offset) + 100 * table.head.shape[1])
+    with pytest.raises(VectorTableError, match="truncated"):
+        table.search(vecs[7], k=5)
+
+
+def test_table_rerank_reads_rows_with_pread_and_matches_the_mapped_path(tmp_path) -> None:
+
+    n = 3000
+    table, vecs = _random_table(tmp_path, n, seed=11)
+    rows = np.array([0, 1, 2, 57, 2999], dtype=np.int64)
+    np.testing.assert_array_equal(table._read_rows(rows), vecs[rows])
+    for m in (1, 8, 64):
+        got = table.search(
+            vecs[5], k=10, mode="hamming_then_rerank", rerank_multiple=m, exclude_row=5
+        )
+        ref = V.hamming_then_rerank(
+            table.vectors, table.norms, table.bin128, vecs[5], 10, multiple=m, exclude_row=5
+        )
+        np.testing.assert_array_equal(got.rows, ref.rows)
+        np.testing.assert_allclose(got.scores, ref.scores)
+        assert got.reranked == ref.reranked
+        assert 5 not in got.rows
+
+
+def test_word_major_hamming_equals_the_row_major_scan(tmp_path, monkeypatch) -> None:
+    """Tables carry the codes word-major too; the split scan (first word bounds the
+    distance, second words read only for buffers with a passing row) returns the
+    row-major scan's answer for small and large n_keep, masks, exclusion and a
+    far query, and a short plane file is a typed error."""
+
+    cells, vecs, scales = tessera_like(60_000, 128, 12, seed=9)
+    V.write_table(
+        tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
+    )
+    table = V.KnnTable.open(tmp_path / "t")
+    assert table.bin128w is not None
+    np.testing.assert_array_equal(np.asarray(table.bin128w).T, table.bin128.view(np.uint64))
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    mask = np.ones(60_000, bool)
+    mask[::5] = False
+    for split_up_to in (knn_table._SPLIT_MAX_KEEP, 10**9):  # default policy; the split scan for all
+        monkeypatch.setattr(knn_table, "_SPLIT_MAX_KEEP", split_up_to)
+        for row in (3, 31_337):
+            code = table.bin128[row]
+            for m in (None, mask):
+                for keep in (1, 10, 63, 700, 5000):
+                    got = table._hamming_blockwise(code, keep, m, row)
+                    ref = knn_scan.hamming_candidates(table.bin128, code, keep, m, row)
+                    np.testing.assert_array_equal(got[1], ref[1])
+                    np.testing.assert_array_equal(got[0], ref[0])
+    monkeypatch.undo()
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    # a query far from every row (most rows pass the first word)
+    far = np.bitwise_not(table.bin128[3])
+    got = table._hamming_blockwise(far, 300, None, None)
+    ref = knn_scan.hamming_candidates(table.bin128, far, 300, None, None)
+    np.testing.assert_array_equal(got[1], ref[1])
+    with open(table.path / "bin128w.npy", "r+b") as f:
+        f.truncate(int(table.bin128w.offset) + 8 * 60_000 + 800)
+    with pytest.raises(VectorTableError, match="truncated"):
+        table._hamming_blockwise(table.bin128[3], 10, None, None)
+
+
+def test_concurrent_scans_of_one_table_agree_with_sequential_ones(tmp_path, monkeypatch) -> None:
+    """Server threads scan one table at once: parallel kernels run side by side and each
+    releases the regions it read while others may be reading them (they fault back in)."""
+
+    cells, vecs, scales = tessera_like(40_000, 128, 8, seed=4)
+    V.write_table(
+        tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
+    )
+    table = V.KnnTable.open(tmp_path / "t")
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
+    jobs = [(row, mode) for row in (5, 999, 20_000, 39_999) for mode in V.MODES]
+    want = {j: table.search_row(j[0], k=10, mode=j[1]).rows.tolist() for j in jobs}
+    got: dict[tuple[int, str], list[int]] = {}
+    errors: list[BaseException] = []
+
+    def work(js: list[tuple[int, str]]) -> None:
+        try:
+            for _ in range(3):
+                for j in js:
+                    got[j] = table.search_row(j[0], k=10, mode=j[1]).rows.tolist()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(jobs[i::4],)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not errors
+    assert got == want
+
+
+def test_scans_of_in_memory_arrays_never_release_them(tmp_path, monkeypatch) -> None:
+    """Only file mappings are released after a scan: MADV_DONTNEED on anonymous memory
+    would zero it. A table built from in-memory copies scans to the same answers and
+    its arrays are unchanged afterwards."""
+    import dataclasses
+
+    cells, vecs, scales = tessera_like(40_000, 128, 8, seed=6)
+    V.write_table(
+        tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
+    )
+    mapped = V.KnnTable.open(tmp_path / "t")
+    copies = {
+        name: np.array(getattr(mapped, name))
+        for name in ("head", "norms", "tailnorm", "bin128", "bin128w")
+    }
+    mem = dataclasses.replace(mapped, **{k: v.copy() for k, v in copies.items()})
+    assert knn_mapped.file_mapped(mapped.head, mapped.norms, mapped.tailnorm)
+    assert not knn_mapped.file_mapped(mem.head)
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
+    for mode in V.MODES:
+        for row in (11, 25_000):
+            a = mem.search_row(row, k=10, mode=mode)
+            b = mapped.search_row(row, k=10, mode=mode)
+            np.testing.assert_array_equal(a.rows, b.rows)
+    for name, arr in copies.items():
+        np.testing.assert_array_equal(getattr(mem, name), arr)
+
+
+def test_concurrent_scans_survive_numba_workqueue_layer() -> None:
+    """Where neither OpenMP nor TBB loads, numba falls back to its "workqueue" layer,
+    which aborts the process (SIGABRT) when two threads launch parallel kernels at once;
+    the scans then serialise their launches. The concurrent-scan test runs under it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve()
+    test = f"{here}::test_concurrent_scans_of_one_table_agree_with_sequential_ones"
+    env = {**os.environ, "NUMBA_THREADING_LAYER": "workqueue"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        cwd=here.parents[3],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout

@@ -1,0 +1,101 @@
+"""Writing tables: atomic swaps, input checks, upgrades of older layouts."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from bench.data import tessera_like
+from store import knn as V
+from store.errors import VectorTableError
+
+META = {"band": "geotessera", "tslot": 54, "vintage": 2024}
+
+
+def test_write_is_atomic_and_refuses_silent_overwrite(tmp_path, small):
+    cells, vec, scales, _, _ = small
+    path = tmp_path / "t"
+    V.write_table(path, cells, vec, scales, META)
+    V.write_table(path, cells, vec, scales, META)  # identical: no-op
+    vec2 = vec.copy()
+    vec2[:, 0] = -vec2[:, 0]
+    with pytest.raises(VectorTableError):
+        V.write_table(path, cells, vec2, scales, META)
+    old = V.KnnTable.open(path)
+    old_digest = old.meta["digest"]
+
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                t = V.KnnTable.open(path)
+                # a table is entirely old or entirely new
+                first = int(t.vectors[0, 0])
+                assert first in (int(vec[0, 0]), int(vec2[0, 0]))
+                assert (t.meta["digest"] == old_digest) == (first == int(vec[0, 0]))
+                seen.add(t.meta["digest"])
+        except BaseException as e:
+            errors.append(e)
+
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        V.write_table(path, cells, vec2, scales, META, replace=True)
+    finally:
+        stop.set()
+        th.join()
+    assert not errors, errors
+    assert old_digest in seen
+    new = V.KnnTable.open(path)
+    assert new.meta["digest"] != old_digest
+    np.testing.assert_array_equal(np.asarray(new.vectors), vec2)
+    # the old mapping stays readable after its directory was removed
+    np.testing.assert_array_equal(np.asarray(old.vectors[:3]), vec[:3])
+    leftovers = [p for p in os.listdir(tmp_path) if p != "t"]
+    assert len(leftovers) == 1
+    assert leftovers[0].startswith(".t@")
+    assert json.loads((path / "meta.json").read_text())["digest"] == new.meta["digest"]
+
+
+def test_write_validates_inputs(tmp_path, small):
+    cells, vec, scales, _, _ = small
+    with pytest.raises(VectorTableError):
+        V.write_table(tmp_path / "a", cells, vec.astype(np.int16), scales, META)
+    with pytest.raises(VectorTableError):
+        V.write_table(tmp_path / "b", np.zeros(cells.size, np.uint64), vec, scales, META)
+    with pytest.raises(VectorTableError):
+        V.write_table(tmp_path / "c", cells, vec, -scales, META)
+    with pytest.raises(VectorTableError):
+        V.write_table(tmp_path / "d", cells, vec, scales, {"band": "geotessera"})
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(VectorTableError):
+        V.write_table(tmp_path / "plain", cells, vec, scales, META, replace=True)
+
+
+def test_upgrade_table_adds_heads_and_keeps_rows_and_calibration(tmp_path) -> None:
+
+    cells, vecs, scales = tessera_like(3000, 128, 6, seed=2)
+    meta = {"band": "geotessera", "tslot": 54, "vintage": 2024, "rerank_multiple": 16}
+    V.write_table(tmp_path / "t", cells, vecs, scales, meta)
+    # make it look like a table of the previous layout: no heads in meta
+    path = V.KnnTable.open(tmp_path / "t").path
+    old_meta = json.loads((path / "meta.json").read_text())
+    for key in ("head_dims", "head_index"):
+        old_meta.pop(key)
+    (path / "meta.json").write_text(json.dumps(old_meta))
+    assert V.KnnTable.open(tmp_path / "t").head is None
+    assert V.upgrade_table(tmp_path / "t") is True
+    new = V.KnnTable.open(tmp_path / "t")
+    assert new.head is not None
+    assert new.meta["rerank_multiple"] == 16
+    assert new.meta["vintage"] == 2024
+    np.testing.assert_array_equal(np.asarray(new.vectors), vecs[np.argsort(cells)])
+    assert V.upgrade_table(tmp_path / "t") is False
