@@ -251,7 +251,7 @@ class ServiceContext:
         shared by every gazetteer in the process).
         """
         if self._gazetteer is None:
-            from api.gazetteer import Gazetteer
+            from api.places import Gazetteer
 
             features = [
                 gazetteer_feature(f)

@@ -19,8 +19,8 @@ from pydantic import BaseModel
 
 from api.context import ServiceContext
 from api.errors import ApiError, InvalidArgument
-from api.gazetteer import MAX_TEXT_CHARS
 from api.models import AreaOverTimeIn, DidChangeIn, FindSimilarIn, TrajectoryIn
+from api.places import MAX_TEXT_CHARS
 from api.queries._common import CellRef, parse_cell_arg, slot_date, store_errors
 from api.queries.area import area_over_time
 from api.queries.cell import SIGMA_FLOOR, CellSeries, _sigma, did_change, read_cell
