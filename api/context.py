@@ -59,7 +59,7 @@ import numpy.typing as npt
 from api.charts import ChartStore
 from api.errors import ApiError, NotFound, Unavailable, from_store_error
 from api.receipts import Signer
-from store.address import Block, block_q_range
+from store.blocks import Block, block_q_range
 from store.cube import CubeReader, band_spec
 from store.errors import StoreError
 from store.inventory import Inventory

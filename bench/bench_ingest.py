@@ -386,7 +386,7 @@ def blocks_with_data(data: Path) -> dict[str, dict[str, int]]:
     and ``s1.vv`` in the block.
     """
     from pipelines.partitions import PARTITION_BLOCK_LEVEL
-    from store.address import Block
+    from store.blocks import Block
     from store.cube import CubeReader
     from store.inventory import Inventory
 

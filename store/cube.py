@@ -57,7 +57,8 @@ from zarr.core.buffer import Buffer, default_buffer_prototype
 from zarr.core.codec_pipeline import codecs_from_list
 from zarr.core.sync import sync
 
-from store.address import Block, bbox_q_range, block_q_range, q_center
+from store.address import bbox_q_range, q_center
+from store.blocks import Block, block_q_range
 from store.errors import (
     CommitConflict,
     InvalidWrite,

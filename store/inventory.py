@@ -264,7 +264,7 @@ class Inventory:
         Args:
             band: Band family as written in the rows.
             bbox_blocks: Block ids covering the area (e.g. from
-                ``store.address.blocks_for_bbox``).
+                ``store.blocks.blocks_for_bbox``).
             t0: First tslot (inclusive).
             t1: End tslot (exclusive).
             min_clear_cells: Only overpasses with at least this many clear cells.

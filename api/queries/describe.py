@@ -35,7 +35,7 @@ from api.queries.locate import Located, _features, _geocode, _pinned, _where
 from api.queries.place_models import WhatIsHereAnswer, WhatIsHereBody, WhatIsHereIn
 from api.queries.similar import _vector_value
 from api.registry import primitive
-from store import address
+from store import address, blocks
 from store.errors import StoreError
 
 __all__ = [
@@ -301,7 +301,7 @@ def _store_area(ctx: ServiceContext) -> dict[str, float] | None:
     boxes = []
     for block in set(table["block"].to_pylist()) if table.num_rows else ():
         try:
-            boxes.append(address.block_bounds(address.Block.parse(block)))
+            boxes.append(blocks.block_bounds(blocks.Block.parse(block)))
         except StoreError:
             continue
     if not boxes:
