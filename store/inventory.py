@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from store.address import Block, block_q_range
+from store.blocks import Block, block_q_range
 from store.errors import InvalidInventory, StoreError
 from store.tslot import slot_to_date
 
@@ -268,7 +268,7 @@ class Inventory:
         Args:
             band: Band family as written in the rows.
             bbox_blocks: Block ids covering the area (e.g. from
-                ``store.address.blocks_for_bbox``).
+                ``store.blocks.blocks_for_bbox``).
             t0: First tslot (inclusive).
             t1: End tslot (exclusive).
             min_clear_cells: Only overpasses with at least this many clear cells.

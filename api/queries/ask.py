@@ -19,7 +19,6 @@ from pydantic import BaseModel
 
 from api.context import ServiceContext
 from api.errors import ApiError, InvalidArgument
-from api.gazetteer import MAX_TEXT_CHARS
 from api.models import (
     AreaOverTimeIn,
     AskAnswer,
@@ -30,6 +29,7 @@ from api.models import (
     TrajectoryIn,
     WhatIsHereIn,
 )
+from api.places import MAX_TEXT_CHARS
 from api.queries._common import CellRef, parse_cell_arg, slot_date, store_errors
 from api.queries.area import area_over_time
 from api.queries.cell import SIGMA_FLOOR, CellSeries, did_change, read_cell, robust_sigma

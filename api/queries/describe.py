@@ -34,7 +34,7 @@ from api.queries.cell import SIGMA_FLOOR, Z_THRESHOLD, read_cell, robust_sigma
 from api.queries.locate import Located, geocode, manifest_features, pinned, where_text
 from api.queries.similar import vector_value
 from api.registry import primitive
-from store import address
+from store import address, blocks
 from store.cube.bands import SCALAR_BANDS
 from store.errors import StoreError
 
@@ -304,7 +304,7 @@ def _store_area(ctx: ServiceContext) -> dict[str, float] | None:
     boxes = []
     for block in set(table["block"].to_pylist()) if table.num_rows else ():
         try:
-            boxes.append(address.block_bounds(address.Block.parse(block)))
+            boxes.append(blocks.block_bounds(blocks.Block.parse(block)))
         except StoreError:
             continue
     if not boxes:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from api.context import ServiceContext
 from api.errors import InvalidArgument
-from api.gazetteer import GazetteerResult, Place, normalise_name
+from api.places import GazetteerResult, Place, normalise_name
 from api.queries._common import CellRef
 from store import address
 from store.errors import StoreError

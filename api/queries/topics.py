@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.errors import InvalidArgument
-from api.gazetteer import normalise_name
 from api.intent import INTENTS
+from api.places import normalise_name
 
 __all__ = [
     "MAX_QUESTION_CHARS",

@@ -32,7 +32,8 @@ import numpy.typing as npt
 import zarr
 from zarr.core.sync import sync
 
-from store.address import Block, bbox_q_range, block_q_range, q_center
+from store.address import bbox_q_range, q_center
+from store.blocks import Block, block_q_range
 from store.cube.bands import X_SIZE, YEAR_SLOTS, BandSpec, band_spec
 from store.cube.cache import ChunkCache, Column
 from store.cube.codec import ChunkCodec, check_box, fill_mask, is_contiguous

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.run import BENCHES, render
+from bench.report import render
+from bench.run import BENCHES
 
 REPO = Path(__file__).resolve().parents[2]
 

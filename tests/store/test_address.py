@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import address as a
-from store.errors import InvalidBlock, InvalidCell, InvalidLatitude, InvalidLongitude
+from store.errors import InvalidCell, InvalidLatitude, InvalidLongitude
 
 lats = st.floats(min_value=-90, max_value=90, allow_nan=False)
 lngs = st.floats(min_value=-180, max_value=180, allow_nan=False)
@@ -170,54 +170,6 @@ def test_neighbours_at_date_line_and_pole() -> None:
     assert a.decode(ring[3]).lng_q == a.LNG_MAX_Q - 1  # W wraps to the east edge
     north_pole = a.encode(90.0, 0.0)
     assert a.neighbours(north_pole)[1] == north_pole
-
-
-@given(inner_lats, lngs, st.integers(min_value=0, max_value=12))
-def test_block_contains_its_cells(lat: float, lng: float, level: int) -> None:
-    g = a.decode(a.encode(lat, lng))
-    blk = a.block_of(g.lat_q, g.lng_q, level)
-    lat_q0, lat_q1, lng_q0, lng_q1 = a.block_q_range(blk)
-    assert lat_q0 <= g.lat_q < lat_q1
-    assert lng_q0 <= g.lng_q < lng_q1
-    b = a.block_bounds(blk)
-    assert b[0] <= g.lat <= b[2]
-    assert b[1] <= g.lng <= b[3]
-    assert a.Block.parse(blk.id) == blk
-
-
-def test_block_cells_and_bbox_cover() -> None:
-    blk = a.block_of(*a.encode_q(23.36, 85.33), 4)
-    cells = a.block_cells(blk)
-    assert cells.shape == (256,)
-    assert len(np.unique(cells)) == 256
-    la, ln = a.raw_to_q_array(cells)
-    assert {int(x) >> 4 for x in la} == {blk.lat_b}
-    assert {int(x) >> 4 for x in ln} == {blk.lng_b}
-    bbox = (23.35, 85.32, 23.37, 85.34)
-    blocks = a.blocks_for_bbox(*bbox, level=7)
-    lat_q0, lat_q1, lng_q0, lng_q1 = a.bbox_q_range(*bbox)
-    covered = {(b.lat_b, b.lng_b) for b in blocks}
-    for q in (lat_q0, lat_q1 - 1):
-        for p in (lng_q0, lng_q1 - 1):
-            assert (q >> 7, p >> 7) in covered
-    poly = {
-        "type": "Polygon",
-        "coordinates": [[[85.32, 23.35], [85.34, 23.35], [85.32, 23.37], [85.32, 23.35]]],
-    }
-    tri = a.blocks_for_polygon(poly, level=7)
-    assert 0 < len(tri) <= len(blocks)
-    assert set(tri) <= set(blocks)
-
-
-def test_block_errors() -> None:
-    with pytest.raises(InvalidBlock):
-        a.Block.parse("b7.x.1")
-    with pytest.raises(InvalidBlock):
-        a.Block(22, 0, 0)
-    with pytest.raises(InvalidBlock, match="cap"):
-        a.blocks_for_bbox(-80, -170, 80, 170, level=2)
-    with pytest.raises(InvalidBlock):
-        a.block_cells(a.Block(13, 0, 0))
 
 
 def test_bbox_q_range_rejects_reversed() -> None:

@@ -17,7 +17,8 @@ import icechunk as ic
 import numpy as np
 import pytest
 
-from store.address import LAT_STEP, LNG_STEP, Block, bbox_q_range, q_center
+from store.address import LAT_STEP, LNG_STEP, bbox_q_range, q_center
+from store.blocks import Block
 from store.cube import (
     BANDS,
     TIME_CHUNK_DAYS,

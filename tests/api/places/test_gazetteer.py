@@ -1,4 +1,4 @@
-"""Offline gazetteer (api/gazetteer.py)."""
+"""Offline gazetteer (api/places/)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.errors import InvalidArgument
-from api.gazetteer import (
+from api.places import (
     MAX_TEXT_CHARS,
     Gazetteer,
     GazetteerResult,

@@ -1,0 +1,79 @@
+"""did_change in process (warm and cold context) vs a direct CubeReader.cell_series read."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from bench.common import DemoArea, time_calls
+from bench.queries.rows import row, scale
+from store import address
+
+__all__ = ["bench_did_change"]
+
+
+def _change_args(area: DemoArea) -> dict[str, Any]:
+    """did_change arguments at the planted clearing: the window spans the cut."""
+    from api.context import ServiceContext
+    from api.dispatch import run
+
+    ev = next(e for e in area.manifest()["events"] if e["kind"] == "forest_clearing")
+    cell = address.encode(ev["centre"]["lat"], ev["centre"]["lng"])
+    ctx = ServiceContext(area.data)
+    tr = run(ctx, "trajectory", {"cell": cell, "band": "indices.ndvi"}).model_dump(mode="json")
+    clear = [p["tslot"] for p in tr["points"] if p["clear"] and p["value"] is not None]
+    cut = (dt.date.fromisoformat(ev["end"]) - dt.date(1970, 1, 1)).days
+    before = [t for t in clear if t < cut]
+    after = [t for t in clear if t >= cut]
+    t0 = before[-4] if len(before) >= 4 else before[0]
+    t1 = after[min(3, len(after) - 1)]
+    return {"cell": cell, "band": "indices.ndvi", "window": [t0, t1]}
+
+
+def bench_did_change(area: DemoArea, repeats: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """did_change p50 in process (warm) vs a direct CubeReader.cell_series read."""
+    from api.context import ServiceContext
+    from api.dispatch import run
+    from store.cube import CubeReader
+
+    args = _change_args(area)
+    ctx = ServiceContext(area.data)
+    ans = run(ctx, "did_change", args).model_dump(mode="json")
+    t_q = time_calls(lambda _: run(ctx, "did_change", args), repeats, warmup=5)
+    lat_q, lng_q = address.decode(args["cell"]).lat_q, address.decode(args["cell"]).lng_q
+    reader = CubeReader(area.data)
+    t0, t1 = args["window"]
+    t_b = time_calls(
+        lambda _: reader.cell_series("indices.ndvi", lat_q, lng_q, t0, t1 + 1), repeats, warmup=5
+    )
+    # cold: a fresh context per call (opens the repository, fills the column cache)
+    t_cold = time_calls(
+        lambda _: run(ServiceContext(area.data), "did_change", args), max(3, repeats // 20)
+    )
+    ms = 1e3
+    rows = [
+        row(
+            "did_change p50, in process, warm context",
+            "ms",
+            scale(t_q, ms),
+            baseline_case="CubeReader.cell_series(cell, window), reader open",
+            baseline=scale(t_b, ms),
+            ratio=t_q.median / t_b.median,
+            ratio_def="earthmem time / baseline time",
+            target="p50 <= 2 ms",
+            met=t_q.median * ms <= 2.0,
+            data=f"1 cell, window {t0}..{t1}",
+        ),
+        row(
+            "did_change, in process, cold context (first call)",
+            "ms",
+            scale(t_cold, ms),
+            baseline_case="CubeReader.cell_series(cell, window), reader open",
+            baseline=scale(t_b, ms),
+            ratio=t_cold.median / t_b.median,
+            ratio_def="earthmem time / baseline time",
+            target="(info)",
+            data=f"1 cell, window {t0}..{t1}",
+        ),
+    ]
+    return rows, {"args": args, "significant": ans.get("significant"), "delta": ans.get("delta")}

@@ -1,0 +1,173 @@
+"""did_change over loopback HTTP: the real ``earthmem serve`` in a subprocess, load from another."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.common import CACHE_DIR, REPO, DemoArea, free_port, wait_http
+from bench.queries.rows import ENV, row
+
+__all__ = ["Server", "bench_http"]
+
+
+class Server:
+    """``earthmem serve --data DIR --port P`` in a subprocess (the real command).
+
+    With ``quiet=True`` the same command runs with ``--no-access-log`` (same workers).
+    """
+
+    def __init__(
+        self, data: Path, log: Path, *, quiet: bool = False, workers: int | None = None
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = log.open("wb")
+        cmd = [
+            sys.executable,
+            "-m",
+            "api.cli",
+            "serve",
+            "--data",
+            str(data),
+            "--port",
+            str(self.port),
+            *(["--workers", str(workers)] if workers else []),
+            *(["--no-access-log"] if quiet else []),
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=ENV,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_http(self.url + "/healthz", timeout=90)
+        except TimeoutError:
+            self.stop()
+            raise
+
+    def status(self) -> dict[str, int]:
+        """``Vm*``/``Rss*`` lines of /proc/<pid>/status in KiB."""
+        out = {}
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem")):
+                k, v = line.split(":", 1)
+                out[k] = int(v.split()[0])
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _load(
+    url: str, body: dict[str, Any] | None, connections: int, seconds: float
+) -> dict[str, Any]:
+    """Run bench.loadgen in its own process; return its JSON."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.loadgen",
+        "--url",
+        url,
+        "--connections",
+        str(connections),
+        "--seconds",
+        str(seconds),
+        "--json",
+        out,
+    ]
+    if body is not None:
+        cmd += ["--body", json.dumps(body)]
+    subprocess.run(cmd, cwd=REPO, env=ENV, check=True, timeout=seconds + 60)
+    res: dict[str, Any] = json.loads(Path(out).read_text())
+    os.unlink(out)
+    return res
+
+
+def bench_http(
+    area: DemoArea, args: dict[str, Any], seconds: float, connections: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """did_change requests/s over loopback HTTP vs /healthz on the same server."""
+    log = CACHE_DIR / "logs" / "serve_http.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with Server(area.data, log) as srv:
+        url = srv.url + "/v1/did_change"
+        _load(url, args, 4, min(2.0, seconds / 2))  # warm-up: column cache, signer, JIT paths
+        health = _load(srv.url + "/healthz", None, connections, seconds)
+        loaded = _load(url, args, connections, seconds)
+        single = _load(url, args, 1, max(1.0, seconds / 3))
+        rss = srv.status()
+    with Server(area.data, log.with_name("serve_http_quiet.log"), quiet=True) as srv:
+        url = srv.url + "/v1/did_change"
+        _load(url, args, 4, min(2.0, seconds / 2))
+        quiet_health = _load(srv.url + "/healthz", None, connections, seconds / 2)
+        quiet = _load(url, args, connections, seconds / 2)
+    ok = loaded["errors"] == 0 and loaded["non_200"] == 0
+    rows = [
+        row(
+            f"did_change over HTTP, {connections} keep-alive connections",
+            "req/s",
+            loaded["rps"],
+            baseline_case="GET /healthz on the same server, same load",
+            baseline=health["rps"],
+            ratio=loaded["rps"] / health["rps"],
+            ratio_def="earthmem rps / baseline rps",
+            target=">= 1500 req/s",
+            met=loaded["rps"] >= 1500 and ok,
+            latency_ms=loaded["latency_ms"],
+            baseline_latency_ms=health["latency_ms"],
+            errors=loaded["errors"] + loaded["non_200"],
+            data=f"{loaded['requests_ok']} requests in {loaded['seconds']:.1f} s",
+        ),
+        row(
+            "did_change over HTTP, 1 connection (unloaded latency)",
+            "req/s",
+            single["rps"],
+            baseline_case="GET /healthz on the same server, same load",
+            baseline=health["rps"],
+            ratio=single["rps"] / health["rps"],
+            ratio_def="earthmem rps / baseline rps",
+            target="(info)",
+            latency_ms=single["latency_ms"],
+            data=f"{single['requests_ok']} requests in {single['seconds']:.1f} s",
+        ),
+        row(
+            f"did_change over HTTP, {connections} connections, uvicorn access log off",
+            "req/s",
+            quiet["rps"],
+            baseline_case="GET /healthz on that server, same load",
+            baseline=quiet_health["rps"],
+            ratio=quiet["rps"] / quiet_health["rps"],
+            ratio_def="earthmem rps / baseline rps",
+            target="(info: what the access log costs)",
+            latency_ms=quiet["latency_ms"],
+            data=f"{quiet['requests_ok']} requests in {quiet['seconds']:.1f} s",
+        ),
+    ]
+    return rows, {
+        "server_status_kib": rss,
+        "loadgen": "bench.loadgen (asyncio+uvloop raw HTTP/1.1)",
+    }
