@@ -583,7 +583,7 @@ class CubeReader:
 
         Args:
             band: Band name.
-            block: The block (``store.address.Block``).
+            block: The block (``store.blocks.Block``).
             t0: First tslot (inclusive).
             t1: End tslot (exclusive).
             drop_empty: See :meth:`read_region`.
