@@ -195,9 +195,9 @@ def run_baseline(area: DemoArea, plan: Plan, write_to: Path | None) -> tuple[flo
     import numpy as np
 
     from pipelines.partitions import week_t0
-    from pipelines.sentinel1.ingest import S1_BANDS
+    from pipelines.sentinel1.assets import S1
     from pipelines.sentinel1.ingest import stack_week as s1_stack
-    from pipelines.sentinel2.compute import INDEX_NAMES
+    from pipelines.sentinel2.assets import S2
     from pipelines.sentinel2.ingest import stack_week as s2_stack
     from store.cube import CubeWriter
 
@@ -221,13 +221,12 @@ def run_baseline(area: DemoArea, plan: Plan, write_to: Path | None) -> tuple[flo
                 slots = np.arange(t, t + 7)
                 key = f"{b}|{w}"
                 with writer.transaction(key, metadata={"asset": "bench"}) as tx:
-                    for name in INDEX_NAMES:
-                        tx.write(f"indices.{name}", slots, win.lat_q0, win.lng_q0, st2.values[name])
-                    tx.write("s2.clear", slots, win.lat_q0, win.lng_q0, st2.clear)
+                    for name, band in S2.bands:
+                        tx.write(band, slots, win.lat_q0, win.lng_q0, st2.values[name])
+                    tx.write(S2.flag_band, slots, win.lat_q0, win.lng_q0, st2.clear)
                 with writer.transaction(key, metadata={"asset": "bench"}) as tx:
-                    names = {"vv": "s1.vv", "vh": "s1.vh", "vh_vv": "indices.vh_vv"}
-                    for k in S1_BANDS:
-                        tx.write(names[k], slots, win.lat_q0, win.lng_q0, st1.values[k])
-                    tx.write("s1.valid", slots, win.lat_q0, win.lng_q0, st1.valid)
+                    for name, band in S1.bands:
+                        tx.write(band, slots, win.lat_q0, win.lng_q0, st1.values[name])
+                    tx.write(S1.flag_band, slots, win.lat_q0, win.lng_q0, st1.valid)
         per.append(time.perf_counter() - tp)
     return time.perf_counter() - t0, per

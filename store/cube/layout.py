@@ -36,7 +36,7 @@ Opening with xarray through icechunk (two lines)::
     session = icechunk.Repository.open(open_storage("data/cube.icechunk")).readonly_session("main")
     ds = xr.open_zarr(session.store, group="indices", chunks=None, consolidated=False)
 
-Pitfall (measured): never open the lattice with dask chunks (``chunks={}`` or
+Pitfall: never open the lattice with dask chunks (``chunks={}`` or
 ``"auto"``): a 2**16 x 2**21 x 2**22 array builds a graph of billions of tasks
 and runs out of memory. ``chunks=None`` gives lazy indexing; select the region
 first (``ds.ndvi[t0:t1, y0:y1, x0:x1]``), then compute or ``.chunk()``.

@@ -32,11 +32,12 @@ import numpy.typing as npt
 import zarr
 from zarr.core.sync import sync
 
-from store.address import bbox_q_range, q_center
+from store.address import bbox_q_range
 from store.blocks import Block, block_q_range
 from store.cube.bands import X_SIZE, YEAR_SLOTS, BandSpec, band_spec
 from store.cube.cache import ChunkCache, Column
 from store.cube.codec import ChunkCodec, check_box, fill_mask, is_contiguous
+from store.cube.labels import region_dataarray
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, MAX_REGION_ELEMENTS, block_level_of
 from store.errors import RegionOutOfBounds, RegionTooLarge, SnapshotNotFound
 from store.snapshots import (
@@ -493,50 +494,8 @@ class CubeReader:
             fill = fill_mask(values, spec.fill_value)
             keep = ~fill.reshape(fill.shape[0], -1).all(axis=1)
             slots, values = slots[keep], values[keep]
-        return self._to_dataarray(spec, slots, lat_q0, lat_q1, lng_q0, lng_q1, values)
-
-    def _to_dataarray(
-        self,
-        spec: BandSpec,
-        slots: npt.NDArray[np.int64],
-        lat_q0: int,
-        lat_q1: int,
-        lng_q0: int,
-        lng_q1: int,
-        values: npt.NDArray[Any],
-    ) -> xr.DataArray:
-        # Imported here: xarray (with pandas) costs seconds to import and the
-        # writer processes that Dagster spawns never need it.
-        import xarray as xr
-
-        lat_q = np.arange(lat_q0, lat_q1, dtype=np.int64)
-        lng_q = np.arange(lng_q0, lng_q1, dtype=np.int64)
-        lat, lng = q_center(lat_q, lng_q)
-        coords: dict[str, Any] = {
-            "tslot": ("tslot", slots),
-            "lat": ("lat", lat),
-            "lng": ("lng", lng),
-            "lat_q": ("lat", lat_q),
-            "lng_q": ("lng", lng_q),
-        }
-        if spec.tempo == "day":
-            coords["date"] = ("tslot", np.datetime64("1970-01-01", "D") + slots.astype("m8[D]"))
-        else:
-            coords["year"] = ("tslot", slots + 1970)
-        dims = ("tslot", "lat", "lng", *((spec.extra_dim[0],) if spec.extra_dim else ()))
-        return xr.DataArray(
-            values,
-            dims=dims,
-            coords=coords,
-            name=spec.name,
-            attrs={
-                "band": spec.name,
-                "units": spec.units,
-                "long_name": spec.long_name,
-                "tempo": spec.tempo,
-                "crs": "EPSG:4326",
-                "snapshot_id": self.snapshot_id,
-            },
+        return region_dataarray(
+            spec, slots, (lat_q0, lat_q1, lng_q0, lng_q1), values, self.snapshot_id
         )
 
     def read_bbox(
