@@ -50,7 +50,6 @@ __all__ = [
     "INTENT_TOOL",
     "SERVER_NAME",
     "TOOL_PREFIX",
-    "StatelessStreamableHttpEndpoint",
     "StreamableHttpEndpoint",
     "build_server",
     "run_stdio",
@@ -252,14 +251,23 @@ class StreamableHttpEndpoint:
         host: The host the HTTP server binds; loopback hosts enable the SDK's
             DNS-rebinding protection (Host/Origin must be loopback).
         max_body_bytes: Largest request body accepted (413 above).
+        stateless: Serve without sessions, every request standing alone (needed when
+            several worker processes share the port: a session made in one worker
+            would be unknown to the others).
     """
 
     def __init__(
-        self, server: Server[Any], *, host: str = "127.0.0.1", max_body_bytes: int = 256 * 1024
+        self,
+        server: Server[Any],
+        *,
+        host: str = "127.0.0.1",
+        max_body_bytes: int = 256 * 1024,
+        stateless: bool = False,
     ) -> None:
         self.server = server
         self.host = host
         self.max_body_bytes = max_body_bytes
+        self.stateless = stateless
         self._manager: StreamableHTTPSessionManager | None = None
 
     @asynccontextmanager
@@ -269,7 +277,8 @@ class StreamableHttpEndpoint:
             app=self.server,
             security_settings=local_security(self.host),
             max_request_body_size=self.max_body_bytes,
-            max_sessions=1000,
+            stateless=self.stateless,
+            max_sessions=1000,  # stateful sessions only
         )
         async with manager.run():
             self._manager = manager
@@ -302,27 +311,3 @@ class StreamableHttpEndpoint:
             await send({"type": "http.response.body", "body": body})
             return
         await manager.handle_request(scope, receive, send)
-
-
-class StatelessStreamableHttpEndpoint(StreamableHttpEndpoint):
-    """MCP streamable HTTP without sessions (every request stands alone).
-
-    Used when several worker processes share the port: a session made in one
-    worker would be unknown to the others.
-    """
-
-    @asynccontextmanager
-    async def run(self) -> AsyncIterator[None]:
-        """Run a stateless session manager for the duration of the context."""
-        manager = StreamableHTTPSessionManager(
-            app=self.server,
-            security_settings=local_security(self.host),
-            max_request_body_size=self.max_body_bytes,
-            stateless=True,
-        )
-        async with manager.run():
-            self._manager = manager
-            try:
-                yield
-            finally:
-                self._manager = None

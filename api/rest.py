@@ -59,7 +59,7 @@ from api.dispatch import (
 )
 from api.errors import ApiError, NotFound
 from api.intent import INTENT_TYPES, IntentAnswer, IntentRequest
-from api.mcp_server import StatelessStreamableHttpEndpoint, StreamableHttpEndpoint, build_server
+from api.mcp_server import StreamableHttpEndpoint, build_server
 from store.errors import StoreError
 
 __all__ = [
@@ -235,9 +235,13 @@ def create_app(
         The FastAPI app.
     """
     provider = provider_for(source)
-    endpoint_cls = StatelessStreamableHttpEndpoint if mcp_stateless else StreamableHttpEndpoint
     mcp_endpoint = (
-        endpoint_cls(build_server(provider), host=host, max_body_bytes=max_body_bytes)
+        StreamableHttpEndpoint(
+            build_server(provider),
+            host=host,
+            max_body_bytes=max_body_bytes,
+            stateless=mcp_stateless,
+        )
         if mount_mcp
         else None
     )
