@@ -13,6 +13,7 @@ from typing import Any
 from api.context import ServiceContext
 from api.errors import ApiError
 from api.intent import run_intent
+from api.service import run
 from store import address
 from store.tslot import day_slot
 
@@ -20,8 +21,6 @@ __all__ = ["example_intents", "run_examples"]
 
 
 def _first_last_clear(ctx: ServiceContext, cell: str, cut: int) -> tuple[int, int] | None:
-    from api.service import run
-
     t = run(ctx, "trajectory", {"cell": cell, "band": "indices.ndvi"}).model_dump()
     clear = [p["tslot"] for p in t["points"] if p["clear"]]
     before = [s for s in clear if s < cut]
