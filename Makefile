@@ -18,17 +18,17 @@ $(BIN)/earthmem: pyproject.toml requirements.lock
 setup: $(BIN)/earthmem  ## create .venv from the lock file
 
 run: setup  ## build the demo sample area, ingest it through Dagster, answer example queries
-	$(BIN)/python -m api.demo --data $(DATA)
+	$(BIN)/python -m cli.demo --data $(DATA)
 
 test: setup  ## lint, type-check and run the test suite (offline)
-	$(BIN)/ruff check store pipelines api tests bench
-	$(BIN)/ruff format --check store pipelines api tests bench
+	$(BIN)/ruff check store pipelines api cli tests bench
+	$(BIN)/ruff format --check store pipelines api cli tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 lint: setup
-	$(BIN)/ruff check store pipelines api tests bench
-	$(BIN)/ruff format --check store pipelines api tests bench
+	$(BIN)/ruff check store pipelines api cli tests bench
+	$(BIN)/ruff format --check store pipelines api cli tests bench
 
 typecheck: setup
 	$(BIN)/mypy

@@ -1,3 +1,3 @@
-"""earthmem's read-only query API: the service layer, REST and MCP adapters, and the CLI."""
+"""earthmem's read-only query API: the service layer and the REST and MCP adapters."""
 
 __all__: list[str] = []

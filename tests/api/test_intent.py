@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from api.cli import main
 from api.dispatch import PRIMITIVES, Primitive, describe_error, run_intent
 from api.errors import ApiError, InvalidArgument
 from api.intent import INTENT_TYPES
 from api.receipts import Signer, sign_answer
+from cli.main import main
 from store import address
 from tests.api.adapter_helpers import bracket, clearing_cell
 

@@ -160,7 +160,7 @@ def test_intent_tool_envelope_and_plan(ctx: FakeContext) -> None:
 def test_stdio_transport_lists_tools(tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "api.cli", "mcp", "--data", str(tmp_path)],
+        args=["-m", "cli.main", "mcp", "--data", str(tmp_path)],
         cwd=str(ROOT),
         env={"PYTHONPATH": str(ROOT)},
     )

@@ -12,7 +12,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from store.errors import StoreError
+from api.errors import ApiError
+from cli import commands, ingest
+from store import address, tslot
+from store.errors import AddressError, StoreError
 
 __all__ = ["main"]
 
@@ -34,30 +37,22 @@ def _print_json(obj: Any) -> None:
 
 
 def _cell_encode(args: argparse.Namespace) -> int:
-    from store import address
-
     print(address.encode(args.lat, args.lng))
     return 0
 
 
 def _cell_decode(args: argparse.Namespace) -> int:
-    from store import address
-
     _print_json(address.decode(args.cell).as_dict())
     return 0
 
 
 def _cell_neighbours(args: argparse.Namespace) -> int:
-    from store import address
-
     ring = address.neighbours(args.cell)
     _print_json(dict(zip(address.NEIGHBOUR_ORDER, ring, strict=True)))
     return 0
 
 
 def _tslot(args: argparse.Namespace) -> int:
-    from store import tslot
-
     slot = tslot.to_slot(args.date, args.tempo)
     _print_json(
         {
@@ -70,9 +65,9 @@ def _tslot(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from store import tslot
+    # Deferred: the cube and the COG writer import zarr, icechunk and rasterio, which would
+    # slow the start-up of every other command.
     from store.cube import band_spec
-    from store.errors import AddressError
     from store.export import export_band
 
     try:
@@ -142,17 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--data", default="data")
     ex.set_defaults(handler=_export)
 
-    _add_extensions(sub)
+    commands.register(sub)
+    ingest.register(sub)
     return p
-
-
-def _add_extensions(sub: Any) -> None:
-    """Subcommands of the other layers (sample, run, serve, ...), registered lazily."""
-    from api import cli_commands
-    from pipelines import cli as pipeline_cli
-
-    cli_commands.register(sub)
-    pipeline_cli.register(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -164,21 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:
         print(f"earthmem: error [{exc.code}]: {exc.message}", file=sys.stderr)
         return EXIT_USAGE
-    except _domain_errors() as exc:
+    except ApiError as exc:
         code = getattr(exc, "code", "invalid_argument")
         print(f"earthmem: error [{code}]: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-
-def _domain_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = []
-    try:
-        from api.errors import ApiError
-
-        errors.append(ApiError)
-    except ImportError:  # pragma: no cover - the API layer is optional at this stage
-        pass
-    return tuple(errors) or (StoreError,)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from api.cli import main
+from cli.main import main
 
 
 def test_cell_encode_decode_neighbours(capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,7 +46,7 @@ def test_negative_coordinates_and_tslot(capsys: pytest.CaptureFixture[str]) -> N
 )
 def test_bad_input_exits_2_with_one_line(argv: list[str], needle: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "api.cli", *argv], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "cli.main", *argv], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2
     assert proc.stdout == ""

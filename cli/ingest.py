@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["ingest", "register"]
 
 
 def register(sub: Any) -> None:
@@ -37,8 +38,8 @@ def ingest(
     data: Path, catalog: str | None = None, area: str | None = None, workers: int = 3
 ) -> Any:
     """Ingest with a persistent Dagster instance under ``<data>/dagster_home``, printing progress."""
-    import shutil
-
+    # Deferred: Dagster and the pipeline definitions take seconds to import; every other
+    # `earthmem` command would pay for them at start-up.
     from dagster import DagsterInstance
 
     from pipelines.run import ingest_area

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from api.context import ServiceContext
-from api.dispatch import run_intent
+from api.dispatch import run, run_intent
 from api.errors import ApiError
 from store import address
 from store.tslot import day_slot
@@ -20,8 +20,6 @@ __all__ = ["example_intents", "run_examples"]
 
 
 def _first_last_clear(ctx: ServiceContext, cell: str, cut: int) -> tuple[int, int] | None:
-    from api.dispatch import run
-
     t = run(ctx, "trajectory", {"cell": cell, "band": "indices.ndvi"}).model_dump()
     clear = [p["tslot"] for p in t["points"] if p["clear"]]
     before = [s for s in clear if s < cut]

@@ -1,19 +1,26 @@
-"""Subcommands of the API layer: sample, serve, mcp, intent, verify (ingest: pipelines/cli.py).
+"""The subcommands over the other layers: sample, serve, mcp, intent, verify (ingest: cli/ingest.py).
 
-Each handler imports its layer lazily, so ``earthmem cell ...`` stays fast.
+Handlers import the heavy layers (the sample generator, the service context, the
+REST and MCP adapters, uvicorn) when they run, so ``earthmem cell ...`` stays fast.
 Bad input raises a typed error (``ApiError`` / ``StoreError``) which
-:func:`api.cli.main` prints as one line on stderr with exit status 2.
+:func:`cli.main.main` prints as one line on stderr with exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
 from typing import Any
+
+import anyio
+
+from api.errors import InvalidArgument
 
 __all__ = ["DATA_ENV", "default_data_dir", "register"]
 
@@ -47,9 +54,6 @@ def register(sub: Any) -> None:
     )
     build.add_argument("--seed", type=int, default=0)
     build.set_defaults(handler=_sample_build)
-
-    # The pipeline layer's commands (`earthmem ingest`, ...) live in pipelines/cli.py and are
-    # registered next to these by api.cli._add_extensions; the API layer never imports pipelines.
 
     serve = sub.add_parser("serve", help="serve the query API: REST at /v1, MCP at /mcp")
     _add_data(serve)
@@ -91,6 +95,7 @@ def register(sub: Any) -> None:
 
 
 def _sample_build(args: argparse.Namespace) -> int:
+    # Deferred: the sample generator imports rasterio, numpy and pystac (slow start-up).
     from pipelines.sample import build_sample
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -108,8 +113,8 @@ def _sample_build(args: argparse.Namespace) -> int:
 
 def _context(data: str | None) -> Any:
     """The service context of a data directory that must exist."""
+    # Deferred: the dispatch loads pydantic and every query module (start-up time).
     from api.dispatch import ContextProvider
-    from api.errors import InvalidArgument
 
     data_dir = Path(data if data is not None else default_data_dir())
     if not data_dir.is_dir():
@@ -121,9 +126,9 @@ def _context(data: str | None) -> Any:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # Deferred: uvicorn and the REST app (FastAPI, the service layer) are slow to import.
     import uvicorn
 
-    from api.errors import InvalidArgument
     from api.rest import ENV_DATA, ENV_HOST, ENV_MCP_STATELESS, create_app
 
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
@@ -172,7 +177,7 @@ def _listen_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
 
 def _worker_main(host: str, port: int, options: dict[str, Any]) -> None:
     """One ``earthmem serve`` worker process: its own listening socket, one uvicorn server."""
-    import uvicorn
+    import uvicorn  # deferred: slow to import (see _serve)
 
     sock = _listen_socket(host, port, reuse_port=True)
     sock.listen(2048)
@@ -181,11 +186,6 @@ def _worker_main(host: str, port: int, options: dict[str, Any]) -> None:
 
 
 def _serve_workers(host: str, port: int, workers: int, options: dict[str, Any]) -> int:
-    import multiprocessing
-    import signal
-
-    from api.errors import InvalidArgument
-
     if not hasattr(socket, "SO_REUSEPORT"):
         raise InvalidArgument(
             "--workers above 1 needs SO_REUSEPORT (Linux, BSD, macOS)", code="invalid_argument"
@@ -222,8 +222,7 @@ def _serve_workers(host: str, port: int, workers: int, options: dict[str, Any]) 
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    import anyio
-
+    # Deferred: the MCP server imports the mcp SDK and the service layer (slow start-up).
     from api.mcp_server import build_server, run_stdio
 
     server = build_server(_context(args.data))
@@ -232,8 +231,8 @@ def _mcp(args: argparse.Namespace) -> int:
 
 
 def _intent(args: argparse.Namespace) -> int:
+    # Deferred: the dispatch loads pydantic and every query module (start-up time).
     from api.dispatch import describe_error, run_intent
-    from api.errors import InvalidArgument
 
     text = sys.stdin.read() if args.payload == "-" else args.payload
     try:
@@ -257,7 +256,7 @@ def _intent(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from api.errors import InvalidArgument
+    # Deferred: the receipt code imports blake3, cbor2 and PyNaCl (a noticeable start-up cost).
     from api.receipts import key_id_of, verify_answer
 
     try:

@@ -1,6 +1,6 @@
 """The main job behind ``make run``: build the demo sample area, ingest it through Dagster, answer queries.
 
-python -m api.demo [--data data] [--size demo|tiny] [--serve]
+python -m cli.demo [--data data] [--size demo|tiny] [--serve]
 """
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
+from cli.examples import run_examples
+from cli.ingest import ingest
+from cli.main import main as cli_main
+from pipelines.sample import build_sample
 from store import address, blocks, tslot
 
 __all__ = ["main"]
@@ -33,15 +36,6 @@ def _address_demo() -> None:
     )
 
 
-def _queries(data: Path, manifest: dict[str, Any]) -> None:
-    try:
-        from api.examples import run_examples
-    except ImportError:
-        print("  (the query API is not part of this build yet)")
-        return
-    run_examples(data, manifest)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", default="data", help="data directory (default: ./data)")
@@ -55,16 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     _address_demo()
 
     print(f"== 2/4 {args.size} sample area -> {sample}")
-    from pipelines.sample import build_sample
-
     if (sample / "manifest.json").exists():
         print("  already built (remove it to rebuild)")
     else:
         build_sample(sample, size=args.size, progress=_progress)
 
     print(f"== 3/4 ingest through Dagster -> {data} (DAGSTER_HOME={data / 'dagster_home'})")
-    from pipelines.cli import ingest
-
     report = ingest(data)
     if report.failed:
         print(f"  failed partitions: {report.failed}", file=sys.stderr)
@@ -72,10 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print("== 4/4 queries")
     manifest = json.loads((sample / "manifest.json").read_text())
-    _queries(data, manifest)
+    run_examples(data, manifest)
     if args.serve:
-        from api.cli import main as cli_main
-
         return cli_main(["serve", "--data", str(data)])
     print(f"\nserve the API: .venv/bin/earthmem serve --data {data}   (REST /v1/..., MCP at /mcp)")
     return 0
