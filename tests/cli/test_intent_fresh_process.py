@@ -1,0 +1,37 @@
+"""`earthmem intent '<json>'` answers every intent type in a fresh process (as the README runs it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from api.context import ServiceContext
+from api.intent import INTENT_TYPES
+from cli.examples import example_intents
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_intent_type_answers_in_a_fresh_process(tiny_store: Any) -> None:
+    payloads = example_intents(ServiceContext(tiny_store.data), tiny_store.manifest)
+    assert sorted({p["type"] for p in payloads}) == sorted(INTENT_TYPES)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for payload in payloads:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cli.main", "intent", json.dumps(payload)]
+            + ["--data", str(tiny_store.data)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=300,
+        )
+        assert proc.returncode == 0, (payload["type"], proc.stderr[-2000:])
+        answer = json.loads(proc.stdout)
+        assert answer["status"] == "answered", (payload["type"], answer)
+        assert answer["type"] == payload["type"]
+        assert answer["result"]["receipt"]["signature"]
