@@ -20,10 +20,10 @@ def test_every_intent_type_answers_in_a_fresh_process(tiny_store: Any) -> None:
     payloads = example_intents(ServiceContext(tiny_store.data), tiny_store.manifest)
     assert sorted({p["type"] for p in payloads}) == sorted(INTENT_TYPES)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    data = str(tiny_store.data)
     for payload in payloads:
         proc = subprocess.run(
-            [sys.executable, "-m", "cli.main", "intent", json.dumps(payload)]
-            + ["--data", str(tiny_store.data)],
+            [sys.executable, "-m", "cli.main", "intent", json.dumps(payload), "--data", data],
             capture_output=True,
             text=True,
             env=env,
