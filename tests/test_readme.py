@@ -57,14 +57,6 @@ SERVER_START_TIMEOUT = 180
 
 _API_LINE = re.compile(r"^API=\S+$")
 
-# The intent payload of the README's own `did_change` example (API block), for the
-# CLI synopsis line `earthmem intent '{"type": "did_change", ...}'`.
-_DID_CHANGE = (
-    '{"type":"did_change","cell":"defi.zb509.zd92f.hira","band":"indices.ndvi",'
-    '"window":[19794,19799]}'
-)
-
-
 @dataclass(frozen=True)
 class Run:
     """Run these commands instead of the README line (each in its own process)."""
@@ -101,39 +93,15 @@ SUBSTITUTIONS: dict[str, Run | Skip | Background] = {
     ),
     "make test": Skip("this test runs inside `make test` (recursion)"),
     # ------------------------------------------------------------- "CLI at a glance"
-    # These lines are a synopsis: `[...]` marks optional arguments, `a|b` alternatives.
-    "earthmem tslot 2024-03-15 [--tempo day|year]": Run(
-        (
-            "earthmem tslot 2024-03-15",
-            "earthmem tslot 2024-03-15 --tempo day",
-            "earthmem tslot 2024-03-15 --tempo year",
-        ),
-        "synopsis: without and with each --tempo alternative",
-    ),
-    "earthmem sample build --size tiny|demo [--out data/sample]": Run(
-        ("earthmem sample build --size tiny --out tiny/sample",),
-        "synopsis: `make run` already built the demo area in data/sample and `sample build` "
-        "refuses to overwrite, so the other size goes to a fresh --out",
-    ),
-    "earthmem ingest [--data data] [--catalog CATALOG] [--area AREA.json]": Run(
-        ("earthmem ingest --data tiny",),
-        "synopsis: `make run` already ingested data/ (ingesting again redoes the whole demo "
-        "area); this ingests the tiny area just built (catalog and area default to "
-        "<data>/sample/)",
-    ),
-    'earthmem intent \'{"type": "did_change", ...}\' [--data data]': Run(
-        (f"earthmem intent '{_DID_CHANGE}'",),
-        "synopsis: `...` completed with the README's own did_change example (API block)",
-    ),
-    "earthmem serve [--data data] [--port 8000] [--workers N]": Background(
+    "earthmem serve --data data --port 8000": Background(
         "earthmem serve --data data --port {port}",
         "a server runs until stopped: started in the background on a free loopback port "
         "(8000 may be taken) and waited for on /healthz; it is the API the curl lines below "
         "use (the README's `make serve` is `earthmem serve --data data`)",
         keep=True,
     ),
-    "earthmem mcp [--data data]": Run(
-        ("earthmem mcp < /dev/null",),
+    "earthmem mcp --data data": Run(
+        ("earthmem mcp --data data < /dev/null",),
         "an MCP host would talk on stdin: with an empty stdin the server starts, reads EOF "
         "and exits 0",
     ),
