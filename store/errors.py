@@ -208,3 +208,66 @@ class InvalidFact(CanonicalFormError):
 
 
 __all__ += ["CanonicalFormError", "InvalidFact", "NonFiniteNumber"]
+
+
+# --------------------------------------------------------------------------- the memory store (store/memory/)
+
+
+class MemoryStoreError(StoreError):
+    """Root of the memory store's errors."""
+
+    code = "memory_error"
+
+
+class MemoryNotFound(MemoryStoreError, LookupError):
+    """No item (of the caller's project) with that id: absent, never "forbidden"."""
+
+    code = "memory_not_found"
+
+
+class VersionConflict(MemoryStoreError, RuntimeError):
+    """An update named a version the item is no longer at (someone changed it first)."""
+
+    code = "version_conflict"
+
+
+class OperationConflict(MemoryStoreError, RuntimeError):
+    """An ``operation_id`` already applied with different content (nothing stored)."""
+
+    code = "operation_conflict"
+
+
+class InvalidTransition(MemoryStoreError, ValueError):
+    """A lifecycle change the item's status does not allow (e.g. updating a deleted item)."""
+
+    code = "invalid_transition"
+
+
+class InvalidCursor(MemoryStoreError, ValueError):
+    """A page cursor this store did not issue."""
+
+    code = "invalid_cursor"
+
+
+class ImportConflict(MemoryStoreError, ValueError):
+    """An imported record collides with a different row already stored."""
+
+    code = "import_conflict"
+
+
+class MemoryBackendUnavailable(MemoryStoreError, OSError):
+    """The memory database cannot be opened or reached."""
+
+    code = "memory_backend_unavailable"
+
+
+__all__ += [
+    "ImportConflict",
+    "InvalidCursor",
+    "InvalidTransition",
+    "MemoryBackendUnavailable",
+    "MemoryNotFound",
+    "MemoryStoreError",
+    "OperationConflict",
+    "VersionConflict",
+]

@@ -1,0 +1,244 @@
+"""The memory item and its parts, as the store holds them (frozen, validated at the API's edge).
+
+A memory item is a typed, place-anchored note an agent (or a person, a test, the
+pipeline) wrote about the Earth's surface: a statement with tags, confidence and
+evidence, anchored to a place (a cell, a point, a bbox or polygon, or a named
+place resolved through the gazetteer) and optionally to a valid time. Items are
+isolated by project (the tenant a token belongs to); inside a project, ``scope``
+is a label. Every change is an entry of the project's append-only, hash-chained
+history.
+
+This module is pure: no I/O. :mod:`store.memory.interface` is the storage
+interface, :mod:`store.memory.sql` its SQL implementation, and
+:mod:`store.memory.sqlite` / :mod:`store.memory.postgres` the two backends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "ACTIONS",
+    "APPLICABILITY",
+    "ASSERTED_BY",
+    "PLACELESS_TYPES",
+    "RELATION_KINDS",
+    "STATUSES",
+    "TYPES",
+    "VERDICTS",
+    "Anchor",
+    "HistoryEntry",
+    "ItemFilter",
+    "MemoryItem",
+    "NewItem",
+    "Page",
+    "ProjectHead",
+    "Relation",
+    "Token",
+    "WriteResult",
+]
+
+TYPES = (
+    "decision",
+    "invariant",
+    "gotcha",
+    "rejected_idea",
+    "assumption",
+    "open_question",
+    "ambiguity",
+    "contract",
+    "constraint",
+    "hypothesis",
+    "observation",
+    "bug",
+    "architecture",
+    "implementation",
+)
+"""The fourteen memory types of the reference writer (memory-create.txt)."""
+
+PLACELESS_TYPES = ("decision", "contract", "constraint", "architecture", "implementation")
+"""Types that may be written without a place (the others are Earth memories: anchored)."""
+
+ASSERTED_BY = ("user", "test", "source", "git", "doc", "runtime", "agent", "pipeline")
+"""Who established a claim (``pipeline``: earthmem's own re-checks)."""
+
+APPLICABILITY = ("current", "legacy", "deprecated", "planned")
+"""Whether an item applies now (orthogonal to its status)."""
+
+STATUSES = ("active", "superseded", "potentially_stale", "deleted")
+"""Lifecycle states."""
+
+VERDICTS = ("corroborated", "contradicted", "unknown")
+"""What the satellite record says of an item's claim (None: the item carries no claim)."""
+
+RELATION_KINDS = ("supersedes", "contradicts", "derived_from", "refines", "depends_on", "related")
+"""Typed relations between items (``supersedes`` is written by an update)."""
+
+ACTIONS = ("create", "update", "supersede", "relate", "delete", "verify", "stale")
+"""History entry actions."""
+
+AnchorKind = Literal["cell", "point", "bbox", "polygon", "place", "none"]
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Where an item is: a place, with the box the spatial index uses."""
+
+    kind: AnchorKind
+    """How the place was given."""
+    geometry: Mapping[str, Any] | None
+    """GeoJSON geometry of the place (Point for a cell or a point); None for ``none``."""
+    bbox: tuple[float, float, float, float] | None
+    """``(min_lat, min_lng, max_lat, max_lng)``; None for ``none``."""
+    cell: str | None = None
+    """The cell64 of the anchor's centre."""
+    place: str | None = None
+    """The name given, for ``place`` anchors (and the resolved feature's name)."""
+    resolution: Mapping[str, Any] | None = None
+    """How a place name was resolved (gazetteer match, confidence, alternatives)."""
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """The content of an item to write (the API has validated and completed it)."""
+
+    type: str
+    title: str
+    statement: str
+    tags: tuple[str, ...]
+    details: str | None
+    confidence: float
+    importance: float
+    evidence: tuple[Mapping[str, Any], ...]
+    related_memory_ids: tuple[str, ...]
+    metadata: Mapping[str, Any]
+    asserted_by: str
+    applicability: str
+    scope: Mapping[str, Any]
+    """``{"kind": ..., "value": ...}`` (a bare label becomes ``{"kind": label, "value": None}``)."""
+    anchor: Anchor
+    valid_from: dt.datetime | None
+    valid_to: dt.datetime | None
+    claim: Mapping[str, Any] | None
+    verdict: str | None
+    verdict_facts: tuple[str, ...]
+    actor: str
+    session: str | None
+    embedding: tuple[float, ...] | None = None
+    """A text embedding of the item (recall's vector lane), when an embedder is configured."""
+
+
+@dataclass(frozen=True)
+class MemoryItem(NewItem):
+    """A stored item."""
+
+    id: str = ""
+    project: str = ""
+    version: int = 1
+    """Incremented by every change; updates name the version they expect."""
+    status: str = "active"
+    supersedes_id: str | None = None
+    superseded_by: str | None = None
+    deleted_reason: str | None = None
+    created_at: dt.datetime | None = None
+    updated_at: dt.datetime | None = None
+    content_digest: str = ""
+    """blake3 of the item's canonical content (what receipts bind)."""
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A typed edge between two items of one project."""
+
+    src_id: str
+    dst_id: str
+    kind: str
+    actor: str
+    created_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One entry of a project's append-only, hash-chained history."""
+
+    project: str
+    seq: int
+    """1, 2, ... per project."""
+    item_id: str | None
+    action: str
+    actor: str
+    at: dt.datetime
+    change: Mapping[str, Any]
+    """What changed (the new content, the fields that changed, the verdict)."""
+    request_id: str | None
+    operation_id: str | None
+    prev_hash: str
+    """Hex hash of the previous entry (64 zeros for the first)."""
+    hash: str
+    """blake3(prev_hash || canonical CBOR of the entry's content), hex."""
+    head_signature: str | None = None
+    """The server's signature over ``(project, seq, hash)`` (verifies the head offline)."""
+
+
+@dataclass(frozen=True)
+class ProjectHead:
+    """The head of a project's history."""
+
+    project: str
+    seq: int
+    hash: str
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one write did."""
+
+    item: MemoryItem | None
+    entry: HistoryEntry
+    replayed: bool = False
+    """True: the operation id was applied before; this is the stored result (nothing written)."""
+
+
+@dataclass(frozen=True)
+class ItemFilter:
+    """Which items :meth:`MemoryStore.list_items` returns (all conditions AND-ed)."""
+
+    types: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ("active", "potentially_stale")
+    bbox: tuple[float, float, float, float] | None = None
+    """Items whose anchor box intersects this ``(min_lat, min_lng, max_lat, max_lng)``."""
+    valid_at: dt.datetime | None = None
+    """Items whose valid time covers this instant (items without a valid time are kept)."""
+    written_before: dt.datetime | None = None
+    """Transaction time: only items created at or before this instant (``asOf``)."""
+    scope_kinds: tuple[str, ...] = ()
+    actor: str | None = None
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of items."""
+
+    items: tuple[MemoryItem, ...]
+    next_cursor: str | None
+    """Opaque cursor of the next page; None at the end."""
+
+
+@dataclass(frozen=True)
+class Token:
+    """An API token (only its hash is stored)."""
+
+    id: str
+    project: str
+    can: tuple[str, ...]
+    """``("read",)`` or ``("read", "write")``."""
+    actor: str
+    label: str | None
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    revoked_at: dt.datetime | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
