@@ -16,11 +16,25 @@ from cli.examples import example_intents
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_every_intent_type_answers_in_a_fresh_process(tiny_store: Any) -> None:
+def _user_data_dir(tiny_store: Any, root: Path) -> Path:
+    """A data directory laid out as `make run` leaves it: the store plus ``sample/``.
+
+    Links to the session's tiny store (read only) and its sample, so the gazetteer
+    finds the sample's named features as it does for a user.
+    """
+    data = root / "data"
+    data.mkdir()
+    for name in ("cube.icechunk", "inventory", "knn"):
+        (data / name).symlink_to(tiny_store.data / name, target_is_directory=True)
+    (data / "sample").symlink_to(tiny_store.sample, target_is_directory=True)
+    return data
+
+
+def test_every_intent_type_answers_in_a_fresh_process(tiny_store: Any, tmp_path: Path) -> None:
     payloads = example_intents(ServiceContext(tiny_store.data), tiny_store.manifest)
     assert sorted({p["type"] for p in payloads}) == sorted(INTENT_TYPES)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    data = str(tiny_store.data)
+    data = str(_user_data_dir(tiny_store, tmp_path))
     for payload in payloads:
         proc = subprocess.run(
             [sys.executable, "-m", "cli.main", "intent", json.dumps(payload), "--data", data],
