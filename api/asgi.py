@@ -32,6 +32,7 @@ from store.errors import StoreError
 __all__ = [
     "BodySizeLimit",
     "FastPrimitiveRoutes",
+    "bearer_token",
     "call_in_context",
     "json_error",
     "simple_error",
@@ -51,9 +52,24 @@ def simple_error(status: int, code: str, message: str) -> JSONResponse:
     return json_error(status, {"error": {"code": code, "message": message}})
 
 
-def call_in_context(provider: ContextProvider, name: str, args: BaseModel) -> dict[str, Any]:
+def call_in_context(
+    provider: ContextProvider, name: str, args: BaseModel, token: str | None = None
+) -> dict[str, Any]:
     """Run a primitive in the provider's context (the signed answer dict)."""
-    return call_primitive(provider.get(), name, args)
+    return call_primitive(provider.get(), name, args, token=token)
+
+
+def bearer_token(headers: Any) -> str | None:
+    """The bearer token of an ``Authorization`` header (ASGI header pairs or a mapping)."""
+    if isinstance(headers, list):
+        value = next((v for k, v in headers if k == b"authorization"), None)
+        text = value.decode("latin-1") if value is not None else None
+    else:
+        text = headers.get("authorization")
+    if not text:
+        return None
+    scheme, _, token = text.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 def _as_json_post(scope: Scope) -> Scope:
@@ -203,7 +219,9 @@ class FastPrimitiveRoutes:
             await self.fallback(scope, _replay([replay], receive), send)
             return
         try:
-            answer = await run_in_threadpool(call_in_context, self.provider, prim.name, model)
+            answer = await run_in_threadpool(
+                call_in_context, self.provider, prim.name, model, bearer_token(scope["headers"])
+            )
         except (ApiError, StoreError, ValidationError) as exc:
             described = describe_error(exc)
             assert described is not None

@@ -47,12 +47,15 @@ import numpy.typing as npt
 
 from api.charts import ChartStore
 from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, from_store_error
+from api.memory.auth import RateLimiter
 from api.receipts import Signer
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column, CubeReader
 from store.cube.cache import SingleFlight
 from store.errors import InvalidDate, StoreError
 from store.inventory import Inventory, OverpassIndex
 from store.knn import KnnTable
+from store.memory import MEMORY_URL_ENV, default_url, open_store
+from store.memory.interface import MemoryStore
 from store.snapshots import MAIN_BRANCH, lookup_snapshot, snapshot_at
 from store.tslot import parse_when
 
@@ -110,10 +113,16 @@ class ServiceContext:
         tip_check_seconds: float = DEFAULT_TIP_CHECK_SECONDS,
         signer: Signer | None = None,
         manifest_path: str | os.PathLike[str] | None = None,
+        memory_url: str | None = None,
     ) -> None:
         if not read_only:
             raise ValueError("the query API opens the store read-only")
         self.data_dir = Path(data_dir)
+        self.memory_url = memory_url or os.environ.get(MEMORY_URL_ENV) or default_url(self.data_dir)
+        """The memory database (``sqlite:///...`` by default under the data dir, or PostgreSQL)."""
+        self.write_limiter = RateLimiter()
+        """Per-token write rate limit of this process."""
+        self._memory: MemoryStore | None = None
         self.cache_bytes = int(cache_bytes)
         self.tip_check_seconds = float(tip_check_seconds)
         self.charts = ChartStore()
@@ -200,6 +209,25 @@ class ServiceContext:
                 if self._signer is None:
                     self._signer = Signer.load_or_create(self.data_dir)
         return self._signer
+
+    # ------------------------------------------------------------------ memory
+
+    def memory(self) -> MemoryStore:
+        """The memory store (opened and migrated to the newest schema on first use).
+
+        Raises:
+            Unavailable: ``memory_backend_unavailable`` when the database cannot be opened.
+        """
+        if self._memory is None:
+            with self._single_flight("memory"):
+                if self._memory is None:
+                    try:
+                        store = open_store(self.memory_url)
+                        store.migrate()
+                    except StoreError as exc:
+                        raise from_store_error(exc) from exc
+                    self._memory = store
+        return self._memory
 
     # ------------------------------------------------------------------ cube readers
 

@@ -27,6 +27,17 @@ from pydantic import BaseModel, ValidationError
 from api.context import ServiceContext
 from api.errors import ApiError, NotFound, from_store_error
 from api.intent import plan_intent
+from api.memory.auth import authenticate
+from api.memory.service import (
+    memory_create,
+    memory_delete,
+    memory_get,
+    memory_history,
+    memory_list,
+    memory_relate,
+    memory_update,
+    memory_verify,
+)
 from api.queries._common import signed_dump
 from api.queries.area import area_over_time
 from api.queries.ask import ask
@@ -67,6 +78,14 @@ PRIMITIVES: dict[str, Primitive] = {
             what_is_here,
             ask,
             where_is,
+            memory_create,
+            memory_get,
+            memory_list,
+            memory_update,
+            memory_relate,
+            memory_history,
+            memory_delete,
+            memory_verify,
         ),
     )
 }
@@ -174,10 +193,14 @@ def _validated(prim: Primitive, args: Mapping[str, Any] | BaseModel) -> BaseMode
     return prim.input_model.model_validate(dict(args))
 
 
-def _run(prim: Primitive, ctx: Any, model: BaseModel) -> BaseModel:
-    """Run a primitive; a store error leaves as the API error of the same code."""
+def _run(prim: Primitive, ctx: Any, model: BaseModel, token: str | None) -> BaseModel:
+    """Run a primitive (a memory primitive with the caller its token stands for); a store
+    error leaves as the API error of the same code."""
     try:
-        return prim.fn(ctx, model)
+        if prim.access == "public":
+            return prim.fn(ctx, model)
+        caller = authenticate(ctx.memory(), token, prim.access)
+        return prim.fn(ctx, model, caller)
     except StoreError as exc:
         if isinstance(exc, ApiError):
             raise
@@ -199,17 +222,24 @@ def parse_args(name: str, args: Mapping[str, Any]) -> BaseModel:
         raise as_api_error(exc) from None
 
 
-def run(ctx: ServiceContext, name: str, args: Mapping[str, Any]) -> BaseModel:
+def run(
+    ctx: ServiceContext, name: str, args: Mapping[str, Any], *, token: str | None = None
+) -> BaseModel:
     """Validate ``args`` and run primitive ``name`` (aliases such as ``find_like`` accepted).
+
+    Args:
+        token: The caller's bearer token (memory primitives need one).
 
     Returns:
         The answer model.
     """
     model = parse_args(name, args)
-    return _run(_primitive(name), ctx, model)
+    return _run(_primitive(name), ctx, model, token)
 
 
-def call_primitive(ctx: Any, name: str, args: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+def call_primitive(
+    ctx: Any, name: str, args: Mapping[str, Any] | BaseModel, *, token: str | None = None
+) -> dict[str, Any]:
     """Validate ``args`` against a primitive's input model, run it, return its answer.
 
     Args:
@@ -217,6 +247,7 @@ def call_primitive(ctx: Any, name: str, args: Mapping[str, Any] | BaseModel) -> 
         name: Primitive name, e.g. ``"did_change"`` (aliases accepted).
         args: JSON-shaped arguments, or an instance of the input model
             (already validated, used as is).
+        token: The caller's bearer token (memory primitives need one: 401 without).
 
     Returns:
         ``answer.model_dump(mode="json")``: exactly the dict the receipt signs.
@@ -228,12 +259,12 @@ def call_primitive(ctx: Any, name: str, args: Mapping[str, Any] | BaseModel) -> 
         ApiError, StoreError: Raised by the primitive.
     """
     prim = _primitive(name)
-    answer = _run(prim, ctx, _validated(prim, args))
+    answer = _run(prim, ctx, _validated(prim, args), token)
     signed = signed_dump(answer)  # the dict finish() signed: no second dump
     return signed if signed is not None else answer.model_dump(mode="json")
 
 
-def run_intent(ctx: Any, payload: Any) -> dict[str, Any]:
+def run_intent(ctx: Any, payload: Any, *, token: str | None = None) -> dict[str, Any]:
     """Run one intent: pick the primitive, map the fields, run it, return answer and plan.
 
     Returns:
@@ -250,7 +281,7 @@ def run_intent(ctx: Any, payload: Any) -> dict[str, Any]:
     plan = plan_intent(payload, PRIMITIVES)
     if isinstance(plan, dict):
         return plan
-    return plan.answer(call_primitive(ctx, plan.spec.primitive, plan.args))
+    return plan.answer(call_primitive(ctx, plan.spec.primitive, plan.args, token=token))
 
 
 # --------------------------------------------------------------------------- context

@@ -10,8 +10,8 @@ signed answer (``model_dump(mode="json")``). Tools:
   carries the full find_similar parameter set);
 * ``earthmem_intent``: the intent router (:func:`api.intent.run_intent`).
 
-All tools are annotated read-only, idempotent and closed-world. A failing
-call is a tool result with ``isError`` whose structured content (and text) is
+Cube tools are annotated read-only, idempotent and closed-world; memory writes are
+not read-only (idempotent by ``operation_id``). A failing call is a tool result with ``isError`` whose structured content (and text) is
 ``{"error": {code, message, details?}}``, the same body and code REST sends.
 An answer carrying ``chart_png_base64`` also gets the chart as image content.
 
@@ -35,6 +35,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import Receive, Scope, Send
 
+from api.asgi import bearer_token
 from api.dispatch import (
     PRIMITIVES,
     ContextProvider,
@@ -70,6 +71,10 @@ CHART_FIELD = "chart_png_base64"
 READ_ONLY = types.ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
+WRITES = types.ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+"""Memory writes: not read-only; idempotent when called with the same operation_id."""
 
 INSTRUCTIONS = (
     "earthmem answers questions about the Earth's surface from materialised satellite data "
@@ -109,7 +114,7 @@ def _tools() -> list[types.Tool]:
             description=(prim.summary + "\n\n" + prim.description).strip(),
             input_schema=prim.input_model.model_json_schema(),
             output_schema=prim.output_model.model_json_schema(mode="serialization"),
-            annotations=READ_ONLY,
+            annotations=READ_ONLY if prim.read_only else WRITES,
         )
         for prim in PRIMITIVES.values()
     ]
@@ -146,19 +151,32 @@ def tool_result(answer: Mapping[str, Any]) -> types.CallToolResult:
     return types.CallToolResult(content=content, structured_content=dict(answer))
 
 
-def _run_tool(provider: ContextProvider, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _run_tool(
+    provider: ContextProvider, name: str, arguments: Mapping[str, Any], token: str | None
+) -> dict[str, Any]:
     ctx = provider.get()
     if name == INTENT_TOOL:
-        return run_intent(ctx, arguments)
-    return call_primitive(ctx, name.removeprefix(TOOL_PREFIX), arguments)
+        return run_intent(ctx, arguments, token=token)
+    return call_primitive(ctx, name.removeprefix(TOOL_PREFIX), arguments, token=token)
 
 
-def build_server(source: Any) -> Server[Any]:
+def _token(ctx: ServerRequestContext[Any], stdio_token: str | None) -> str | None:
+    """The caller's bearer token: the HTTP request's header, else the stdio server's token."""
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    if headers is not None:
+        return bearer_token(headers)
+    return stdio_token
+
+
+def build_server(source: Any, *, token: str | None = None) -> Server[Any]:
     """The earthmem MCP server over the primitive registry.
 
     Args:
         source: The service context, a data directory, a zero-argument
             factory, or a :class:`api.dispatch.ContextProvider`.
+        token: The bearer token of a stdio server's user (``EARTHMEM_TOKEN``); over HTTP
+            each request's ``Authorization`` header is used instead.
 
     Returns:
         A low-level ``mcp.server.Server``; its tool list follows the registry
@@ -191,7 +209,7 @@ def build_server(source: Any) -> Server[Any]:
         arguments = dict(params.arguments or {})
         try:
             answer = await anyio.to_thread.run_sync(
-                functools.partial(_run_tool, provider, name, arguments)
+                functools.partial(_run_tool, provider, name, arguments, _token(ctx, token))
             )
         except Exception as exc:
             described = describe_error(exc)

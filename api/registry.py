@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
-__all__ = ["Primitive", "primitive", "spec_of"]
+__all__ = ["Access", "Primitive", "primitive", "spec_of"]
+
+Access = Literal["public", "read", "write"]
+"""Who may call a primitive: anyone (the cube), or a token that may read / write memories."""
 
 _ATTR = "__earthmem_primitive__"
 
@@ -30,12 +33,20 @@ class Primitive:
     """Arguments (validated at the edge)."""
     output_model: type[BaseModel]
     """Answer shape (carries ``receipt``)."""
-    fn: Callable[[Any, Any], BaseModel]
-    """``fn(ctx: ServiceContext, args: input_model) -> output_model``."""
+    fn: Callable[..., BaseModel]
+    """``fn(ctx: ServiceContext, args: input_model[, caller]) -> output_model``."""
     summary: str
     """One line for tool lists and OpenAPI."""
     description: str
     """When to use it, limits, and what the answer means."""
+    access: Access = "public"
+    """``public``: ``fn(ctx, args)``. ``read`` / ``write``: ``fn(ctx, args, caller)`` with the
+    :class:`api.memory.auth.Caller` its bearer token stands for (checked by the dispatch)."""
+
+    @property
+    def read_only(self) -> bool:
+        """Whether calling it changes nothing (MCP read-only annotation)."""
+        return self.access != "write"
 
 
 def primitive(
@@ -44,12 +55,20 @@ def primitive(
     output_model: type[BaseModel],
     summary: str,
     description: str = "",
-) -> Callable[[Callable[[Any, Any], BaseModel]], Callable[[Any, Any], BaseModel]]:
+    *,
+    access: Access = "public",
+) -> Callable[[Callable[..., BaseModel]], Callable[..., BaseModel]]:
     """Decorator describing a service function as a primitive (the function is unchanged)."""
 
-    def wrap(fn: Callable[[Any, Any], BaseModel]) -> Callable[[Any, Any], BaseModel]:
+    def wrap(fn: Callable[..., BaseModel]) -> Callable[..., BaseModel]:
         spec = Primitive(
-            name, input_model, output_model, fn, summary, description or (fn.__doc__ or "")
+            name,
+            input_model,
+            output_model,
+            fn,
+            summary,
+            description or (fn.__doc__ or ""),
+            access,
         )
         setattr(fn, _ATTR, spec)
         return fn

@@ -46,7 +46,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from api.asgi import BodySizeLimit, FastPrimitiveRoutes, call_in_context, json_error, simple_error
+from api.asgi import (
+    BodySizeLimit,
+    FastPrimitiveRoutes,
+    bearer_token,
+    call_in_context,
+    json_error,
+    simple_error,
+)
 from api.dispatch import (
     PRIMITIVES,
     ContextProvider,
@@ -135,18 +142,22 @@ class _EarthmemApi(FastAPI):
 def _primitive_endpoint(
     prim: Primitive, provider: ContextProvider
 ) -> Callable[..., Awaitable[Response]]:
-    async def endpoint(args: BaseModel) -> Response:
-        answer = await run_in_threadpool(call_in_context, provider, prim.name, args)
+    async def endpoint(request: Request, args: BaseModel) -> Response:
+        token = bearer_token(request.headers)
+        answer = await run_in_threadpool(call_in_context, provider, prim.name, args, token)
         return JSONResponse(answer)
 
     # FastAPI reads the body model from the signature; give each route its own.
     endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [
             inspect.Parameter(
+                "request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request
+            ),
+            inspect.Parameter(
                 "args",
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
                 annotation=Annotated[prim.input_model, Body()],
-            )
+            ),
         ],
         return_annotation=Response,
     )
@@ -154,8 +165,10 @@ def _primitive_endpoint(
     return endpoint
 
 
-def _intent(provider: ContextProvider, payload: dict[str, Any]) -> dict[str, Any]:
-    return run_intent(provider.get(), payload)
+def _intent(
+    provider: ContextProvider, payload: dict[str, Any], token: str | None
+) -> dict[str, Any]:
+    return run_intent(provider.get(), payload, token=token)
 
 
 def _intent_openapi() -> dict[str, Any]:
@@ -308,7 +321,7 @@ def create_app(
             return simple_error(
                 422, "invalid_argument", f"the request body is not valid JSON: {exc}"
             )
-        answer = await run_in_threadpool(_intent, provider, payload)
+        answer = await run_in_threadpool(_intent, provider, payload, bearer_token(request.headers))
         return JSONResponse(answer)
 
     @app.get(

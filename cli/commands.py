@@ -76,6 +76,9 @@ def register(sub: Any) -> None:
 
     mcp = sub.add_parser("mcp", help="serve MCP over stdio (for agent hosts)")
     _add_data(mcp)
+    mcp.add_argument(
+        "--token", default=None, help="bearer token for the memory tools (default: $EARTHMEM_TOKEN)"
+    )
     mcp.set_defaults(handler=_mcp)
 
     intent = sub.add_parser(
@@ -225,7 +228,8 @@ def _mcp(args: argparse.Namespace) -> int:
     # Deferred: the MCP server imports the mcp SDK and the service layer (slow start-up).
     from api.mcp_server import build_server, run_stdio
 
-    server = build_server(_context(args.data))
+    token = args.token or os.environ.get("EARTHMEM_TOKEN")
+    server = build_server(_context(args.data), token=token)
     anyio.run(run_stdio, server)
     return 0
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from api.errors import ApiError
-from cli import commands, ingest
+from cli import commands, ingest, memory
 from store import address, tslot
 from store.errors import AddressError, StoreError
 
@@ -139,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.register(sub)
     ingest.register(sub)
+    memory.register(sub)
     return p
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "canonical_cbor_reference",
     "digest",
     "fact_id",
+    "fact_record",
     "fast_cbor",
     "normalise",
 ]
@@ -338,3 +339,37 @@ def fact_id(
         "derivation": derivation,
     }
     return FACT_ID_PREFIX + blake3.blake3(canonical_cbor(body)).hexdigest()
+
+
+def fact_record(
+    cell: str,
+    band: str,
+    tslot: int,
+    value: Any,
+    sources: Sequence[str],
+    derivation: str,
+    date: str,
+) -> dict[str, Any]:
+    """A fact as answers cite it: its content id and the content it is the id of.
+
+    Args:
+        cell: cell64 text (or an area's ``geom:<digest>``).
+        band: Band name.
+        tslot: Slot of the value.
+        value: The value (a non-finite float is stored as None: no value).
+        sources: Source scene ids, sorted and unique.
+        derivation: Derivation label (``earthmem.<band>.v1``).
+        date: ISO date of the slot.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        value = None
+    return {
+        "fact_id": fact_id(cell, band, int(tslot), value, list(sources), derivation),
+        "cell": cell,
+        "band": band,
+        "tslot": int(tslot),
+        "date": date,
+        "value": value,
+        "sources": list(sources),
+        "derivation": derivation,
+    }

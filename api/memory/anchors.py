@@ -9,6 +9,7 @@ the place is a feature of the sample's manifest.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from shapely.geometry import mapping, shape
@@ -68,10 +69,8 @@ def _place_anchor(ctx: ServiceContext, name: str) -> Anchor:
     geometry: dict[str, Any] = _point(located.cell.lat, located.cell.lng)
     feature = located.feature
     if feature is not None and isinstance(feature.get("geometry"), dict):
-        try:
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
             geometry = mapping(shape(feature["geometry"]))
-        except (ValueError, TypeError, AttributeError, KeyError):
-            pass
     if geometry["type"] == "Point" and located.place is not None and located.place.bbox:
         west, south, east, north = located.place.bbox
         bbox = (south, west, north, east)

@@ -83,6 +83,7 @@ assert set(RelationKind.__args__) < set(RELATION_KINDS)  # type: ignore[attr-def
 assert set(Status.__args__) == set(STATUSES)  # type: ignore[attr-defined]
 
 _ID = Field(None, max_length=MAX_ID_CHARS)
+_LISTED_STATUSES: tuple[Status, ...] = ("active", "potentially_stale")
 
 
 class PlaceIn(BaseModel):
@@ -200,9 +201,7 @@ class MemoryListIn(BaseModel):
 
     types: list[MemoryType] = Field(default_factory=list, max_length=14)
     tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
-    statuses: list[Status] = Field(
-        default_factory=lambda: ["active", "potentially_stale"], max_length=4
-    )
+    statuses: list[Status] = Field(default_factory=lambda: list(_LISTED_STATUSES), max_length=4)
     where: PlaceIn | None = Field(None, description="Items whose place meets this place.")
     valid_at: str | None = Field(None, max_length=64)
     limit: int = Field(20, ge=1, le=200, strict=True)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
-import math
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeVar
@@ -17,8 +15,8 @@ from api.receipts import sign_answer
 from store import address
 from store.cube.bands import FLAG_BANDS, INDEX_NAMES, SCALAR_BANDS, clear_flag, registered
 from store.errors import StoreError
-from store.facts import fact_id
-from store.tslot import MAX_DAY_SLOT, MAX_YEAR_SLOT
+from store.facts import fact_record
+from store.tslot import MAX_DAY_SLOT, MAX_YEAR_SLOT, slot_to_date
 
 __all__ = [
     "CellRef",
@@ -124,9 +122,7 @@ def slot_date(tslot: int, tempo: str = "day") -> str:
 
 @functools.lru_cache(maxsize=65536)
 def _slot_date(tslot: int, tempo: str) -> str:
-    if tempo == "day":
-        return (dt.date(1970, 1, 1) + dt.timedelta(days=tslot)).isoformat()
-    return dt.date(1970 + tslot, 1, 1).isoformat()
+    return slot_to_date(tslot, tempo).isoformat()
 
 
 def clear_info(band: str) -> tuple[str, int]:
@@ -163,18 +159,7 @@ def make_fact(
     else:
         srcs = sorted(set(sources))
     deriv = derivation or registered(band).derivation
-    if isinstance(value, float) and not math.isfinite(value):
-        value = None
-    return {
-        "fact_id": fact_id(cell, band, int(tslot), value, srcs, deriv),
-        "cell": cell,
-        "band": band,
-        "tslot": int(tslot),
-        "date": slot_date(tslot, tempo),
-        "value": value,
-        "sources": srcs,
-        "derivation": deriv,
-    }
+    return fact_record(cell, band, tslot, value, srcs, deriv, slot_date(tslot, tempo))
 
 
 def finish(

@@ -47,6 +47,7 @@ __all__ = [
     "MemoryStore",
     "SignHead",
     "WriteMeta",
+    "entry_content",
     "entry_hash",
 ]
 
@@ -71,6 +72,21 @@ class WriteMeta:
     """Digest of the request's content (same operation id + other digest = conflict)."""
     request_id: str | None = None
     """The caller's request id (recorded in the history)."""
+
+
+def entry_content(entry: HistoryEntry) -> dict[str, Any]:
+    """The content an entry's hash covers (``at`` as RFC 3339 UTC ending in ``Z``)."""
+    return {
+        "project": entry.project,
+        "seq": entry.seq,
+        "item_id": entry.item_id,
+        "action": entry.action,
+        "actor": entry.actor,
+        "at": entry.at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),
+        "change": dict(entry.change),
+        "request_id": entry.request_id,
+        "operation_id": entry.operation_id,
+    }
 
 
 def entry_hash(prev_hash: str, content: Mapping[str, Any]) -> str:
