@@ -137,6 +137,13 @@ _STORE_STATUS = {
     "invalid_number": 422,
     "invalid_fact": 422,
     "snapshot_not_found": 404,
+    "memory_not_found": 404,
+    "version_conflict": 409,
+    "operation_conflict": 409,
+    "invalid_transition": 409,
+    "import_conflict": 409,
+    "invalid_cursor": 422,
+    "memory_backend_unavailable": 503,
     "cube_not_found": 503,
     "vector_table_error": 503,
 }

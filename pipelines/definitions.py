@@ -5,6 +5,7 @@ from __future__ import annotations
 from dagster import Definitions, load_asset_checks_from_modules, load_assets_from_modules
 
 from pipelines import automation
+from pipelines.memory import assets as memory_assets
 from pipelines.resources import default_resources
 from pipelines.sentinel1 import assets as s1_assets
 from pipelines.sentinel2 import assets as s2_assets
@@ -12,13 +13,13 @@ from pipelines.tessera import assets as tessera_assets
 
 __all__ = ["ALL_ASSETS", "defs"]
 
-ALL_ASSETS = [*load_assets_from_modules([s2_assets, s1_assets, tessera_assets])]
+ALL_ASSETS = [*load_assets_from_modules([s2_assets, s1_assets, tessera_assets, memory_assets])]
 
 defs = Definitions(
     assets=ALL_ASSETS,
     asset_checks=load_asset_checks_from_modules([s2_assets, s1_assets, tessera_assets]),
-    jobs=[automation.scene_ingest_job],
+    jobs=[automation.scene_ingest_job, memory_assets.memory_recheck_job],
     schedules=[automation.daily_ingest],
-    sensors=[automation.stac_new_items_sensor],
+    sensors=[automation.stac_new_items_sensor, memory_assets.memory_recheck_sensor],
     resources=default_resources(),
 )

@@ -19,6 +19,7 @@ from typing import Any
 
 from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
+from pipelines.memory.assets import memory_rechecks
 from pipelines.partitions import register_area_blocks, scene_key, week_key_of
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource, load_area
 from pipelines.sentinel1.assets import s1_backscatter, s1_items
@@ -169,6 +170,14 @@ def ingest_area(
         run_config=QUIET,
     )
     _collect(result, "multi_year", report)
+    result = materialize(
+        [memory_rechecks],
+        resources=resources,
+        instance=inst,
+        raise_on_error=False,
+        run_config=QUIET,
+    )
+    _collect(result, "memory_rechecks", report)
     report.seconds = time.perf_counter() - t_start
     return report
 
