@@ -1,7 +1,10 @@
 """Signed history heads, and the audit that checks a project's whole chain against them.
 
-Every write signs the project's new head ``(project, seq, hash)`` with the server's
-receipt key and stores the signature with the entry. The audit recomputes every
+Every API write signs the project's new head ``(project, seq, hash)`` with the server's
+receipt key and stores the signature with the entry. The pipeline's re-checks write
+unsigned entries (it holds no API key); a later signed head still covers them,
+since it signs a hash chained over them. Unsigned entries after the last signed head
+are reported as an unprotected tail (a warning: they are only hash-chained). The audit recomputes every
 entry's hash from its content and the previous hash, and checks every stored head
 signature: rewriting a past entry *and* every later hash is still detected,
 because the rewritten hashes no longer match the signatures made when they were
@@ -43,6 +46,7 @@ class AuditReport:
     ok: bool
     problems: list[str] = field(default_factory=list)
     head: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def audit_project(
@@ -56,6 +60,7 @@ def audit_project(
         public_keys: Trusted keys by key id (the server's receipt keys).
     """
     problems: list[str] = []
+    unsigned_tail = 0
     prev = GENESIS_HASH
     n = 0
     after = 0
@@ -71,18 +76,27 @@ def audit_project(
                 problems.append(f"seq {e.seq}: prev_hash does not name entry {e.seq - 1}'s hash")
             if entry_hash(e.prev_hash, entry_content(e)) != e.hash:
                 problems.append(f"seq {e.seq}: hash does not match the entry's content")
-            problems.extend(_check_signature(e, public_keys))
+            if e.head_signature:
+                problems.extend(_check_signature(e, public_keys))
+                unsigned_tail = 0
+            else:
+                unsigned_tail += 1
             prev, after = e.hash, e.seq
     head = store.head(project)
     if head.seq != after or head.hash != prev:
         problems.append(f"the project head ({head.seq}) is not the last entry ({after})")
-    return AuditReport(project, n, not problems, problems, {"seq": head.seq, "hash": head.hash})
+    warnings = (
+        [f"the last {unsigned_tail} entries are unsigned (pipeline re-checks): hash-chained only"]
+        if unsigned_tail
+        else []
+    )
+    return AuditReport(
+        project, n, not problems, problems, {"seq": head.seq, "hash": head.hash}, warnings
+    )
 
 
 def _check_signature(e: HistoryEntry, public_keys: Mapping[str, bytes]) -> list[str]:
-    if not e.head_signature:
-        return [f"seq {e.seq}: no head signature"]
-    key_id, _, sig = e.head_signature.partition(":")
+    key_id, _, sig = str(e.head_signature).partition(":")
     key = public_keys.get(key_id)
     if key is None:
         return [f"seq {e.seq}: signed by unknown key {key_id!r}"]
