@@ -261,8 +261,30 @@ class MemoryBackendUnavailable(MemoryStoreError, OSError):
     code = "memory_backend_unavailable"
 
 
+class InvalidMemoryQuery(MemoryStoreError, ValueError):
+    """A listing or search the store cannot run: a limit below 1, an empty or reversed bbox."""
+
+    code = "invalid_memory_query"
+
+
+class InvalidArchive(MemoryStoreError, ValueError):
+    """Exported records that are malformed: unknown table, missing or extra fields, a
+    history chain or content digest that does not verify."""
+
+    code = "invalid_archive"
+
+
+class DuplicateToken(MemoryStoreError, ValueError):
+    """A token whose id or hash is already stored."""
+
+    code = "duplicate_token"
+
+
 __all__ += [
+    "DuplicateToken",
     "ImportConflict",
+    "InvalidArchive",
+    "InvalidMemoryQuery",
     "InvalidCursor",
     "InvalidTransition",
     "MemoryBackendUnavailable",

@@ -63,3 +63,58 @@ def tiny_store(tiny_sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
         )
     manifest = json.loads((tiny_sample_dir / "manifest.json").read_text())
     return IngestedSample(tiny_sample_dir, data, manifest, report)
+
+
+# --------------------------------------------------------------------------- memory store backends
+
+MEMORY_BACKENDS_RAN: set[str] = set()
+"""Memory-store backends that at least one test ran against (printed in the summary)."""
+_PG_SKIPPED: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Any:
+    """A throwaway PostgreSQL server for the session (tests/pg_server.py).
+
+    Under ``CI=true`` a server that cannot start fails the run; elsewhere the
+    PostgreSQL tests are skipped with the reason.
+    """
+    import os
+
+    from tests import pg_server as pgs
+
+    try:
+        server = pgs.start()
+    except pgs.PgUnavailable as exc:
+        reason = f"PostgreSQL server unavailable: {exc}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason} (CI=true: the PostgreSQL backend must run)", pytrace=False)
+        _PG_SKIPPED.append(reason)
+        pytest.skip(reason)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(pg_server: Any) -> str:
+    """A fresh, empty database on the session's PostgreSQL server (its URL)."""
+    MEMORY_BACKENDS_RAN.add("postgresql")
+    return str(pg_server.create_database())
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh SQLite memory database URL (the file is created on first use)."""
+    MEMORY_BACKENDS_RAN.add("sqlite")
+    return f"sqlite:///{(tmp_path / 'memory.sqlite').as_posix()}"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say which memory-store backends ran (and why PostgreSQL did not, when it did not)."""
+    if MEMORY_BACKENDS_RAN or _PG_SKIPPED:
+        ran = ", ".join(sorted(MEMORY_BACKENDS_RAN)) or "none"
+        terminalreporter.write_line(f"memory backends: {ran}")
+        for reason in _PG_SKIPPED[:1]:
+            terminalreporter.write_line(f"memory backends: postgresql skipped: {reason}")

@@ -10,40 +10,57 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from store.errors import MemoryBackendUnavailable
 from store.memory.interface import MemoryStore
 
-__all__ = ["DEFAULT_FILE", "MEMORY_URL_ENV", "MemoryStore", "default_url", "open_store"]
-
-MEMORY_URL_ENV = "EARTHMEM_MEMORY_URL"
-"""Environment variable naming the memory database (read by the caller, never at import)."""
+__all__ = ["DEFAULT_FILE", "MEMORY_URL_ENV", "URL_ENV", "default_url", "open_store"]
 
 DEFAULT_FILE = "memory.sqlite"
-"""The embedded database's file under the data directory."""
+"""The embedded database's file name under the data directory."""
+
+URL_ENV = "EARTHMEM_MEMORY_URL"
+"""Environment variable the *caller* (CLI, server) reads to choose the database (never read here)."""
+MEMORY_URL_ENV = URL_ENV
+"""Alias of :data:`URL_ENV`."""
 
 
-def default_url(data_dir: str | os.PathLike[str]) -> str:
-    """``sqlite:///<data_dir>/memory.sqlite``: the embedded default."""
-    return f"sqlite:///{Path(data_dir).resolve() / DEFAULT_FILE}"
+def default_url(data_dir: str | Path) -> str:
+    """``sqlite:///<data_dir>/memory.sqlite`` (absolute): the embedded default."""
+    return f"sqlite:///{(Path(data_dir).resolve() / DEFAULT_FILE).as_posix()}"
 
 
-def open_store(url: str) -> MemoryStore:
-    """Open the memory store at ``sqlite:///<path>`` or ``postgresql://...``.
+def open_store(url: str, *, migrate: bool = True) -> MemoryStore:
+    """Open the memory store at ``url``, upgrading its schema to the newest revision.
+
+    Args:
+        url: ``sqlite:///<path>`` (the file and its directory are created on first
+            use) or ``postgresql://user[:password]@host[:port]/database``.
+        migrate: Upgrade the schema (idempotent; concurrent openers are serialised).
 
     Raises:
-        MemoryBackendUnavailable: an unknown scheme, or a database that cannot be opened.
+        MemoryBackendUnavailable: an unknown scheme, or a database that cannot be
+            opened or reached.
     """
-    if url.startswith("sqlite:///"):
-        from store.memory.sqlite import SqliteMemoryStore  # the backend modules load drivers
+    scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
+    store: MemoryStore
+    if scheme == "sqlite":
+        from store.memory.sqlite import SqliteMemoryStore
 
-        return SqliteMemoryStore(url)
-    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        store = SqliteMemoryStore(url)
+    elif scheme in ("postgresql", "postgres"):
         from store.memory.postgres import PostgresMemoryStore
 
-        return PostgresMemoryStore(url)
-    raise MemoryBackendUnavailable(
-        f"memory database URL must be sqlite:///<path> or postgresql://..., got {url[:80]!r}"
-    )
+        store = PostgresMemoryStore("postgresql" + url[len(url.split(":", 1)[0]) :])
+    else:
+        raise MemoryBackendUnavailable(
+            f"unknown memory database URL scheme {scheme!r} (use sqlite:/// or postgresql://)"
+        )
+    if migrate:
+        try:
+            store.migrate()
+        except BaseException:
+            store.close()
+            raise
+    return store

@@ -1,0 +1,132 @@
+"""What an item *says*, its content digest, and new item ids.
+
+The content digest binds what an item states, where and when, on what
+evidence and by whom: the fields :data:`CONTENT_FIELDS` of
+:class:`~store.memory.model.NewItem`, as plain JSON-shaped values (tuples as
+lists, the anchor as a mapping, times as RFC 3339 strings), hashed as
+``blake3(canonical CBOR)`` (:func:`store.facts.canonical_cbor`). Left out:
+the lifecycle (status, version, supersession, timestamps: they change without
+the statement changing), the satellite verdict (a re-check's output, recorded
+in the history) and the embedding (derived from the text by whatever embedder
+is configured). A change of ``metadata`` changes the digest.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from ulid import ULID
+
+from store.errors import InvalidDate
+from store.facts import canonical_cbor, digest
+from store.memory.model import Anchor, NewItem
+
+__all__ = [
+    "CONTENT_FIELDS",
+    "ITEM_ID_PREFIX",
+    "anchor_from_dict",
+    "anchor_to_dict",
+    "content_digest",
+    "content_of",
+    "new_item_id",
+    "rfc3339",
+]
+
+ITEM_ID_PREFIX = "mem_"
+"""Item ids are ``mem_`` + a ULID (time-ordered, 26 Crockford base32 characters)."""
+
+CONTENT_FIELDS = (
+    "type",
+    "title",
+    "statement",
+    "tags",
+    "details",
+    "confidence",
+    "importance",
+    "evidence",
+    "related_memory_ids",
+    "metadata",
+    "asserted_by",
+    "applicability",
+    "scope",
+    "anchor",
+    "valid_from",
+    "valid_to",
+    "claim",
+    "actor",
+    "session",
+)
+"""The :class:`NewItem` fields the content digest covers (see the module docstring)."""
+
+
+def new_item_id(at: dt.datetime | None = None) -> str:
+    """A new item id: ``mem_`` + a ULID (its time part from ``at`` when given)."""
+    ulid = ULID.from_datetime(at) if at is not None else ULID()
+    return ITEM_ID_PREFIX + str(ulid)
+
+
+def rfc3339(t: dt.datetime) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of an aware datetime (UTC).
+
+    Raises:
+        InvalidDate: a naive datetime (the store never guesses a time zone).
+    """
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise InvalidDate(f"memory times must be timezone-aware (UTC), got naive {t.isoformat()}")
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def anchor_to_dict(anchor: Anchor) -> dict[str, Any]:
+    """The anchor as a JSON-shaped mapping (``bbox`` as a list of floats)."""
+    d = asdict(anchor)
+    d["geometry"] = _plain(anchor.geometry)
+    d["resolution"] = _plain(anchor.resolution)
+    d["bbox"] = [float(x) for x in anchor.bbox] if anchor.bbox is not None else None
+    return d
+
+
+def anchor_from_dict(d: Mapping[str, Any]) -> Anchor:
+    """Inverse of :func:`anchor_to_dict`."""
+    bbox = d.get("bbox")
+    return Anchor(
+        kind=d["kind"],
+        geometry=d.get("geometry"),
+        bbox=(float(bbox[0]), float(bbox[1]), float(bbox[2]), float(bbox[3])) if bbox else None,
+        cell=d.get("cell"),
+        place=d.get("place"),
+        resolution=d.get("resolution"),
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and tuples as dicts and lists (what JSON columns and CBOR hold)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def content_of(item: NewItem) -> dict[str, Any]:
+    """The digested content of an item: :data:`CONTENT_FIELDS` as JSON-shaped values."""
+    out: dict[str, Any] = {}
+    for name in CONTENT_FIELDS:
+        value = getattr(item, name)
+        if name == "anchor":
+            value = anchor_to_dict(value)
+        elif name in ("confidence", "importance"):
+            value = float(value)  # stored as floats: 1 and 1.0 must digest alike
+        elif isinstance(value, dt.datetime):
+            value = rfc3339(value)
+        else:
+            value = _plain(value)
+        out[name] = value
+    return out
+
+
+def content_digest(item: NewItem) -> str:
+    """Hex blake3 of the canonical CBOR of :func:`content_of` (what receipts bind)."""
+    return digest(canonical_cbor(content_of(item))).hex()

@@ -1,0 +1,537 @@
+"""The memory store over SQLAlchemy Core: one implementation, two thin backends.
+
+:class:`SqlMemoryStore` holds everything the databases share; the backends
+(:mod:`store.memory.sqlite`, :mod:`store.memory.postgres`) override only the
+hooks where they differ: how a write transaction starts and locks the
+project's head (:meth:`SqlMemoryStore.write_tx`, :meth:`~SqlMemoryStore.lock_head`),
+the "insert unless present" statement, the spatial pre-filter
+(:meth:`~SqlMemoryStore.bbox_condition`) and the full-text ranking
+(:meth:`~SqlMemoryStore.text_search`).
+
+A write: one transaction that locks the project's ``projects`` row (its history
+head), replays or rejects a known ``operation_id``, checks versions and
+transitions, writes the item/relation rows and appends the history entries
+(hash-chained, each head signed by ``sign_head``), moves the head and records
+the operation. A concurrent duplicate that slips past the lookup hits the
+unique ``(project, operation_id)`` key; the loser re-reads and returns the
+stored result.
+
+The transaction bodies and the lifecycle rules are in :mod:`store.memory.writes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from store.errors import (
+    DuplicateToken,
+    InvalidMemoryQuery,
+    InvalidTransition,
+    MemoryBackendUnavailable,
+)
+from store.memory import archive, writes
+from store.memory.codec import (
+    decode_cursor,
+    encode_cursor,
+    entry_from_row,
+    filter_key,
+    item_from_row,
+    relation_from_row,
+    to_us,
+    token_from_row,
+    token_row,
+)
+from store.memory.digest import content_digest, content_of
+from store.memory.interface import (
+    GENESIS_HASH,
+    MemoryStore,
+    SignHead,
+    WriteMeta,
+)
+from store.memory.migrations import SCRIPT_LOCATION, VERSION_TABLE
+from store.memory.model import (
+    ACTIONS,
+    RELATION_KINDS,
+    HistoryEntry,
+    ItemFilter,
+    MemoryItem,
+    NewItem,
+    Page,
+    ProjectHead,
+    Relation,
+    Token,
+    WriteResult,
+)
+from store.memory.schema import ITEM_COLUMNS, history, item_tags, items, operations, projects
+from store.memory.schema import relations as relations_t
+from store.memory.schema import tokens as tokens_t
+
+__all__ = ["SqlMemoryStore"]
+
+_MAX_SEARCH_WORDS = 64
+
+
+class _DryRun(Exception):
+    """Raised inside an import transaction to roll it back (a dry run)."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        super().__init__("dry run")
+        self.counts = counts
+
+
+class SqlMemoryStore(MemoryStore):
+    """:class:`MemoryStore` over a SQLAlchemy engine (subclassed per backend)."""
+
+    row_locks = False
+    """Lock the project's head row with ``SELECT ... FOR UPDATE`` (servers; SQLite serialises writers)."""
+
+    def __init__(self, engine: sa.Engine, url: str) -> None:
+        self.engine = engine
+        """The SQLAlchemy engine (tests and tools may read it; writes go through the methods)."""
+        self.url = url
+        """The URL the store was opened with."""
+
+    # ------------------------------------------------------------------ backend hooks
+
+    @contextlib.contextmanager
+    def write_tx(self) -> Iterator[sa.Connection]:
+        """A connection in a write transaction (committed on success, rolled back on error)."""
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def read_tx(self) -> Iterator[sa.Connection]:
+        """A connection in a read transaction (one consistent snapshot where the backend has one)."""
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    def insert_ignore(self, table: sa.Table, values: Mapping[str, Any]) -> sa.Executable:
+        """``INSERT ... ON CONFLICT DO NOTHING`` for this dialect."""
+        raise NotImplementedError
+
+    def bbox_condition(self, bbox: tuple[float, float, float, float]) -> sa.ColumnElement[bool]:
+        """The backend's indexed pre-filter for items whose box intersects ``bbox``."""
+        raise NotImplementedError
+
+    def text_search(
+        self,
+        conn: sa.Connection,
+        words: Sequence[str],
+        conditions: Sequence[sa.ColumnElement[bool]],
+        limit: int,
+    ) -> list[tuple[str, float]]:
+        """``[(item id, score)]`` of items matching any of ``words`` and ``conditions``, best first."""
+        raise NotImplementedError
+
+    def migration_lock(self, conn: sa.Connection) -> None:
+        """Serialise concurrent migrations (inside the migration transaction)."""
+
+    def lock_head(self, conn: sa.Connection, project: str) -> tuple[int, str]:
+        """Create the project's head row if absent, lock it, return ``(seq, hash)``."""
+        conn.execute(
+            self.insert_ignore(
+                projects, {"project": project, "head_seq": 0, "head_hash": GENESIS_HASH}
+            )
+        )
+        q = sa.select(projects.c.head_seq, projects.c.head_hash).where(
+            projects.c.project == project
+        )
+        if self.row_locks:
+            q = q.with_for_update()
+        seq, head_hash = conn.execute(q).one()
+        return int(seq), str(head_hash)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _alembic(self, conn: sa.Connection) -> Config:
+        cfg = Config()
+        cfg.set_main_option("script_location", SCRIPT_LOCATION)
+        cfg.attributes["connection"] = conn
+        return cfg
+
+    def migrate(self, target: str = "head") -> str:
+        """Upgrade the schema to ``target`` (default the newest revision); return the revision.
+
+        Concurrent callers are serialised; a second one finds nothing left to do.
+        """
+        with self._unavailable(), self.write_tx() as conn:
+            self.migration_lock(conn)
+            command.upgrade(self._alembic(conn), target)
+            rev = MigrationContext.configure(
+                conn, opts={"version_table": VERSION_TABLE}
+            ).get_current_revision()
+        return str(rev)
+
+    def revision(self) -> str | None:
+        """The schema revision applied (None: an empty database)."""
+        with self._unavailable(), self.engine.connect() as conn:
+            ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            return ctx.get_current_revision()
+
+    @staticmethod
+    def head_revision() -> str:
+        """The newest revision this code knows."""
+        return str(ScriptDirectory(SCRIPT_LOCATION).get_current_head())
+
+    def close(self) -> None:
+        """Release connections."""
+        self.engine.dispose()
+
+    @contextlib.contextmanager
+    def _unavailable(self) -> Iterator[None]:
+        try:
+            yield
+        except sa.exc.OperationalError as exc:
+            raise MemoryBackendUnavailable(
+                f"memory database {self.engine.url.render_as_string(hide_password=True)} "
+                f"unavailable: {exc.orig}"
+            ) from exc
+
+    # ------------------------------------------------------------------ the write skeleton
+
+    def _write(
+        self,
+        project: str,
+        meta: WriteMeta,
+        sign_head: SignHead | None,
+        body: writes.WriteBody,
+    ) -> WriteResult:
+        to_us(meta.at)  # an aware time, or a typed error before anything starts
+        try:
+            with self._unavailable(), self.write_tx() as conn:
+                seq, head_hash = self.lock_head(conn, project)
+                prior = writes.prior_result(conn, project, meta)
+                if prior is not None:
+                    return prior
+                writer = writes.HeadWriter(conn, project, seq, head_hash, meta, sign_head)
+                result = body(conn, writer)
+                if writer.seq != writer.start_seq:
+                    conn.execute(
+                        projects.update()
+                        .where(projects.c.project == project)
+                        .values(head_seq=writer.seq, head_hash=writer.hash)
+                    )
+                if meta.operation_id is not None:
+                    conn.execute(
+                        operations.insert().values(
+                            project=project,
+                            operation_id=meta.operation_id,
+                            request_digest=meta.request_digest,
+                            item_id=result.item.id if result.item is not None else None,
+                            seq=result.entry.seq,
+                            at=to_us(meta.at),
+                        )
+                    )
+                return result
+        except sa.exc.IntegrityError:
+            if meta.operation_id is None:
+                raise
+            with self.read_tx() as conn:  # a concurrent duplicate won the unique key
+                prior = writes.prior_result(conn, project, meta)
+            if prior is None:
+                raise
+            return prior
+
+    def create(
+        self,
+        project: str,
+        item: NewItem,
+        meta: WriteMeta,
+        *,
+        supersedes: tuple[str, int] | None = None,
+        sign_head: SignHead | None = None,
+    ) -> WriteResult:
+        """Store a new item (see :meth:`MemoryStore.create`).
+
+        History: a superseding write appends ``supersede`` (the old item) and then
+        ``create`` (the new one, the new head) in the same transaction.
+        """
+        digest_hex = content_digest(item)  # typed errors for unhashable content, before writing
+        content = content_of(item)
+
+        body = writes.create_body(project, item, meta, supersedes, digest_hex, content)
+        return self._write(project, meta, sign_head, body)
+
+    def change(
+        self,
+        project: str,
+        item_id: str,
+        expected_version: int | None,
+        changes: Mapping[str, Any],
+        action: str,
+        meta: WriteMeta,
+        *,
+        sign_head: SignHead | None = None,
+    ) -> WriteResult:
+        """Change fields of an item in place (see :meth:`MemoryStore.change`; :data:`store.memory.writes.TRANSITIONS`)."""
+        unknown = sorted(set(changes) - writes.CHANGEABLE)
+        if unknown:
+            raise InvalidTransition(
+                f"cannot change {unknown} in place (changeable: {sorted(writes.CHANGEABLE)})"
+            )
+        if action not in ACTIONS or action in ("create", "supersede", "relate"):
+            raise InvalidTransition(f"{action!r} is not an in-place change action")
+
+        body = writes.change_body(project, item_id, expected_version, changes, action, meta)
+        return self._write(project, meta, sign_head, body)
+
+    def relate(
+        self,
+        project: str,
+        src_id: str,
+        dst_id: str,
+        kind: str,
+        meta: WriteMeta,
+        *,
+        sign_head: SignHead | None = None,
+    ) -> WriteResult:
+        """Add a typed relation (see :meth:`MemoryStore.relate`).
+
+        An existing ``(src, dst, kind)`` edge answers ``replayed=True`` with the entry
+        that wrote it. ``supersedes`` edges are written only by ``create(supersedes=...)``.
+
+        Raises:
+            InvalidTransition: an unknown or ``supersedes`` kind, an edge from an item to
+                itself, or from a deleted item.
+        """
+        if kind not in RELATION_KINDS or kind == "supersedes":
+            raise InvalidTransition(f"relation kind {kind!r} cannot be written by relate")
+        if src_id == dst_id:
+            raise InvalidTransition("an item cannot relate to itself")
+
+        body = writes.relate_body(project, src_id, dst_id, kind, meta)
+        return self._write(project, meta, sign_head, body)
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, project: str, item_id: str) -> MemoryItem | None:
+        """The item (any status), or None."""
+        with self._unavailable(), self.read_tx() as conn:
+            row = writes.item_row_of(conn, project, item_id)
+        return item_from_row(row._mapping) if row is not None else None
+
+    def get_many(self, project: str, item_ids: Sequence[str]) -> list[MemoryItem]:
+        """The project's items among ``item_ids``, in the given order (missing left out)."""
+        if not item_ids:
+            return []
+        with self._unavailable(), self.read_tx() as conn:
+            rows = conn.execute(
+                sa.select(*ITEM_COLUMNS).where(
+                    items.c.project == project, items.c.id.in_(list(item_ids))
+                )
+            ).all()
+        by_id = {r.id: item_from_row(r._mapping) for r in rows}
+        return [by_id[i] for i in dict.fromkeys(item_ids) if i in by_id]
+
+    def conditions(self, project: str, where: ItemFilter) -> list[sa.ColumnElement[bool]]:
+        """The WHERE conditions of a filter (project first; all AND-ed)."""
+        c = items.c
+        out: list[sa.ColumnElement[bool]] = [c.project == project]
+        if where.types:
+            out.append(c.type.in_(where.types))
+        if where.statuses:
+            out.append(c.status.in_(where.statuses))
+        for tag in dict.fromkeys(where.tags):
+            out.append(sa.exists().where(item_tags.c.item_pk == c.pk, item_tags.c.tag == tag))
+        if where.bbox is not None:
+            s, w, n, e = where.bbox
+            if not (s <= n and w <= e):
+                raise InvalidMemoryQuery(f"bbox {where.bbox} is empty or reversed")
+            out.append(self.bbox_condition(where.bbox))
+            out += [c.min_lat <= n, c.max_lat >= s, c.min_lng <= e, c.max_lng >= w]
+        if where.valid_at is not None:
+            t = to_us(where.valid_at)
+            out.append(sa.or_(c.valid_from.is_(None), c.valid_from <= t))
+            out.append(sa.or_(c.valid_to.is_(None), c.valid_to >= t))
+        if where.written_before is not None:
+            out.append(c.created_at <= to_us(where.written_before))
+        if where.scope_kinds:
+            out.append(c.scope_kind.in_(where.scope_kinds))
+        if where.actor is not None:
+            out.append(c.actor == where.actor)
+        return out
+
+    def list_items(
+        self, project: str, where: ItemFilter, *, limit: int, cursor: str | None = None
+    ) -> Page:
+        """Items matching ``where``, newest first (``created_at``, then id), paged.
+
+        ``valid_at``: an item whose valid time has no end (``valid_to`` None) is valid
+        from ``valid_from`` on; one with no valid time at all is kept.
+
+        Raises:
+            InvalidCursor: a cursor this store did not issue for this project and filter.
+            InvalidMemoryQuery: ``limit`` below 1, or an empty bbox.
+        """
+        if limit < 1:
+            raise InvalidMemoryQuery(f"limit must be at least 1, got {limit}")
+        key = filter_key(project, where)
+        conds = self.conditions(project, where)
+        if cursor is not None:
+            created, last_id = decode_cursor(cursor, key)
+            conds.append(
+                sa.or_(
+                    items.c.created_at < created,
+                    sa.and_(items.c.created_at == created, items.c.id < last_id),
+                )
+            )
+        q = (
+            sa.select(*ITEM_COLUMNS)
+            .where(*conds)
+            .order_by(items.c.created_at.desc(), items.c.id.desc())
+            .limit(limit + 1)
+        )
+        with self._unavailable(), self.read_tx() as conn:
+            rows = conn.execute(q).all()
+        found = [item_from_row(r._mapping) for r in rows[:limit]]
+        nxt = None
+        if len(rows) > limit:
+            last = rows[limit - 1]
+            nxt = encode_cursor(last.created_at, last.id, key)
+        return Page(items=tuple(found), next_cursor=nxt)
+
+    def relations(self, project: str, item_id: str) -> list[Relation]:
+        """Every relation from or to an item (oldest first)."""
+        r = relations_t.c
+        q = (
+            sa.select(relations_t)
+            .where(r.project == project, sa.or_(r.src_id == item_id, r.dst_id == item_id))
+            .order_by(r.seq, r.src_id, r.dst_id, r.kind)
+        )
+        with self._unavailable(), self.read_tx() as conn:
+            return [relation_from_row(x._mapping) for x in conn.execute(q)]
+
+    def history(
+        self,
+        project: str,
+        *,
+        item_id: str | None = None,
+        after_seq: int = 0,
+        limit: int = 1000,
+    ) -> list[HistoryEntry]:
+        """History entries in seq order (of one item, or of the whole project)."""
+        h = history.c
+        conds = [h.project == project, h.seq > after_seq]
+        if item_id is not None:
+            conds.append(h.item_id == item_id)
+        q = sa.select(history).where(*conds).order_by(h.seq).limit(max(0, limit))
+        with self._unavailable(), self.read_tx() as conn:
+            return [entry_from_row(x._mapping) for x in conn.execute(q)]
+
+    def head(self, project: str) -> ProjectHead:
+        """The project's history head (seq 0 and the genesis hash when empty)."""
+        q = sa.select(projects.c.head_seq, projects.c.head_hash).where(
+            projects.c.project == project
+        )
+        with self._unavailable(), self.read_tx() as conn:
+            row = conn.execute(q).one_or_none()
+        if row is None:
+            return ProjectHead(project, 0, GENESIS_HASH)
+        return ProjectHead(project, int(row.head_seq), str(row.head_hash))
+
+    def search_text(
+        self, project: str, query: str, *, limit: int, where: ItemFilter | None = None
+    ) -> list[tuple[str, float]]:
+        """Full-text ranking (any of the query's words; FTS5 bm25 / ts_rank), best first.
+
+        The query is split into words (letters, digits, underscore); operators and
+        punctuation are not syntax here, so any text is a valid query. ``where`` None:
+        the default :class:`ItemFilter` (superseded and deleted items hidden).
+        """
+        if limit < 1:
+            raise InvalidMemoryQuery(f"limit must be at least 1, got {limit}")
+        words = list(dict.fromkeys(w.lower() for w in re.findall(r"\w+", query)))
+        if not words:
+            return []
+        conds = self.conditions(project, where if where is not None else ItemFilter())
+        with self._unavailable(), self.read_tx() as conn:
+            return self.text_search(conn, words[:_MAX_SEARCH_WORDS], conds, limit)
+
+    def projects(self) -> list[str]:
+        """Every project with at least one history entry or token (sorted)."""
+        q = sa.union(
+            sa.select(projects.c.project).where(projects.c.head_seq > 0),
+            sa.select(tokens_t.c.project),
+        )
+        with self._unavailable(), self.read_tx() as conn:
+            return sorted(str(p) for (p,) in conn.execute(q))
+
+    # ------------------------------------------------------------------ tokens
+
+    def add_token(self, token: Token, token_hash: str) -> None:
+        """Store a token by its hash.
+
+        Raises:
+            DuplicateToken: its id or hash is already stored.
+        """
+        row = token_row(token, token_hash)
+        try:
+            with self._unavailable(), self.write_tx() as conn:
+                conn.execute(tokens_t.insert().values(row))
+        except sa.exc.IntegrityError as exc:
+            raise DuplicateToken(f"token {token.id!r} (or its hash) is already stored") from exc
+
+    def token_by_hash(self, token_hash: str) -> Token | None:
+        """The token with this hash (revoked and expired included), or None."""
+        q = sa.select(tokens_t).where(tokens_t.c.token_hash == token_hash)
+        with self._unavailable(), self.read_tx() as conn:
+            row = conn.execute(q).one_or_none()
+        return token_from_row(row._mapping) if row is not None else None
+
+    def list_tokens(self, project: str | None = None) -> list[Token]:
+        """Tokens (of one project, or all), oldest first."""
+        q = sa.select(tokens_t).order_by(tokens_t.c.created_at, tokens_t.c.id)
+        if project is not None:
+            q = q.where(tokens_t.c.project == project)
+        with self._unavailable(), self.read_tx() as conn:
+            return [token_from_row(r._mapping) for r in conn.execute(q)]
+
+    def revoke_token(self, token_id: str, at: dt.datetime) -> bool:
+        """Revoke a token (the first revocation time is kept); False when there is none."""
+        t = tokens_t.c
+        with self._unavailable(), self.write_tx() as conn:
+            found = conn.execute(sa.select(t.id).where(t.id == token_id)).one_or_none()
+            conn.execute(
+                tokens_t.update()
+                .where(t.id == token_id, t.revoked_at.is_(None))
+                .values(revoked_at=to_us(at))
+            )
+        return found is not None
+
+    # ------------------------------------------------------------------ archive
+
+    def export_project(self, project: str) -> Iterator[dict[str, Any]]:
+        """Every row of a project as plain records (see :mod:`store.memory.archive`)."""
+        with self._unavailable(), self.read_tx() as conn:
+            records = list(archive.export_rows(conn, project, self.revision_of(conn)))
+        yield from records
+
+    @staticmethod
+    def revision_of(conn: sa.Connection) -> str | None:
+        """The schema revision, read on an open connection."""
+        return MigrationContext.configure(
+            conn, opts={"version_table": VERSION_TABLE}
+        ).get_current_revision()
+
+    def import_records(
+        self, records: Sequence[Mapping[str, Any]], *, dry_run: bool = False
+    ) -> dict[str, int]:
+        """Load exported records in one transaction (see :func:`store.memory.archive.import_rows`)."""
+        try:
+            with self._unavailable(), self.write_tx() as conn:
+                counts = archive.import_rows(conn, records, lock_head=self.lock_head)
+                if dry_run:
+                    raise _DryRun(counts)  # roll the whole load back
+        except _DryRun as done:
+            return done.counts
+        return counts

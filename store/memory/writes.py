@@ -1,0 +1,341 @@
+"""The write transactions' bodies: supersession, in-place changes, relations, replays.
+
+Each ``*_body`` returns the function :meth:`SqlMemoryStore._write` runs inside
+the write transaction, after the project's head is locked and a known
+operation id has been handled; it checks versions and transitions, writes the
+rows and appends history entries through a :class:`HeadWriter`.
+
+Lifecycle (:data:`TRANSITIONS`): deleted items never change again; superseded
+items can only be deleted (``create(supersedes=...)`` refuses them); a status
+change to ``superseded`` happens only through ``create(supersedes=...)``; a
+delete needs a reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+
+from store.errors import (
+    InvalidTransition,
+    MemoryNotFound,
+    OperationConflict,
+    VersionConflict,
+)
+from store.memory.codec import entry_from_row, item_from_row, item_row, jsonable, to_us
+from store.memory.digest import content_digest, new_item_id, rfc3339
+from store.memory.interface import SignHead, WriteMeta, entry_hash
+from store.memory.model import (
+    HistoryEntry,
+    MemoryItem,
+    NewItem,
+    ProjectHead,
+    WriteResult,
+)
+from store.memory.schema import history, item_tags, items, operations, relations
+
+__all__ = [
+    "CHANGEABLE",
+    "TRANSITIONS",
+    "HeadWriter",
+    "WriteBody",
+    "change_body",
+    "create_body",
+    "item_row_of",
+    "load_item",
+    "prior_result",
+    "relate_body",
+]
+
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    "active": frozenset({"active", "potentially_stale", "deleted"}),
+    "potentially_stale": frozenset({"active", "potentially_stale", "deleted"}),
+    "superseded": frozenset({"superseded", "deleted"}),
+    "deleted": frozenset(),
+}
+"""Status -> the statuses :meth:`SqlMemoryStore.change` may move it to."""
+
+CHANGEABLE = frozenset({"status", "verdict", "verdict_facts", "deleted_reason", "metadata"})
+"""Fields :meth:`SqlMemoryStore.change` may change in place."""
+
+
+class HeadWriter:
+    """Appends entries to one project's history inside one write transaction."""
+
+    def __init__(
+        self,
+        conn: sa.Connection,
+        project: str,
+        seq: int,
+        head_hash: str,
+        meta: WriteMeta,
+        sign_head: SignHead | None,
+    ) -> None:
+        self.conn, self.project, self.seq, self.hash = conn, project, seq, head_hash
+        self.meta, self.sign_head = meta, sign_head
+        self.start_seq = seq
+
+    def append(self, item_id: str | None, action: str, change: Mapping[str, Any]) -> HistoryEntry:
+        """Append one entry (hash-chained after the current head, head signed); return it."""
+        seq = self.seq + 1
+        at = rfc3339(self.meta.at)
+        body = {
+            "project": self.project,
+            "seq": seq,
+            "item_id": item_id,
+            "action": action,
+            "actor": self.meta.actor,
+            "at": at,
+            "change": jsonable(change),
+            "request_id": self.meta.request_id,
+            "operation_id": self.meta.operation_id,
+        }
+        new_hash = entry_hash(self.hash, body)
+        head = ProjectHead(self.project, seq, new_hash)
+        signature = self.sign_head(head) if self.sign_head is not None else None
+        row = {
+            **body,
+            "at": to_us(self.meta.at),
+            "prev_hash": self.hash,
+            "hash": new_hash,
+            "head_signature": signature,
+        }
+        self.conn.execute(history.insert().values(row))
+        self.seq, self.hash = seq, new_hash
+        return entry_from_row(row)
+
+
+def prior_result(conn: sa.Connection, project: str, meta: WriteMeta) -> WriteResult | None:
+    """The stored result of ``meta.operation_id`` (replayed), None when it is new."""
+    if meta.operation_id is None:
+        return None
+    op = conn.execute(
+        sa.select(operations).where(
+            operations.c.project == project, operations.c.operation_id == meta.operation_id
+        )
+    ).one_or_none()
+    if op is None:
+        return None
+    if op.request_digest != meta.request_digest:
+        raise OperationConflict(
+            f"operation_id {meta.operation_id!r} was already applied with another request"
+        )
+    entry = conn.execute(
+        sa.select(history).where(history.c.project == project, history.c.seq == op.seq)
+    ).one()
+    item = item_row_of(conn, project, op.item_id) if op.item_id else None
+    return WriteResult(
+        item=item_from_row(item._mapping) if item is not None else None,
+        entry=entry_from_row(entry._mapping),
+        replayed=True,
+    )
+
+
+def item_row_of(conn: sa.Connection, project: str, item_id: str) -> sa.Row[Any] | None:
+    return conn.execute(
+        sa.select(items).where(items.c.project == project, items.c.id == item_id)
+    ).one_or_none()
+
+
+def load_item(conn: sa.Connection, project: str, item_id: str) -> MemoryItem:
+    row = item_row_of(conn, project, item_id)
+    if row is None:
+        raise MemoryNotFound(f"no memory {item_id!r} in this project")
+    return item_from_row(row._mapping)
+
+
+# ------------------------------------------------------------------ writes
+
+
+WriteBody = Callable[[sa.Connection, "HeadWriter"], WriteResult]
+"""A write transaction's body: runs on the locked connection, appends through the writer."""
+
+
+def create_body(
+    project: str,
+    item: NewItem,
+    meta: WriteMeta,
+    supersedes: tuple[str, int] | None,
+    digest_hex: str,
+    content: Mapping[str, Any],
+) -> WriteBody:
+    """The transaction body of :meth:`SqlMemoryStore.create`."""
+
+    def body(conn: sa.Connection, w: HeadWriter) -> WriteResult:
+        wanted = list(dict.fromkeys(item.related_memory_ids))
+        rows = {
+            r.id: r
+            for r in conn.execute(
+                sa.select(items.c.id, items.c.pk, items.c.status, items.c.version).where(
+                    items.c.project == project,
+                    items.c.id.in_([*wanted, *([supersedes[0]] if supersedes else [])]),
+                )
+            )
+        }
+        missing = [i for i in wanted if i not in rows]
+        if missing:
+            raise MemoryNotFound(f"related memory {missing[0]!r} not found in this project")
+        new_id = new_item_id(meta.at)
+        at_us = to_us(meta.at)
+        old_id: str | None = None
+        if supersedes is not None:
+            old_id, expected = supersedes
+            old = rows.get(old_id)
+            if old is None:
+                raise MemoryNotFound(f"superseded memory {old_id!r} not found in this project")
+            if old.status in ("deleted", "superseded"):
+                raise InvalidTransition(
+                    f"memory {old_id!r} is {old.status}: it cannot be superseded"
+                )
+            if old.version != expected:
+                raise VersionConflict(
+                    f"memory {old_id!r} is at version {old.version}, not {expected}"
+                )
+            conn.execute(
+                items.update()
+                .where(items.c.pk == old.pk)
+                .values(
+                    status="superseded",
+                    superseded_by=new_id,
+                    version=old.version + 1,
+                    updated_at=at_us,
+                )
+            )
+            w.append(
+                old_id,
+                "supersede",
+                {"status": "superseded", "superseded_by": new_id, "version": old.version + 1},
+            )
+        row = item_row(
+            item,
+            item_id=new_id,
+            project=project,
+            at=meta.at,
+            digest_hex=digest_hex,
+            supersedes_id=old_id,
+        )
+        pk = conn.execute(items.insert().values(row).returning(items.c.pk)).scalar_one()
+        tags = list(dict.fromkeys(item.tags))
+        if tags:
+            conn.execute(
+                item_tags.insert(),
+                [{"item_pk": pk, "tag": t, "project": project} for t in tags],
+            )
+        entry = w.append(
+            new_id,
+            "create",
+            {"item": content, "content_digest": digest_hex, "supersedes_id": old_id},
+        )
+        edges = [(old_id, "supersedes")] if old_id else []
+        edges += [(dst, "related") for dst in wanted]
+        if edges:
+            conn.execute(
+                relations.insert(),
+                [
+                    {
+                        "project": project,
+                        "src_id": new_id,
+                        "dst_id": dst,
+                        "kind": kind,
+                        "actor": meta.actor,
+                        "created_at": at_us,
+                        "seq": entry.seq,
+                    }
+                    for dst, kind in edges
+                ],
+            )
+        return WriteResult(item=item_from_row(row), entry=entry)
+
+    return body
+
+
+def change_body(
+    project: str,
+    item_id: str,
+    expected_version: int | None,
+    changes: Mapping[str, Any],
+    action: str,
+    meta: WriteMeta,
+) -> WriteBody:
+    """The transaction body of :meth:`SqlMemoryStore.change`."""
+
+    def body(conn: sa.Connection, w: HeadWriter) -> WriteResult:
+        cur = load_item(conn, project, item_id)
+        if cur.status == "deleted":
+            raise InvalidTransition(f"memory {item_id!r} is deleted: it cannot change")
+        if expected_version is not None and cur.version != expected_version:
+            raise VersionConflict(
+                f"memory {item_id!r} is at version {cur.version}, not {expected_version}"
+            )
+        status = changes.get("status", cur.status)
+        if status not in TRANSITIONS[cur.status]:
+            raise InvalidTransition(f"memory {item_id!r}: {cur.status} -> {status} is not allowed")
+        if status == "deleted" and not changes.get("deleted_reason"):
+            raise InvalidTransition("a delete needs a reason (deleted_reason)")
+        if changes.get("deleted_reason") is not None and status != "deleted":
+            raise InvalidTransition("deleted_reason is only set by a delete")
+        values: dict[str, Any] = {
+            k: jsonable(list(v) if isinstance(v, tuple) else v) for k, v in changes.items()
+        }
+        new = dataclasses.replace(
+            cur,
+            status=status,
+            verdict=changes.get("verdict", cur.verdict),
+            verdict_facts=tuple(changes.get("verdict_facts", cur.verdict_facts)),
+            metadata=changes.get("metadata", cur.metadata),
+            deleted_reason=changes.get("deleted_reason", cur.deleted_reason),
+        )
+        record = dict(values)
+        if "metadata" in changes:
+            values["content_digest"] = record["content_digest"] = content_digest(new)
+        version = cur.version + 1
+        record["version"] = version
+        conn.execute(
+            items.update()
+            .where(items.c.project == project, items.c.id == item_id)
+            .values(**values, version=version, updated_at=to_us(meta.at))
+        )
+        entry = w.append(item_id, action, record)
+        return WriteResult(item=load_item(conn, project, item_id), entry=entry)
+
+    return body
+
+
+def relate_body(project: str, src_id: str, dst_id: str, kind: str, meta: WriteMeta) -> WriteBody:
+    """The transaction body of :meth:`SqlMemoryStore.relate`."""
+
+    def body(conn: sa.Connection, w: HeadWriter) -> WriteResult:
+        src = load_item(conn, project, src_id)
+        load_item(conn, project, dst_id)
+        if src.status == "deleted":
+            raise InvalidTransition(f"memory {src_id!r} is deleted: it cannot change")
+        edge = (
+            relations.c.project == project,
+            relations.c.src_id == src_id,
+            relations.c.dst_id == dst_id,
+            relations.c.kind == kind,
+        )
+        seq = conn.execute(sa.select(relations.c.seq).where(*edge)).scalar_one_or_none()
+        if seq is not None:
+            old = conn.execute(
+                sa.select(history).where(history.c.project == project, history.c.seq == seq)
+            ).one()
+            return WriteResult(item=src, entry=entry_from_row(old._mapping), replayed=True)
+        entry = w.append(src_id, "relate", {"dst_id": dst_id, "kind": kind})
+        conn.execute(
+            relations.insert().values(
+                project=project,
+                src_id=src_id,
+                dst_id=dst_id,
+                kind=kind,
+                actor=meta.actor,
+                created_at=to_us(meta.at),
+                seq=entry.seq,
+            )
+        )
+        return WriteResult(item=src, entry=entry)
+
+    return body

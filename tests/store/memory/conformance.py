@@ -1,0 +1,580 @@
+"""The memory store's conformance suite: one class, run against every backend.
+
+A backend's test module subclasses :class:`MemoryStoreConformance` and
+overrides the ``url`` fixture (a fresh, empty database per test). Every test
+goes through the public :class:`~store.memory.interface.MemoryStore`
+interface, except the tamper test, which rewrites rows behind the store's back
+as an attacker with database access would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from store.errors import (
+    DuplicateToken,
+    ImportConflict,
+    InvalidArchive,
+    InvalidCursor,
+    InvalidDate,
+    InvalidTransition,
+    MemoryNotFound,
+    OperationConflict,
+    VersionConflict,
+)
+from store.memory import open_store
+from store.memory.chain import verify_chain
+from store.memory.digest import content_digest
+from store.memory.interface import GENESIS_HASH, MemoryStore, WriteMeta
+from store.memory.model import Anchor, ItemFilter, NewItem, ProjectHead, Token
+
+REPO = Path(__file__).resolve().parents[3]
+T0 = dt.datetime(2024, 8, 10, 12, 0, tzinfo=dt.UTC)
+SECRET = b"conformance-signing-key"
+
+
+def sign(head: ProjectHead) -> str:
+    """An HMAC over the head (what the server's key would do)."""
+    msg = f"{head.project}|{head.seq}|{head.hash}".encode()
+    return hmac.new(SECRET, msg, hashlib.sha256).hexdigest()
+
+
+def verify(head: ProjectHead, signature: str) -> bool:
+    return hmac.compare_digest(sign(head), signature)
+
+
+def new_item(title: str = "fields under water", **kw: Any) -> NewItem:
+    """A valid observation anchored to a small box near (24.0, 89.0)."""
+    base: dict[str, Any] = {
+        "type": "observation",
+        "title": title,
+        "statement": f"{title} beside the Jumar river",
+        "tags": ("flood", "river"),
+        "details": None,
+        "confidence": 0.6,
+        "importance": 0.5,
+        "evidence": ({"kind": "scene", "id": "S2A_X"},),
+        "related_memory_ids": (),
+        "metadata": {"note": 1},
+        "asserted_by": "agent",
+        "applicability": "current",
+        "scope": {"kind": "project", "value": None},
+        "anchor": Anchor(
+            "bbox", {"type": "Polygon", "coordinates": []}, (24.0, 89.0, 24.01, 89.01), "c1"
+        ),
+        "valid_from": None,
+        "valid_to": None,
+        "claim": None,
+        "verdict": None,
+        "verdict_facts": (),
+        "actor": "agent-1",
+        "session": "s1",
+        "embedding": (0.25, -1.5, 3.0),
+    }
+    base.update(kw)
+    return NewItem(**base)
+
+
+def meta(op: str | None = None, digest: str | None = None, at: dt.datetime = T0, actor: str = "agent-1") -> WriteMeta:
+    return WriteMeta(actor=actor, at=at, operation_id=op, request_digest=digest, request_id="r1")
+
+
+def item_fields(x: NewItem) -> dict[str, Any]:
+    return {f.name: getattr(x, f.name) for f in dataclasses.fields(NewItem)}
+
+
+class MemoryStoreConformance:
+    """Behaviour every :class:`MemoryStore` backend must have."""
+
+    @pytest.fixture
+    def url(self) -> str:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self, url: str) -> Iterator[MemoryStore]:
+        s = open_store(url)
+        yield s
+        s.close()
+
+    # ------------------------------------------------------------------ schema
+
+    def test_migrate_is_idempotent(self, store: MemoryStore) -> None:
+        head = store.revision()
+        assert head is not None
+        assert store.migrate() == head
+        assert store.revision() == head
+
+    # ------------------------------------------------------------------ create / get
+
+    def test_create_get_round_trip(self, store: MemoryStore) -> None:
+        src = new_item(valid_from=T0, valid_to=T0 + dt.timedelta(days=1))
+        r = store.create("p", src, meta(), sign_head=sign)
+        assert r.item is not None and not r.replayed
+        assert r.item.id.startswith("mem_") and len(r.item.id) == 30
+        got = store.get("p", r.item.id)
+        assert got == r.item
+        assert item_fields(got) == item_fields(src)
+        assert got.version == 1 and got.status == "active" and got.project == "p"
+        assert got.content_digest == content_digest(src)
+        assert got.created_at == T0
+        assert r.entry.seq == 1 and r.entry.prev_hash == GENESIS_HASH and r.entry.action == "create"
+        assert store.head("p") == ProjectHead("p", 1, r.entry.hash)
+        assert verify(store.head("p"), store.history("p")[-1].head_signature or "")
+
+    def test_get_missing_and_get_many_order(self, store: MemoryStore) -> None:
+        a = store.create("p", new_item("a"), meta()).item
+        b = store.create("p", new_item("b"), meta()).item
+        assert a is not None and b is not None
+        assert store.get("p", "mem_nothing") is None
+        got = store.get_many("p", [b.id, "mem_nothing", a.id])
+        assert [x.id for x in got] == [b.id, a.id]
+
+    def test_naive_time_is_a_typed_error(self, store: MemoryStore) -> None:
+        with pytest.raises(InvalidDate):
+            store.create("p", new_item(), meta(at=dt.datetime(2024, 1, 1)))
+        assert store.head("p").seq == 0
+
+    # ------------------------------------------------------------------ listing
+
+    def test_list_pages_newest_first(self, store: MemoryStore) -> None:
+        ids = []
+        for i in range(7):
+            r = store.create("p", new_item(f"n{i}"), meta(at=T0 + dt.timedelta(minutes=i // 2)))
+            assert r.item is not None
+            ids.append(r.item.id)
+        seen: list[str] = []
+        cursor = None
+        pages = 0
+        while True:
+            page = store.list_items("p", ItemFilter(), limit=3, cursor=cursor)
+            seen += [x.id for x in page.items]
+            pages += 1
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert pages == 3
+        assert seen == sorted(ids, key=lambda i: (store.get("p", i).created_at, i), reverse=True)  # type: ignore[union-attr]
+        first = store.list_items("p", ItemFilter(), limit=3)
+        with pytest.raises(InvalidCursor):
+            store.list_items("p", ItemFilter(types=("bug",)), limit=3, cursor=first.next_cursor)
+        with pytest.raises(InvalidCursor):
+            store.list_items("q", ItemFilter(), limit=3, cursor=first.next_cursor)
+        with pytest.raises(InvalidCursor):
+            store.list_items("p", ItemFilter(), limit=3, cursor="not-a-cursor!")
+
+    def test_list_filters(self, store: MemoryStore) -> None:
+        def mk(title: str, **kw: Any) -> str:
+            r = store.create("p", new_item(title, **kw), meta())
+            assert r.item is not None
+            return r.item.id
+
+        far = Anchor("point", {"type": "Point"}, (-33.0, 151.0, -33.0, 151.0), "c2")
+        a = mk("a")
+        b = mk("b", type="bug", tags=("flood",), anchor=far)
+        c = mk("c", tags=("river", "dry"), valid_from=T0, valid_to=T0 + dt.timedelta(days=2))
+        d = mk("d", scope={"kind": "user", "value": "u1"}, actor="agent-2")
+        none_anchor = Anchor("none", None, None)
+        e = mk("e", type="decision", anchor=none_anchor)
+
+        def ids(**kw: Any) -> set[str]:
+            return {x.id for x in store.list_items("p", ItemFilter(**kw), limit=50).items}
+
+        assert ids() == {a, b, c, d, e}
+        assert ids(types=("bug", "decision")) == {b, e}
+        assert ids(tags=("river",)) == {a, c, d, e}
+        assert ids(tags=("river", "dry")) == {c}
+        assert ids(bbox=(23.9, 88.9, 24.1, 89.1)) == {a, c, d}
+        assert ids(bbox=(-34.0, 150.0, -32.0, 152.0)) == {b}
+        assert ids(bbox=(-33.0, 151.0, -33.0, 151.0)) == {b}  # a point on the edge
+        assert ids(bbox=(0.0, 0.0, 1.0, 1.0)) == set()
+        assert ids(valid_at=T0 + dt.timedelta(days=1)) == {a, b, c, d, e}
+        assert ids(valid_at=T0 + dt.timedelta(days=3)) == {a, b, d, e}
+        assert ids(scope_kinds=("user",)) == {d}
+        assert ids(actor="agent-2") == {d}
+        later = store.create("p", new_item("later"), meta(at=T0 + dt.timedelta(hours=1))).item
+        assert later is not None
+        assert later.id not in ids(written_before=T0)
+        assert later.id in ids(written_before=T0 + dt.timedelta(hours=1))
+
+    def test_bbox_is_exact_at_float_edges(self, store: MemoryStore) -> None:
+        box = (10.0, 20.0, 10.000000100, 20.0000001)
+        r = store.create("p", new_item(anchor=Anchor("bbox", None, box)), meta())
+        assert r.item is not None
+        hit = ItemFilter(bbox=(10.0000001, 20.0, 11.0, 21.0))
+        miss = ItemFilter(bbox=(10.000000101, 20.0, 11.0, 21.0))
+        assert [x.id for x in store.list_items("p", hit, limit=5).items] == [r.item.id]
+        assert store.list_items("p", miss, limit=5).items == ()
+
+    # ------------------------------------------------------------------ supersession and changes
+
+    def test_supersede_chain(self, store: MemoryStore) -> None:
+        a = store.create("p", new_item("a"), meta(), sign_head=sign).item
+        assert a is not None
+        r = store.create("p", new_item("b"), meta(), supersedes=(a.id, 1), sign_head=sign)
+        b = r.item
+        assert b is not None and b.supersedes_id == a.id
+        old = store.get("p", a.id)
+        assert old is not None and old.status == "superseded" and old.superseded_by == b.id
+        assert old.version == 2
+        assert [e.action for e in store.history("p")] == ["create", "supersede", "create"]
+        assert r.entry == store.history("p")[-1] and r.entry.item_id == b.id
+        assert [(x.src_id, x.dst_id, x.kind) for x in store.relations("p", a.id)] == [
+            (b.id, a.id, "supersedes")
+        ]
+        assert a.id not in {x.id for x in store.list_items("p", ItemFilter(), limit=10).items}
+        head = store.head("p")
+        with pytest.raises(InvalidTransition):
+            store.create("p", new_item("c"), meta(), supersedes=(a.id, 2))
+        with pytest.raises(VersionConflict):
+            store.create("p", new_item("c"), meta(), supersedes=(b.id, 7))
+        with pytest.raises(MemoryNotFound):
+            store.create("p", new_item("c"), meta(), supersedes=("mem_missing", 1))
+        assert store.head("p") == head
+        assert len(store.list_items("p", ItemFilter(statuses=()), limit=10).items) == 2
+
+    def test_change_and_transitions(self, store: MemoryStore) -> None:
+        a = store.create("p", new_item(), meta()).item
+        assert a is not None
+        r = store.change("p", a.id, 1, {"status": "potentially_stale"}, "stale", meta(actor="pipeline"))
+        assert r.item is not None and r.item.status == "potentially_stale" and r.item.version == 2
+        assert r.entry.action == "stale" and r.entry.actor == "pipeline"
+        r = store.change("p", a.id, None, {"verdict": "corroborated", "verdict_facts": ("f1:x",)}, "verify", meta())
+        assert r.item is not None and r.item.verdict == "corroborated" and r.item.verdict_facts == ("f1:x",)
+        assert r.item.content_digest == a.content_digest  # a verdict is not content
+        r = store.change("p", a.id, 3, {"metadata": {"note": 2}}, "update", meta())
+        assert r.item is not None and r.item.content_digest != a.content_digest
+        assert r.item.content_digest == content_digest(r.item)
+        with pytest.raises(VersionConflict):
+            store.change("p", a.id, 1, {"status": "active"}, "update", meta())
+        with pytest.raises(InvalidTransition):
+            store.change("p", a.id, None, {"status": "deleted"}, "delete", meta())  # no reason
+        with pytest.raises(InvalidTransition):
+            store.change("p", a.id, None, {"status": "superseded"}, "update", meta())
+        with pytest.raises(InvalidTransition):
+            store.change("p", a.id, None, {"title": "x"}, "update", meta())
+        with pytest.raises(MemoryNotFound):
+            store.change("p", "mem_missing", None, {"status": "active"}, "update", meta())
+        r = store.change("p", a.id, 4, {"status": "deleted", "deleted_reason": "wrong place"}, "delete", meta())
+        assert r.item is not None and r.item.status == "deleted" and r.item.deleted_reason == "wrong place"
+        seq = store.head("p").seq
+        with pytest.raises(InvalidTransition):
+            store.change("p", a.id, None, {"status": "active"}, "update", meta())
+        with pytest.raises(InvalidTransition):
+            store.create("p", new_item(), meta(), supersedes=(a.id, 5))
+        assert store.head("p").seq == seq
+        assert store.list_items("p", ItemFilter(), limit=5).items == ()
+        assert [x.status for x in store.list_items("p", ItemFilter(statuses=("deleted",)), limit=5).items] == ["deleted"]
+
+    def test_optimistic_versions_one_winner(self, store: MemoryStore) -> None:
+        a = store.create("p", new_item(), meta()).item
+        assert a is not None
+        store.change("p", a.id, 1, {"metadata": {"by": "first"}}, "update", meta())
+        with pytest.raises(VersionConflict):
+            store.change("p", a.id, 1, {"metadata": {"by": "second"}}, "update", meta())
+        got = store.get("p", a.id)
+        assert got is not None and got.metadata == {"by": "first"} and got.version == 2
+
+    # ------------------------------------------------------------------ relations
+
+    def test_relations(self, store: MemoryStore) -> None:
+        a = store.create("p", new_item("a"), meta()).item
+        b = store.create("p", new_item("b"), meta()).item
+        assert a is not None and b is not None
+        r1 = store.relate("p", a.id, b.id, "contradicts", meta())
+        assert not r1.replayed and r1.entry.action == "relate"
+        r2 = store.relate("p", a.id, b.id, "contradicts", meta())
+        assert r2.replayed and r2.entry.seq == r1.entry.seq
+        assert store.head("p").seq == r1.entry.seq
+        rel = store.relations("p", b.id)
+        assert [(x.src_id, x.dst_id, x.kind) for x in rel] == [(a.id, b.id, "contradicts")]
+        with pytest.raises(MemoryNotFound):
+            store.relate("p", a.id, "mem_missing", "refines", meta())
+        with pytest.raises(InvalidTransition):
+            store.relate("p", a.id, a.id, "refines", meta())
+        with pytest.raises(InvalidTransition):
+            store.relate("p", a.id, b.id, "supersedes", meta())
+        c = store.create("p", new_item("c", related_memory_ids=(a.id, b.id)), meta()).item
+        assert c is not None
+        assert {(x.dst_id, x.kind) for x in store.relations("p", c.id)} == {
+            (a.id, "related"),
+            (b.id, "related"),
+        }
+        seq = store.head("p").seq
+        with pytest.raises(MemoryNotFound):
+            store.create("p", new_item("d", related_memory_ids=(a.id, "mem_missing")), meta())
+        assert store.head("p").seq == seq
+
+    # ------------------------------------------------------------------ history chain
+
+    def test_history_chain_and_tamper_detection(self, store: MemoryStore) -> None:
+        a = store.create("p", new_item("a"), meta(), sign_head=sign).item
+        assert a is not None
+        store.create("p", new_item("b"), meta(), supersedes=(a.id, 1), sign_head=sign)
+        store.change("p", a.id, None, {"status": "deleted", "deleted_reason": "x"}, "delete", meta(), sign_head=sign)
+        store.create("p", new_item("c"), meta(), sign_head=sign)
+        entries = store.history("p")
+        assert [e.seq for e in entries] == [1, 2, 3, 4, 5]
+        report = verify_chain(entries, verify_head=verify, require_signatures=True)
+        assert report.ok, report.problems
+        assert store.history("p", item_id=a.id)[0].seq == 1
+        assert [e.seq for e in store.history("p", after_seq=3)] == [4, 5]
+
+        # an attacker with database access rewrites entry 2 and recomputes every later hash
+        from store.memory.chain import entry_content
+        from store.memory.interface import entry_hash
+
+        forged = []
+        prev = entries[0].hash
+        for e in entries[1:]:
+            change = dict(e.change)
+            if e.seq == 2:
+                change["superseded_by"] = "mem_forged"
+            e2 = dataclasses.replace(e, change=change, prev_hash=prev)
+            e2 = dataclasses.replace(e2, hash=entry_hash(prev, entry_content(e2)))
+            forged.append(e2)
+            prev = e2.hash
+        engine: sa.Engine = store.engine  # type: ignore[attr-defined]
+        h = sa.table("history", sa.column("project"), sa.column("seq"), sa.column("change", sa.JSON), sa.column("prev_hash"), sa.column("hash"))
+        with engine.begin() as conn:
+            for e in forged:
+                conn.execute(
+                    h.update()
+                    .where(h.c.project == "p", h.c.seq == e.seq)
+                    .values(change=dict(e.change), prev_hash=e.prev_hash, hash=e.hash)
+                )
+        tampered = store.history("p")
+        unsigned_check = verify_chain(tampered)
+        assert unsigned_check.ok  # hashes alone are self-consistent again...
+        report = verify_chain(tampered, verify_head=verify)
+        assert not report.ok  # ...but the signed heads give the forgery away
+        assert any("#2" in p and "signature" in p for p in report.problems)
+
+    # ------------------------------------------------------------------ idempotency
+
+    def test_operation_ids(self, store: MemoryStore) -> None:
+        r1 = store.create("p", new_item(), meta("op-1", "d1"))
+        r2 = store.create("p", new_item(), meta("op-1", "d1"))
+        assert r2.replayed and not r1.replayed
+        assert r1.item is not None and r2.item is not None and r2.item.id == r1.item.id
+        assert r2.entry == r1.entry
+        assert len(store.history("p")) == 1
+        with pytest.raises(OperationConflict):
+            store.create("p", new_item("other"), meta("op-1", "d2"))
+        assert len(store.history("p")) == 1
+        assert len(store.list_items("p", ItemFilter(), limit=10).items) == 1
+        r3 = store.create("q", new_item(), meta("op-1", "d1"))  # another project: its own key
+        assert not r3.replayed
+        r4 = store.change("p", r1.item.id, 1, {"status": "potentially_stale"}, "stale", meta("op-2", "s"))
+        r5 = store.change("p", r1.item.id, 1, {"status": "potentially_stale"}, "stale", meta("op-2", "s"))
+        assert r5.replayed and r5.entry == r4.entry  # the stale version is not re-checked
+
+    # ------------------------------------------------------------------ isolation
+
+    def test_project_isolation(self, store: MemoryStore) -> None:
+        a = store.create("A", new_item("secret flood"), meta(), sign_head=sign).item
+        a2 = store.create("A", new_item("other"), meta()).item
+        assert a is not None and a2 is not None
+        store.relate("A", a.id, a2.id, "refines", meta())
+        store.create("B", new_item("b's own"), meta())
+        assert store.get("B", a.id) is None
+        assert store.get_many("B", [a.id]) == []
+        assert a.id not in {x.id for x in store.list_items("B", ItemFilter(statuses=()), limit=50).items}
+        assert all(x != a.id for x, _ in store.search_text("B", "secret", limit=10))
+        assert store.relations("B", a.id) == []
+        assert all(e.project == "B" for e in store.history("B")) and len(store.history("B")) == 1
+        assert store.head("B").seq == 1
+        with pytest.raises(MemoryNotFound):
+            store.create("B", new_item(), meta(), supersedes=(a.id, 1))
+        with pytest.raises(MemoryNotFound):
+            store.change("B", a.id, None, {"status": "deleted", "deleted_reason": "x"}, "delete", meta())
+        with pytest.raises(MemoryNotFound):
+            store.relate("B", a.id, a2.id, "related", meta())
+        with pytest.raises(MemoryNotFound):
+            store.create("B", new_item(related_memory_ids=(a.id,)), meta())
+        got = store.get("A", a.id)
+        assert got is not None and got.status == "active" and got.version == 1
+        assert store.projects() == ["A", "B"]
+
+    # ------------------------------------------------------------------ full text
+
+    def test_search_text_ranks(self, store: MemoryStore) -> None:
+        def mk(title: str, statement: str, details: str | None = None) -> str:
+            r = store.create("p", new_item(title, statement=statement, details=details, tags=("x",)), meta())
+            assert r.item is not None
+            return r.item.id
+
+        best = mk("Flooded paddy fields", "the paddy fields flooded after the monsoon")
+        mid = mk("Road closure", "a road was closed", details="paddy nearby")
+        mk("Forest canopy", "canopy intact")
+        hits = store.search_text("p", "flooded paddy", limit=10)
+        assert [i for i, _ in hits] == [best, mid]
+        assert hits[0][1] > hits[1][1]
+        assert store.search_text("p", "flooded paddy", limit=1) == hits[:1]
+        assert store.search_text("p", '"( AND NOT ) * -- ;', limit=5) == []
+        assert store.search_text("p", "", limit=5) == []
+        assert [i for i, _ in store.search_text("p", "paddy", limit=5, where=ItemFilter(types=("bug",)))] == []
+        store.change("p", best, None, {"status": "deleted", "deleted_reason": "dup"}, "delete", meta())
+        assert [i for i, _ in store.search_text("p", "flooded paddy", limit=10)] == [mid]
+
+    # ------------------------------------------------------------------ tokens
+
+    def test_tokens(self, store: MemoryStore) -> None:
+        t = Token("tok_1", "T", ("read", "write"), "agent-1", "ci", T0, T0 + dt.timedelta(days=90))
+        store.add_token(t, "h" * 64)
+        assert store.token_by_hash("h" * 64) == t
+        assert store.token_by_hash("nope") is None
+        with pytest.raises(DuplicateToken):
+            store.add_token(dataclasses.replace(t, id="tok_2"), "h" * 64)
+        store.add_token(Token("tok_3", "U", ("read",), "x", None, T0, None), "u" * 64)
+        assert [x.id for x in store.list_tokens("T")] == ["tok_1"]
+        assert [x.id for x in store.list_tokens()] == ["tok_1", "tok_3"]
+        assert store.revoke_token("tok_1", T0 + dt.timedelta(days=1))
+        assert store.revoke_token("tok_1", T0 + dt.timedelta(days=2))
+        got = store.token_by_hash("h" * 64)
+        assert got is not None and got.revoked_at == T0 + dt.timedelta(days=1)
+        assert not store.revoke_token("tok_missing", T0)
+        assert store.projects() == ["T", "U"]
+
+    # ------------------------------------------------------------------ archive
+
+    def test_export_import_round_trip(self, store: MemoryStore, tmp_path: Path) -> None:
+        a = store.create("p", new_item("a"), meta("op-a", "d"), sign_head=sign).item
+        assert a is not None
+        b = store.create("p", new_item("b"), meta(), supersedes=(a.id, 1), sign_head=sign).item
+        assert b is not None
+        store.relate("p", b.id, a.id, "refines", meta(), sign_head=sign)
+        store.add_token(Token("tok_p", "p", ("read",), "x", None, T0, None), "p" * 64)
+        store.create("other", new_item("not exported"), meta())
+        records = list(store.export_project("p"))
+        assert records[0]["table"] == "meta"
+        json.dumps(records)  # JSON-safe
+        target = open_store(f"sqlite:///{(tmp_path / 'target.sqlite').as_posix()}")
+        try:
+            dry = target.import_records(records, dry_run=True)
+            assert dry["items"] == 2 and dry["history"] == 4 and dry["tokens"] == 1
+            assert target.head("p").seq == 0 and target.get("p", a.id) is None
+            assert target.import_records(records) == dry
+            assert target.get("p", a.id) == store.get("p", a.id)
+            assert target.get("p", b.id) == store.get("p", b.id)
+            assert target.history("p") == store.history("p")
+            assert target.head("p") == store.head("p")
+            assert target.relations("p", a.id) == store.relations("p", a.id)
+            assert target.list_tokens("p") == store.list_tokens("p")
+            assert target.get("other", a.id) is None and target.projects() == ["p"]
+            again = target.import_records(records)
+            assert again["unchanged"] == len(records) - 1 and again["items"] == 0
+            replay = target.create("p", new_item("a"), meta("op-a", "d"))
+            assert replay.replayed and replay.item is not None and replay.item.id == a.id
+            target.create("p", new_item("continues"), meta(), sign_head=sign)
+            assert verify_chain(target.history("p"), verify_head=verify).ok
+            # a differing row under the same key: a conflict, nothing stored
+            head = target.head("p")
+            bad = [dict(r, row=dict(r["row"])) for r in records]
+            for r in bad:
+                if r["table"] == "items" and r["row"]["id"] == a.id:
+                    r["row"]["title"] = "changed"
+            with pytest.raises((ImportConflict, InvalidArchive)):
+                target.import_records(bad)
+            assert target.head("p") == head
+        finally:
+            target.close()
+        # a tampered history is refused
+        fresh = open_store(f"sqlite:///{(tmp_path / 'fresh.sqlite').as_posix()}")
+        try:
+            forged = [dict(r, row=dict(r["row"])) for r in records]
+            next(r for r in forged if r["table"] == "history")["row"]["actor"] = "mallory"
+            with pytest.raises(InvalidArchive):
+                fresh.import_records(forged)
+            assert fresh.projects() == []
+        finally:
+            fresh.close()
+
+    # ------------------------------------------------------------------ concurrency
+
+    def test_eight_threads_write_at_once(self, store: MemoryStore) -> None:
+        base = store.create("p", new_item("counter"), meta()).item
+        assert base is not None
+
+        def work(t: int) -> list[int]:
+            seqs = []
+            for i in range(6):
+                r = store.create("p", new_item(f"t{t}-{i}"), meta(f"op-{t}-{i}", "d"), sign_head=sign)
+                seqs.append(r.entry.seq)
+                r = store.change("p", base.id, None, {"metadata": {"t": t, "i": i}}, "update", meta())
+                seqs.append(r.entry.seq)
+            return seqs
+
+        with ThreadPoolExecutor(8) as pool:
+            seqs = [s for got in pool.map(work, range(8)) for s in got]
+        assert sorted(seqs) == list(range(2, 2 + 8 * 12))  # no seq lost, none twice
+        entries = store.history("p", limit=10_000)
+        assert [e.seq for e in entries] == list(range(1, 2 + 8 * 12))
+        assert verify_chain(entries).ok
+        counter = store.get("p", base.id)
+        assert counter is not None and counter.version == 1 + 8 * 6  # no lost update
+        assert len(store.list_items("p", ItemFilter(), limit=1000).items) == 1 + 8 * 6
+
+    def test_duplicate_operation_from_two_processes(self, store: MemoryStore, url: str, tmp_path: Path) -> None:
+        script = textwrap.dedent(
+            """
+            import json, os, sys, time
+            sys.path.insert(0, sys.argv[3])
+            from tests.store.memory.conformance import meta, new_item
+            from store.memory import open_store
+            store = open_store(sys.argv[1], migrate=False)
+            go = sys.argv[2]
+            open(go + "." + str(os.getpid()), "w").close()
+            while not os.path.exists(go):
+                time.sleep(0.001)
+            out = []
+            for i in range(5):
+                r = store.create("p", new_item("dup"), meta("op-dup-%d" % i, "same"))
+                out.append([r.item.id, r.replayed, r.entry.seq])
+            print(json.dumps(out))
+            """
+        )
+        go = tmp_path / "go"
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, url, str(go), str(REPO)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for _ in range(2)
+        ]
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("go.*"))) < 2 and time.monotonic() < deadline:
+            if any(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.01)
+        go.touch()
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=180)
+            assert p.returncode == 0, err
+            outs.append(json.loads(out))
+        for i in range(5):
+            (id1, rep1, seq1), (id2, rep2, seq2) = outs[0][i], outs[1][i]
+            assert id1 == id2 and seq1 == seq2  # one item, one entry
+            assert sorted([rep1, rep2]) == [False, True]  # exactly one applied
+        assert len(store.history("p")) == 5
+        assert len(store.list_items("p", ItemFilter(), limit=50).items) == 5
