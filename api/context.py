@@ -223,7 +223,6 @@ class ServiceContext:
                 if self._memory is None:
                     try:
                         store = open_store(self.memory_url)
-                        store.migrate()
                     except StoreError as exc:
                         raise from_store_error(exc) from exc
                     self._memory = store

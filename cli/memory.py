@@ -117,7 +117,6 @@ def _store(args: argparse.Namespace, url: str | None = None) -> Any:
         url or args.memory_url or os.environ.get(MEMORY_URL_ENV) or default_url(_data_dir(args))
     )
     store = open_store(target)
-    store.migrate()
     return store
 
 

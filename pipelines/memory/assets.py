@@ -11,7 +11,6 @@ marked stale. The re-check signs nothing: history heads written by the pipeline
 carry no signature until the API signs the next head (the audit reports them).
 """
 
-from __future__ import annotations
 
 import os
 from typing import Any
@@ -56,7 +55,6 @@ def recheck_all(data_dir: str, memory_url: str | None = None) -> dict[str, Any]:
     """
     url = memory_url or os.environ.get(MEMORY_URL_ENV) or default_url(data_dir)
     store = open_store(url)
-    store.migrate()
     reader = CubeReader(data_dir)
     index = OverpassIndex.load(Inventory(data_dir))
     counts = {"checked": 0, "changed": 0, "stale": 0}
