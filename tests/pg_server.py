@@ -39,7 +39,9 @@ def find_bin() -> Path | None:
         return Path(os.environ[BIN_ENV])
     found = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-        key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0,
+        key=lambda p: (
+            int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0
+        ),
     )
     if found:
         return Path(found[-1]).parent
@@ -81,7 +83,15 @@ class PgServer:
         """Stop the server (immediate) and remove its directory."""
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run(
-                [*self.prefix, str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate", "stop"],
+                [
+                    *self.prefix,
+                    str(self.bin / "pg_ctl"),
+                    "-D",
+                    str(self.root / "data"),
+                    "-m",
+                    "immediate",
+                    "stop",
+                ],
                 capture_output=True,
                 timeout=60,
                 check=False,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from api.context import ServiceContext
 from api.dispatch import call_primitive, describe_error
@@ -21,6 +22,7 @@ from api.memory.audit import audit_project
 from api.memory.auth import issue_token
 from api.receipts import Signer, verify_answer
 from store import address
+from store.errors import StoreError
 from store.memory.interface import entry_content, entry_hash
 
 
@@ -43,8 +45,10 @@ def _call(ctx: ServiceContext, name: str, args: dict[str, Any], token: str | Non
     return call_primitive(ctx, name, args, token=token)
 
 
-def _code(ctx: ServiceContext, name: str, args: dict[str, Any], token: str | None) -> tuple[int, str]:
-    with pytest.raises(Exception) as info:
+def _code(
+    ctx: ServiceContext, name: str, args: dict[str, Any], token: str | None
+) -> tuple[int, str]:
+    with pytest.raises((ApiError, StoreError, ValidationError)) as info:
         _call(ctx, name, args, token)
     described = describe_error(info.value)
     assert described is not None, info.value

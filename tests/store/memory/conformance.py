@@ -91,7 +91,9 @@ def new_item(title: str = "fields under water", **kw: Any) -> NewItem:
     return NewItem(**base)
 
 
-def meta(op: str | None = None, digest: str | None = None, at: dt.datetime = T0, actor: str = "agent-1") -> WriteMeta:
+def meta(
+    op: str | None = None, digest: str | None = None, at: dt.datetime = T0, actor: str = "agent-1"
+) -> WriteMeta:
     return WriteMeta(actor=actor, at=at, operation_id=op, request_digest=digest, request_id="r1")
 
 
@@ -251,11 +253,24 @@ class MemoryStoreConformance:
     def test_change_and_transitions(self, store: MemoryStore) -> None:
         a = store.create("p", new_item(), meta()).item
         assert a is not None
-        r = store.change("p", a.id, 1, {"status": "potentially_stale"}, "stale", meta(actor="pipeline"))
+        r = store.change(
+            "p", a.id, 1, {"status": "potentially_stale"}, "stale", meta(actor="pipeline")
+        )
         assert r.item is not None and r.item.status == "potentially_stale" and r.item.version == 2
         assert r.entry.action == "stale" and r.entry.actor == "pipeline"
-        r = store.change("p", a.id, None, {"verdict": "corroborated", "verdict_facts": ("f1:x",)}, "verify", meta())
-        assert r.item is not None and r.item.verdict == "corroborated" and r.item.verdict_facts == ("f1:x",)
+        r = store.change(
+            "p",
+            a.id,
+            None,
+            {"verdict": "corroborated", "verdict_facts": ("f1:x",)},
+            "verify",
+            meta(),
+        )
+        assert (
+            r.item is not None
+            and r.item.verdict == "corroborated"
+            and r.item.verdict_facts == ("f1:x",)
+        )
         assert r.item.content_digest == a.content_digest  # a verdict is not content
         r = store.change("p", a.id, 3, {"metadata": {"note": 2}}, "update", meta())
         assert r.item is not None and r.item.content_digest != a.content_digest
@@ -270,8 +285,14 @@ class MemoryStoreConformance:
             store.change("p", a.id, None, {"title": "x"}, "update", meta())
         with pytest.raises(MemoryNotFound):
             store.change("p", "mem_missing", None, {"status": "active"}, "update", meta())
-        r = store.change("p", a.id, 4, {"status": "deleted", "deleted_reason": "wrong place"}, "delete", meta())
-        assert r.item is not None and r.item.status == "deleted" and r.item.deleted_reason == "wrong place"
+        r = store.change(
+            "p", a.id, 4, {"status": "deleted", "deleted_reason": "wrong place"}, "delete", meta()
+        )
+        assert (
+            r.item is not None
+            and r.item.status == "deleted"
+            and r.item.deleted_reason == "wrong place"
+        )
         seq = store.head("p").seq
         with pytest.raises(InvalidTransition):
             store.change("p", a.id, None, {"status": "active"}, "update", meta())
@@ -279,7 +300,10 @@ class MemoryStoreConformance:
             store.create("p", new_item(), meta(), supersedes=(a.id, 5))
         assert store.head("p").seq == seq
         assert store.list_items("p", ItemFilter(), limit=5).items == ()
-        assert [x.status for x in store.list_items("p", ItemFilter(statuses=("deleted",)), limit=5).items] == ["deleted"]
+        assert [
+            x.status
+            for x in store.list_items("p", ItemFilter(statuses=("deleted",)), limit=5).items
+        ] == ["deleted"]
 
     def test_optimistic_versions_one_winner(self, store: MemoryStore) -> None:
         a = store.create("p", new_item(), meta()).item
@@ -326,7 +350,15 @@ class MemoryStoreConformance:
         a = store.create("p", new_item("a"), meta(), sign_head=sign).item
         assert a is not None
         store.create("p", new_item("b"), meta(), supersedes=(a.id, 1), sign_head=sign)
-        store.change("p", a.id, None, {"status": "deleted", "deleted_reason": "x"}, "delete", meta(), sign_head=sign)
+        store.change(
+            "p",
+            a.id,
+            None,
+            {"status": "deleted", "deleted_reason": "x"},
+            "delete",
+            meta(),
+            sign_head=sign,
+        )
         store.create("p", new_item("c"), meta(), sign_head=sign)
         entries = store.history("p")
         assert [e.seq for e in entries] == [1, 2, 3, 4, 5]
@@ -350,7 +382,14 @@ class MemoryStoreConformance:
             forged.append(e2)
             prev = e2.hash
         engine: sa.Engine = store.engine  # type: ignore[attr-defined]
-        h = sa.table("history", sa.column("project"), sa.column("seq"), sa.column("change", sa.JSON), sa.column("prev_hash"), sa.column("hash"))
+        h = sa.table(
+            "history",
+            sa.column("project"),
+            sa.column("seq"),
+            sa.column("change", sa.JSON),
+            sa.column("prev_hash"),
+            sa.column("hash"),
+        )
         with engine.begin() as conn:
             for e in forged:
                 conn.execute(
@@ -380,8 +419,12 @@ class MemoryStoreConformance:
         assert len(store.list_items("p", ItemFilter(), limit=10).items) == 1
         r3 = store.create("q", new_item(), meta("op-1", "d1"))  # another project: its own key
         assert not r3.replayed
-        r4 = store.change("p", r1.item.id, 1, {"status": "potentially_stale"}, "stale", meta("op-2", "s"))
-        r5 = store.change("p", r1.item.id, 1, {"status": "potentially_stale"}, "stale", meta("op-2", "s"))
+        r4 = store.change(
+            "p", r1.item.id, 1, {"status": "potentially_stale"}, "stale", meta("op-2", "s")
+        )
+        r5 = store.change(
+            "p", r1.item.id, 1, {"status": "potentially_stale"}, "stale", meta("op-2", "s")
+        )
         assert r5.replayed and r5.entry == r4.entry  # the stale version is not re-checked
 
     # ------------------------------------------------------------------ isolation
@@ -394,7 +437,9 @@ class MemoryStoreConformance:
         store.create("B", new_item("b's own"), meta())
         assert store.get("B", a.id) is None
         assert store.get_many("B", [a.id]) == []
-        assert a.id not in {x.id for x in store.list_items("B", ItemFilter(statuses=()), limit=50).items}
+        assert a.id not in {
+            x.id for x in store.list_items("B", ItemFilter(statuses=()), limit=50).items
+        }
         assert all(x != a.id for x, _ in store.search_text("B", "secret", limit=10))
         assert store.relations("B", a.id) == []
         assert all(e.project == "B" for e in store.history("B")) and len(store.history("B")) == 1
@@ -402,7 +447,9 @@ class MemoryStoreConformance:
         with pytest.raises(MemoryNotFound):
             store.create("B", new_item(), meta(), supersedes=(a.id, 1))
         with pytest.raises(MemoryNotFound):
-            store.change("B", a.id, None, {"status": "deleted", "deleted_reason": "x"}, "delete", meta())
+            store.change(
+                "B", a.id, None, {"status": "deleted", "deleted_reason": "x"}, "delete", meta()
+            )
         with pytest.raises(MemoryNotFound):
             store.relate("B", a.id, a2.id, "related", meta())
         with pytest.raises(MemoryNotFound):
@@ -415,7 +462,9 @@ class MemoryStoreConformance:
 
     def test_search_text_ranks(self, store: MemoryStore) -> None:
         def mk(title: str, statement: str, details: str | None = None) -> str:
-            r = store.create("p", new_item(title, statement=statement, details=details, tags=("x",)), meta())
+            r = store.create(
+                "p", new_item(title, statement=statement, details=details, tags=("x",)), meta()
+            )
             assert r.item is not None
             return r.item.id
 
@@ -428,8 +477,12 @@ class MemoryStoreConformance:
         assert store.search_text("p", "flooded paddy", limit=1) == hits[:1]
         assert store.search_text("p", '"( AND NOT ) * -- ;', limit=5) == []
         assert store.search_text("p", "", limit=5) == []
-        assert [i for i, _ in store.search_text("p", "paddy", limit=5, where=ItemFilter(types=("bug",)))] == []
-        store.change("p", best, None, {"status": "deleted", "deleted_reason": "dup"}, "delete", meta())
+        assert [
+            i for i, _ in store.search_text("p", "paddy", limit=5, where=ItemFilter(types=("bug",)))
+        ] == []
+        store.change(
+            "p", best, None, {"status": "deleted", "deleted_reason": "dup"}, "delete", meta()
+        )
         assert [i for i, _ in store.search_text("p", "flooded paddy", limit=10)] == [mid]
 
     # ------------------------------------------------------------------ tokens
@@ -514,9 +567,13 @@ class MemoryStoreConformance:
         def work(t: int) -> list[int]:
             seqs = []
             for i in range(6):
-                r = store.create("p", new_item(f"t{t}-{i}"), meta(f"op-{t}-{i}", "d"), sign_head=sign)
+                r = store.create(
+                    "p", new_item(f"t{t}-{i}"), meta(f"op-{t}-{i}", "d"), sign_head=sign
+                )
                 seqs.append(r.entry.seq)
-                r = store.change("p", base.id, None, {"metadata": {"t": t, "i": i}}, "update", meta())
+                r = store.change(
+                    "p", base.id, None, {"metadata": {"t": t, "i": i}}, "update", meta()
+                )
                 seqs.append(r.entry.seq)
             return seqs
 
@@ -530,7 +587,9 @@ class MemoryStoreConformance:
         assert counter is not None and counter.version == 1 + 8 * 6  # no lost update
         assert len(store.list_items("p", ItemFilter(), limit=1000).items) == 1 + 8 * 6
 
-    def test_duplicate_operation_from_two_processes(self, store: MemoryStore, url: str, tmp_path: Path) -> None:
+    def test_duplicate_operation_from_two_processes(
+        self, store: MemoryStore, url: str, tmp_path: Path
+    ) -> None:
         script = textwrap.dedent(
             """
             import json, os, sys, time

@@ -26,7 +26,11 @@ def test_default_url_creates_the_file_on_first_use(tmp_path: Path) -> None:
     try:
         assert isinstance(store, SqliteMemoryStore)
         assert (tmp_path / "data" / "memory.sqlite").exists()
-        mode = sqlite3.connect(tmp_path / "data" / "memory.sqlite").execute("PRAGMA journal_mode").fetchone()
+        mode = (
+            sqlite3.connect(tmp_path / "data" / "memory.sqlite")
+            .execute("PRAGMA journal_mode")
+            .fetchone()
+        )
         assert mode == ("wal",)
     finally:
         store.close()
