@@ -68,11 +68,16 @@ def test_tools_listed_with_schemas_and_read_only_annotations(ctx: FakeContext) -
         tools = {t.name: t for t in (await client.list_tools()).tools}
         expected = {f"earthmem_{name}" for name in PRIMITIVES} | {INTENT_TOOL}
         assert set(tools) == expected
-        for tool in tools.values():
+        writes = {f"earthmem_{p.name}" for p in PRIMITIVES.values() if not p.read_only}
+        assert writes == {
+            f"earthmem_memory_{v}" for v in ("create", "update", "relate", "delete", "verify")
+        }
+        for name, tool in tools.items():
             ann = tool.annotations
             assert ann is not None
+            # memory writes are not read-only (idempotent by operation_id); the rest are
             assert (ann.read_only_hint, ann.idempotent_hint, ann.open_world_hint) == (
-                True,
+                name not in writes,
                 True,
                 False,
             )

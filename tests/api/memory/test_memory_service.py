@@ -253,3 +253,27 @@ def test_rate_limit_is_typed(ctx: ServiceContext, token: str, tiny_store: Any) -
         _call(ctx, "memory_create", {**_flood(tiny_store), "title": "again"}, token)
     assert info.value.status == 429
     assert info.value.details["retry_after"] > 0
+
+
+def test_rest_routes_take_the_bearer_token(
+    ctx: ServiceContext, token: str, tiny_store: Any
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.rest import create_app
+
+    with TestClient(create_app(ctx, mount_mcp=False)) as client:
+        anon = client.post("/v1/memory_create", json=_flood(tiny_store))
+        assert anon.status_code == 401
+        assert anon.json()["error"]["code"] == "token_missing"
+        auth = {"Authorization": f"Bearer {token}"}
+        made = client.post("/v1/memory_create", json=_flood(tiny_store), headers=auth)
+        assert made.status_code == 200, made.text
+        assert verify_answer(made.json()).ok
+        item_id = made.json()["result"]["item"]["id"]
+        # the form-encoded body curl -d sends is read as JSON too
+        got = client.post("/v1/memory_get", content=f'{{"id": "{item_id}"}}', headers=auth)
+        assert got.status_code == 200, got.text
+        assert got.json()["result"]["item"]["id"] == item_id
+        spec = client.get("/openapi.json").json()
+        assert "/v1/memory_create" in spec["paths"]
