@@ -11,11 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
-__all__ = ["Primitive", "primitive", "spec_of"]
+__all__ = ["COST_CLASSES", "Cost", "Primitive", "primitive", "spec_of"]
+
+Cost = Literal["light", "heavy"]
+COST_CLASSES: tuple[Cost, ...] = ("light", "heavy")
+"""``light``: bounded by its arguments' caps (a cell, a place); ``heavy``: work that
+grows with the request (areas, k-NN scans, ``ask``), run through a bounded gate
+(:mod:`api.limiter`) by :mod:`api.dispatch`."""
 
 _ATTR = "__earthmem_primitive__"
 
@@ -36,6 +42,8 @@ class Primitive:
     """One line for tool lists and OpenAPI."""
     description: str
     """When to use it, limits, and what the answer means."""
+    cost: Cost = "light"
+    """Cost class (:data:`COST_CLASSES`): which gate of :mod:`api.limiter` it waits at."""
 
 
 def primitive(
@@ -44,12 +52,22 @@ def primitive(
     output_model: type[BaseModel],
     summary: str,
     description: str = "",
+    *,
+    cost: Cost = "light",
 ) -> Callable[[Callable[[Any, Any], BaseModel]], Callable[[Any, Any], BaseModel]]:
     """Decorator describing a service function as a primitive (the function is unchanged)."""
+    if cost not in COST_CLASSES:
+        raise ValueError(f"cost must be one of {COST_CLASSES}, got {cost!r}")
 
     def wrap(fn: Callable[[Any, Any], BaseModel]) -> Callable[[Any, Any], BaseModel]:
         spec = Primitive(
-            name, input_model, output_model, fn, summary, description or (fn.__doc__ or "")
+            name,
+            input_model,
+            output_model,
+            fn,
+            summary,
+            description or (fn.__doc__ or ""),
+            cost,
         )
         setattr(fn, _ATTR, spec)
         return fn
