@@ -271,11 +271,11 @@ def _check_budget(
     side = 1 << reader.block_level
     flag_band, _ = clear_info(band)
     step = band_spec(flag_band).time_chunk
-    chunk_bytes = 0
+    chunks: set[tuple[int, int, int]] = set()  # distinct: areas may share blocks
     for a, c in zip(areas, cands, strict=True):
         tcs = {t // step for t in _candidate_slots(c)}
-        chunk_bytes += len(a.blocks(side)) * len(tcs) * _tile_bytes(flag_band, side)
-    return chunk_bytes <= ctx.cache_bytes // 4
+        chunks.update((b.cy, b.cx, tc) for b in a.blocks(side) for tc in tcs)
+    return len(chunks) * _tile_bytes(flag_band, side) <= ctx.cache_bytes // 4
 
 
 # --------------------------------------------------------------------------- series, anomaly, trend

@@ -32,7 +32,7 @@ class Server:
         cmd = [
             sys.executable,
             "-m",
-            "api.cli",
+            "cli.main",
             "serve",
             "--data",
             str(data),
