@@ -43,8 +43,10 @@ JSON = b"application/json"
 
 
 def json_error(status: int, body: dict[str, Any]) -> JSONResponse:
-    """A JSON error response."""
-    return JSONResponse(body, status_code=status)
+    """A JSON error response (with ``Retry-After`` when the error details carry ``retry_after``)."""
+    retry = ((body.get("error") or {}).get("details") or {}).get("retry_after")
+    headers = {"Retry-After": str(int(retry))} if isinstance(retry, int | float) else None
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def simple_error(status: int, code: str, message: str) -> JSONResponse:

@@ -319,10 +319,15 @@ class ServiceContext:
         return reader.column_series(band, lat_q, lng_q, self.chunks)
 
     def tiles(
-        self, reader: CubeReader, band: str, keys: Sequence[tuple[int, int, int]]
+        self,
+        reader: CubeReader,
+        band: str,
+        keys: Sequence[tuple[int, int, int]],
+        *,
+        keep: bool = True,
     ) -> list[npt.NDArray[Any] | None]:
         """Decoded chunks ``(chunk row, chunk column, time chunk)`` (:meth:`CubeReader.tiles`)."""
-        return reader.tiles(band, keys, self.chunks)
+        return reader.tiles(band, keys, self.chunks, keep=keep)
 
     def cache_info(self) -> dict[str, int]:
         """Entries (columns, tiles) and bytes of the chunk cache."""

@@ -11,13 +11,17 @@ with one voice: the same codes, messages and details.
 * :func:`run_intent` — the intent router (:mod:`api.intent`) plus the call;
 * :func:`describe_error` — any exception -> ``(status, {"error": {code, message,
   details?}})``, or None for an internal error the adapter reports without detail;
-* :class:`ContextProvider` — the service context created once, on first use.
+* :class:`ContextProvider` — the service context created once, on first use;
+* :data:`LIMITERS` — the gate of each cost class (:mod:`api.limiter`): every
+  call of a ``heavy`` primitive waits there (bounded queue) or gets ``busy``
+  (503, ``retry_after``).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from importlib.metadata import PackageNotFoundError, version
 from os import PathLike
 from typing import Any
@@ -27,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from api.context import ServiceContext
 from api.errors import ApiError, NotFound, from_store_error
 from api.intent import plan_intent
+from api.limiter import HEAVY, Limiter
 from api.memory.auth import authenticate
 from api.memory.service import (
     memory_create,
@@ -50,6 +55,7 @@ from store.errors import StoreError
 
 __all__ = [
     "ALIASES",
+    "LIMITERS",
     "PRIMITIVES",
     "ContextProvider",
     "Primitive",
@@ -93,6 +99,9 @@ PRIMITIVES: dict[str, Primitive] = {
 
 ALIASES: dict[str, str] = {"find_like": "find_similar"}
 """Names that run another primitive."""
+
+LIMITERS: dict[str, Limiter] = {"heavy": HEAVY}
+"""The gate of each cost class (a class without one, ``light``, runs at once)."""
 
 
 # --------------------------------------------------------------------------- errors
@@ -194,13 +203,15 @@ def _validated(prim: Primitive, args: Mapping[str, Any] | BaseModel) -> BaseMode
 
 
 def _run(prim: Primitive, ctx: Any, model: BaseModel, token: str | None) -> BaseModel:
-    """Run a primitive (a memory primitive with the caller its token stands for); a store
-    error leaves as the API error of the same code."""
+    """Run a primitive through its cost class's gate (a memory primitive with the caller its
+    token stands for); a store error leaves as the API error of the same code."""
+    gate = LIMITERS.get(prim.cost)
     try:
-        if prim.access == "public":
-            return prim.fn(ctx, model)
-        caller = authenticate(ctx.memory(), token, prim.access)
-        return prim.fn(ctx, model, caller)
+        with gate.slot() if gate is not None else nullcontext():
+            if prim.access == "public":
+                return prim.fn(ctx, model)
+            caller = authenticate(ctx.memory(), token, prim.access)
+            return prim.fn(ctx, model, caller)
     except StoreError as exc:
         if isinstance(exc, ApiError):
             raise

@@ -119,6 +119,22 @@ class Unavailable(ApiError, RuntimeError):
         super().__init__(code, message, 503, details)
 
 
+class Busy(Unavailable):
+    """Too many costly requests already running or waiting here: HTTP 503, try again later.
+
+    ``details`` carries ``retry_after`` (whole seconds, also sent as the REST
+    ``Retry-After`` header), the ``cost_class`` and its ``concurrency`` and ``queue``.
+    """
+
+    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message, code="busy", details=details)
+
+    @property
+    def retry_after(self) -> int:
+        """Seconds after which a retry may find a free slot."""
+        return int(self.details.get("retry_after", 1))
+
+
 _STORE_STATUS = {
     "invalid_cell": 422,
     "invalid_latitude": 422,
@@ -173,4 +189,4 @@ def from_store_error(exc: Exception) -> ApiError:
     return ApiError(code, message, status)
 
 
-__all__ += ["NoObservation", "Unavailable", "from_store_error"]
+__all__ += ["Busy", "NoObservation", "Unavailable", "from_store_error"]

@@ -15,10 +15,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-__all__ = ["Access", "Primitive", "primitive", "spec_of"]
+__all__ = ["COST_CLASSES", "Access", "Cost", "Primitive", "primitive", "spec_of"]
 
 Access = Literal["public", "read", "write"]
 """Who may call a primitive: anyone (the cube), or a token that may read / write memories."""
+Cost = Literal["light", "heavy"]
+COST_CLASSES: tuple[Cost, ...] = ("light", "heavy")
+"""``light``: bounded by its arguments' caps (a cell, a place); ``heavy``: work that
+grows with the request (areas, k-NN scans, ``ask``), run through a bounded gate
+(:mod:`api.limiter`) by :mod:`api.dispatch`."""
 
 _ATTR = "__earthmem_primitive__"
 
@@ -39,6 +44,8 @@ class Primitive:
     """One line for tool lists and OpenAPI."""
     description: str
     """When to use it, limits, and what the answer means."""
+    cost: Cost = "light"
+    """Cost class (:data:`COST_CLASSES`): which gate of :mod:`api.limiter` it waits at."""
     access: Access = "public"
     """``public``: ``fn(ctx, args)``. ``read`` / ``write``: ``fn(ctx, args, caller)`` with the
     :class:`api.memory.auth.Caller` its bearer token stands for (checked by the dispatch)."""
@@ -56,9 +63,12 @@ def primitive(
     summary: str,
     description: str = "",
     *,
+    cost: Cost = "light",
     access: Access = "public",
 ) -> Callable[[Callable[..., BaseModel]], Callable[..., BaseModel]]:
     """Decorator describing a service function as a primitive (the function is unchanged)."""
+    if cost not in COST_CLASSES:
+        raise ValueError(f"cost must be one of {COST_CLASSES}, got {cost!r}")
 
     def wrap(fn: Callable[..., BaseModel]) -> Callable[..., BaseModel]:
         spec = Primitive(
@@ -68,6 +78,7 @@ def primitive(
             fn,
             summary,
             description or (fn.__doc__ or ""),
+            cost,
             access,
         )
         setattr(fn, _ATTR, spec)

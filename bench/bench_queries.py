@@ -17,6 +17,11 @@ Every row is measured against a baseline in the same run:
   and reducing with the same cos(latitude) weights. Target: >= 100x. Its
   means are checked against exactextract's ``weighted_mean`` on rasters read
   back from the cube (target: equal within 1e-6).
+* Worst-case ``area_over_time`` (:mod:`bench.queries.worst_case`): six areas
+  each the whole demo extent over two years, and the issue's thin diagonal
+  polygon, in a fresh process: time (target <= 1 s) and peak RSS above idle
+  (target <= 256 MB); three at once against ``earthmem serve``: server peak
+  RSS (target <= 1 GB) and its RSS after. No baseline: these are limits.
 * Memory: peak RSS (``VmHWM``) of the ``earthmem serve`` process answering
   ``find_similar`` over a 10^7-cell table on disk (target <= 500 MB);
   baseline: a process loading the same table into memory (``np.load`` without
@@ -42,6 +47,7 @@ from bench.queries.did_change import bench_did_change
 from bench.queries.http_server import bench_http
 from bench.queries.memory import bench_memory
 from bench.queries.rows import log
+from bench.queries.worst_case import bench_worst_case
 
 __all__ = ["main"]
 
@@ -69,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--http-seconds", type=float, default=None)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--memory-cells", type=int, default=None)
-    ap.add_argument("--only", default="did_change,http,area,memory")
+    ap.add_argument("--only", default="did_change,http,area,worst_case,memory")
     args = ap.parse_args(argv)
     quick = args.quick
     size = args.size or ("tiny" if quick else "demo")
@@ -97,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         r, info["area"] = bench_area(area, 1.0, year, 3 if quick else 15, 1 if quick else 3)
         rows += r
         log(f"area done ({time.perf_counter() - t_start:.0f} s)")
+    if "worst_case" in only:
+        r, info["worst_case"] = bench_worst_case(area, 1 if quick else 3)
+        rows += r
+        log(f"worst_case done ({time.perf_counter() - t_start:.0f} s)")
     if "memory" in only:
         r, info["memory"] = bench_memory(mem_n, 3 if quick else 10)
         rows += r

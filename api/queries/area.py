@@ -2,9 +2,11 @@
 
 Definitions
 -----------
-* Cells of an area: cells whose centre lies inside the polygon
-  (``shapely.contains_xy`` over the centres of the area's bounding lattice
-  box), or inside the bbox.
+* Cells of an area: cells whose centre lies inside the polygon, or inside the
+  bbox (:mod:`api.queries.area_geometry`; found over the tiles the geometry
+  touches). Reads fetch only the chunks of the blocks those cells fall in, and
+  buffers hold the cells inside (a group of scenes at a time), never the
+  bounding box.
 * Weights: each cell weighs ``cos(latitude of its centre)``, proportional to
   its true area on the sphere (lattice cells span equal angles). Mean and std
   are weighted (std = population form); quantiles are weighted by linear
@@ -23,7 +25,9 @@ Definitions
   Mann-Kendall p-value (tie-corrected variance, continuity correction), when
   at least :data:`MIN_TREND_SCENES` overpasses are kept.
 
-Caps (all tested): :data:`MAX_AREAS`, :data:`MAX_CANDIDATES` here;
+Caps (all tested): :data:`MAX_AREAS`, :data:`MAX_CANDIDATES` and the per-call
+budget :data:`MAX_CELL_SCENES` (cells inside x candidate overpasses, typed
+``over_budget``) here;
 :data:`~api.queries.area_geometry.MAX_VERTICES`,
 :data:`~api.queries.area_geometry.MAX_AREA_KM2` and
 :data:`~api.queries.area_geometry.MAX_BOX_CELLS` per area.
@@ -58,6 +62,7 @@ __all__ = [
     "BASELINE_DAYS",
     "MAX_AREAS",
     "MAX_CANDIDATES",
+    "MAX_CELL_SCENES",
     "MIN_TREND_SCENES",
     "area_over_time",
 ]
@@ -74,9 +79,12 @@ MIN_TREND_SCENES = 6
 """Overpasses needed for the trend."""
 GOOD_CLEAR_FRACTION = 0.8
 """Clear fraction from which an overpass is of quality 'good' (else 'fair')."""
-_DIRECT_READ_COLUMNS = (
-    16  # above this many chunk columns, read slots directly instead of caching columns
-)
+MAX_CELL_SCENES = 200_000_000
+"""Budget of one call: cells inside the areas x candidate overpasses, summed over the areas."""
+TILE_GROUP_BYTES = 48 << 20
+"""Decoded chunks one read step holds at once."""
+SCENE_BUFFER_BYTES = 32 << 20
+"""Values and clear flags of one group of scenes (at the area's cells) held at once."""
 
 
 def _date(text: Any, name: str) -> tuple[dt.date, int]:
@@ -101,58 +109,173 @@ def _date(text: Any, name: str) -> tuple[dt.date, int]:
 # --------------------------------------------------------------------------- reading
 
 
-def _read(
+def _tile_bytes(band: str, side: int) -> int:
+    from store.cube import band_spec
+
+    spec = band_spec(band)
+    return spec.time_chunk * side * side * np.dtype(spec.dtype).itemsize
+
+
+def _gather(
     ctx: ServiceContext,
     reader: CubeReader,
     band: str,
-    box: tuple[int, int, int, int],
+    area: Area,
     slots: list[int],
+    keep: bool,
 ) -> npt.NDArray[Any]:
-    """Values ``(len(slots), h, w)`` of a band over a lattice box (fill where absent).
+    """Values ``(len(slots), n_cells)`` of a band at the area's cells (fill where absent).
 
-    Small boxes read through the context's tile cache: only the time chunks
-    holding ``slots``, of the blocks the box touches, all missing chunks of
-    the call fetched together.
+    Reads, through the context's tile cache, only the chunks of the blocks the
+    area's cells fall in and of the time chunks holding ``slots`` (all missing
+    chunks of the call fetched together); the buffer holds the cells inside,
+    not the bounding box. ``keep``: put the fetched chunks in the cache.
     """
     from store.cube import band_spec
 
     spec = band_spec(band)
-    y0, y1, x0, x1 = box
-    out = np.full((len(slots), y1 - y0, x1 - x0), spec.fill_value, dtype=spec.dtype)
-    if not slots:
+    out = np.full((len(slots), area.n_cells), spec.fill_value, dtype=spec.dtype)
+    if not slots or not area.n_cells:
         return out
-    side = 1 << reader.block_level
-    cys = range(y0 // side, (y1 - 1) // side + 1)
-    cxs = range(x0 // side, (x1 - 1) // side + 1)
-    if len(cys) * len(cxs) > _DIRECT_READ_COLUMNS:
-        arr = reader.array(band)
-        return np.asarray(arr.oindex[(np.asarray(slots, np.int64), slice(y0, y1), slice(x0, x1))])
+    blocks = area.blocks(1 << reader.block_level)
     step = spec.time_chunk
     tcs = sorted({t // step for t in slots})
-    blocks = [(cy, cx) for cy in cys for cx in cxs]
-    tiles = ctx.tiles(reader, band, [(cy, cx, tc) for cy, cx in blocks for tc in tcs])
     at = {tc: k for k, tc in enumerate(tcs)}
-    for b, (cy, cx) in enumerate(blocks):
-        by0, bx0 = cy * side, cx * side
-        ya, yb = max(y0, by0), min(y1, by0 + side)
-        xa, xb = max(x0, bx0), min(x1, bx0 + side)
-        dst = out[:, ya - y0 : yb - y0, xa - x0 : xb - x0]
-        row = tiles[b * len(tcs) : (b + 1) * len(tcs)]
+    tiles = ctx.tiles(reader, band, [(b.cy, b.cx, tc) for b in blocks for tc in tcs], keep=keep)
+    for j, b in enumerate(blocks):
+        row = tiles[j * len(tcs) : (j + 1) * len(tcs)]
         for i, t in enumerate(slots):
             tile = row[at[t // step]]
             if tile is not None:
-                dst[i] = tile[t % step, ya - by0 : yb - by0, xa - bx0 : xb - bx0]
+                out[i, b.pos] = b.take(tile[t % step])
     return out
 
 
 def _clear_fractions(
-    ctx: ServiceContext, reader: CubeReader, band: str, area: Area, slots: list[int]
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    ctx: ServiceContext, reader: CubeReader, band: str, area: Area, slots: list[int], keep: bool
+) -> npt.NDArray[np.float64]:
+    """Clear fraction of each slot over the area, streamed a few time chunks at a time.
+
+    Only counts are kept: the memory is one group of decoded chunks
+    (:data:`TILE_GROUP_BYTES`), whatever the number of slots.
+    """
+    from store.cube import band_spec
+
     flag_band, clear_value = clear_info(band)
-    flags = _read(ctx, reader, flag_band, area.box, slots)
-    ok = (flags == clear_value) & area.inside[None]
-    n_total = max(1, area.n_cells)
-    return np.count_nonzero(ok.reshape(len(slots), -1), axis=1) / n_total, ok
+    counts = np.zeros(len(slots), np.int64)
+    if not slots or not area.n_cells:
+        return counts.astype(np.float64)
+    side = 1 << reader.block_level
+    blocks = area.blocks(side)
+    step = band_spec(flag_band).time_chunk
+    wanted: dict[int, list[tuple[int, int]]] = {}
+    for i, t in enumerate(slots):
+        wanted.setdefault(t // step, []).append((i, t % step))
+    tcs = sorted(wanted)
+    per = max(1, TILE_GROUP_BYTES // max(1, len(blocks) * _tile_bytes(flag_band, side)))
+    for g in range(0, len(tcs), per):
+        group = tcs[g : g + per]
+        keys = [(b.cy, b.cx, tc) for b in blocks for tc in group]
+        tiles = ctx.tiles(reader, flag_band, keys, keep=keep)
+        for j, b in enumerate(blocks):
+            for k, tc in enumerate(group):
+                tile = tiles[j * len(group) + k]
+                if tile is None:
+                    continue
+                for i, d in wanted[tc]:
+                    counts[i] += np.count_nonzero(b.take(tile[d]) == clear_value)
+    return counts / max(1, area.n_cells)
+
+
+def _scenes(
+    ctx: ServiceContext,
+    reader: CubeReader,
+    band: str,
+    area: Area,
+    slots: list[int],
+    keep: bool,
+) -> list[dict[str, Any] | None]:
+    """:func:`scenes_stats` of each slot, a group of scenes at a time.
+
+    A group's values and clear flags take about :data:`SCENE_BUFFER_BYTES`
+    (and its chunks about :data:`TILE_GROUP_BYTES`), so the memory follows the
+    area's cells, not the number of scenes.
+    """
+    from store.cube import band_spec
+
+    flag_band, clear_value = clear_info(band)
+    side = 1 << reader.block_level
+    per_scene = area.n_cells * (np.dtype(band_spec(band).dtype).itemsize + 2)
+    per_tiles = len(area.blocks(side)) * (_tile_bytes(band, side) + _tile_bytes(flag_band, side))
+    group = max(
+        1, min(SCENE_BUFFER_BYTES // max(1, per_scene), TILE_GROUP_BYTES // max(1, per_tiles))
+    )
+    out: list[dict[str, Any] | None] = []
+    for g in range(0, len(slots), group):
+        part = slots[g : g + group]
+        oks = _gather(ctx, reader, flag_band, area, part, keep) == clear_value
+        values = _gather(ctx, reader, band, area, part, keep)
+        out.extend(scenes_stats(values, oks, area.weights, area.n_cells))
+    return out
+
+
+def _candidate_slots(cand: list[tuple[int, list[str]]]) -> list[int]:
+    """The overpasses whose clear fraction is measured (evenly thinned to MAX_CANDIDATES)."""
+    slots = [t for t, _ in cand]
+    return pick_even(slots, MAX_CANDIDATES) if len(slots) > MAX_CANDIDATES else slots
+
+
+def _check_budget(
+    ctx: ServiceContext,
+    reader: CubeReader,
+    band: str,
+    areas: list[Area],
+    cands: list[list[tuple[int, list[str]]]],
+) -> bool:
+    """Refuse a call over :data:`MAX_CELL_SCENES`; whether its chunks may stay in the cache.
+
+    The cost counted is the clear-fraction pass (each area's cells times its
+    candidate overpasses), the part that grows with the dates; the statistics
+    pass adds at most ``cells x (max_scenes + MAX_BASELINE)`` per area. A call
+    whose chunks would take more than a quarter of the context's chunk cache
+    reads them without keeping them, so one large call neither evicts every
+    other entry nor leaves the server holding its chunks.
+
+    Raises:
+        InvalidArgument: ``over_budget`` (422) naming the budget, the cost and its parts.
+    """
+    from store.cube import band_spec
+
+    per_area = [a.n_cells * len(_candidate_slots(c)) for a, c in zip(areas, cands, strict=True)]
+    cost = sum(per_area)
+    if cost > MAX_CELL_SCENES:
+        raise InvalidArgument(
+            f"this call would read {cost:,} cell-overpasses (cells inside the areas x candidate "
+            f"overpasses); the per-call budget is {MAX_CELL_SCENES:,}: narrow the dates, the "
+            "areas or their number",
+            code="over_budget",
+            details={
+                "budget": "cell_scenes",
+                "limit": MAX_CELL_SCENES,
+                "cost": cost,
+                "per_area": [
+                    {
+                        "id": a.id,
+                        "n_cells": a.n_cells,
+                        "candidate_overpasses": n // max(1, a.n_cells),
+                    }
+                    for a, n in zip(areas, per_area, strict=True)
+                ],
+            },
+        )
+    side = 1 << reader.block_level
+    flag_band, _ = clear_info(band)
+    step = band_spec(flag_band).time_chunk
+    chunks: set[tuple[int, int, int]] = set()  # distinct: areas may share blocks
+    for a, c in zip(areas, cands, strict=True):
+        tcs = {t // step for t in _candidate_slots(c)}
+        chunks.update((b.cy, b.cx, tc) for b in a.blocks(side) for tc in tcs)
+    return len(chunks) * _tile_bytes(flag_band, side) <= ctx.cache_bytes // 4
 
 
 # --------------------------------------------------------------------------- series, anomaly, trend
@@ -168,22 +291,17 @@ def _series(
     reader: CubeReader,
     band: str,
     area: Area,
-    t0: int,
-    t1: int,
+    cand: list[tuple[int, list[str]]],
     max_scenes: int,
     threshold: float,
+    keep: bool,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], ChartSeries]:
-    family = REGISTRY[band].family
-    cand = ctx.overpasses(family, area.box, t0, t1)
     sources = dict(cand)
-    slots = [t for t, _ in cand]
-    if len(slots) > MAX_CANDIDATES:
-        slots = pick_even(slots, MAX_CANDIDATES)
+    slots = _candidate_slots(cand)
     excluded = []
     above: list[int] = []
-    oks = np.zeros((0, *area.inside.shape), bool)
-    if area.inside.any() and slots:
-        fractions, oks = _clear_fractions(ctx, reader, band, area, slots)
+    if area.n_cells and slots:
+        fractions = _clear_fractions(ctx, reader, band, area, slots, keep)
         for t, f in zip(slots, fractions.tolist(), strict=True):
             if f < threshold:
                 excluded.append(
@@ -201,9 +319,7 @@ def _series(
     scenes: list[dict[str, Any]] = []
     facts: list[dict[str, Any]] = []
     if kept:
-        values = _read(ctx, reader, band, area.box, kept)
-        row = {t: i for i, t in enumerate(slots)}
-        all_stats = scenes_stats(values, oks[[row[t] for t in kept]], area.weights, area.n_cells)
+        all_stats = _scenes(ctx, reader, band, area, kept, keep)
         for t, st in zip(kept, all_stats, strict=True):
             if st is None:
                 excluded.append(
@@ -229,7 +345,7 @@ def _series(
                 )
             )
     excluded.sort(key=lambda e: e["tslot"])
-    anomaly = _anomaly(ctx, reader, band, area, scenes, threshold)
+    anomaly = _anomaly(ctx, reader, band, area, scenes, threshold, keep)
     trend = _trend(scenes)
     out = {
         "id": area.id,
@@ -259,6 +375,7 @@ def _anomaly(
     area: Area,
     scenes: list[dict[str, Any]],
     threshold: float,
+    keep: bool,
 ) -> dict[str, Any]:
     empty: dict[str, Any] = {
         "latest_tslot": None,
@@ -285,17 +402,17 @@ def _anomaly(
             **base,
             "reason": f"no overpass in earlier years within +-{BASELINE_DAYS} days of year",
         }
-    fractions, oks = _clear_fractions(ctx, reader, band, area, cand)
+    fractions = _clear_fractions(ctx, reader, band, area, cand, keep)
     use = [i for i, f in enumerate(fractions.tolist()) if f >= threshold]
     if not use:
         return {
             **base,
             "reason": "earlier years' same-season overpasses are all under the clear-fraction threshold",
         }
-    values = _read(ctx, reader, band, area.box, [cand[i] for i in use])
     stats = []
     tslots = []
-    for i, st in zip(use, scenes_stats(values, oks[use], area.weights, area.n_cells), strict=True):
+    used = _scenes(ctx, reader, band, area, [cand[i] for i in use], keep)
+    for i, st in zip(use, used, strict=True):
         if st is not None:
             stats.append(st)
             tslots.append(cand[i])
@@ -372,7 +489,9 @@ def _trend(scenes: list[dict[str, Any]]) -> dict[str, Any]:
     "start_date/end_date YYYY-MM-DD; index ndvi ndwi ndmi lswi evi vv vh vh_vv; max_scenes 3..24 "
     "(default 16). Per overpass: cos(lat)-weighted mean, std, median, p10..p90, clear counts; "
     "overpasses under the clear-fraction threshold (default 0.4) are listed as excluded. Caps: "
-    f"{MAX_AREAS} areas, {MAX_VERTICES} vertices and {MAX_AREA_KM2:g} km^2 per area.",
+    f"{MAX_AREAS} areas, {MAX_VERTICES} vertices and {MAX_AREA_KM2:g} km^2 per area; per call at "
+    f"most {MAX_CELL_SCENES:,} cells inside x candidate overpasses (over_budget otherwise).",
+    cost="heavy",
 )
 def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAnswer:
     """area_over_time {geometry | bbox | areas, start_date, end_date, index, max_scenes}."""
@@ -415,10 +534,13 @@ def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAns
         areas = [parse_area(i, g, b) for i, g, b in specs]
     with store_errors():
         reader = ctx.reader()
+        family = REGISTRY[band].family
+        cands = [ctx.overpasses(family, area.box, t0, t1) for area in areas]
+        keep = _check_budget(ctx, reader, band, areas, cands)
         outs, facts, charts = [], [], []
-        for area in areas:
+        for area, cand in zip(areas, cands, strict=True):
             out, f, ch = _series(
-                ctx, reader, band, area, t0, t1, args.max_scenes, args.clear_fraction
+                ctx, reader, band, area, cand, args.max_scenes, args.clear_fraction, keep
             )
             outs.append(out)
             facts.extend(f)

@@ -5,17 +5,22 @@
   :func:`store.address.check_lat` / :func:`store.address.check_lng`, whose
   :mod:`store.errors` types the service boundary maps to the API's codes.
 * Its size is the geodesic area on the WGS84 ellipsoid (capped).
-* Its cells: cells whose centre lies inside the polygon
-  (``shapely.contains_xy`` over the centres of the area's bounding lattice
-  box), or inside the bbox; each weighs ``cos(latitude of its centre)``,
-  proportional to its true area on the sphere (lattice cells span equal
-  angles).
+* Its cells: cells whose centre lies inside the polygon, or inside the bbox;
+  each weighs ``cos(latitude of its centre)``, proportional to its true area on
+  the sphere (lattice cells span equal angles). They are found tile by tile
+  (:data:`_TILE` cells a side) over the tiles the geometry touches only: a tile
+  inside the polygon is taken whole, a tile crossing its edge is tested with
+  ``shapely.contains_xy`` and a tile it misses is skipped, so the work and the
+  memory follow the cells inside, not the bounding box (a thin diagonal shape
+  has a large box and few cells). Cells are kept as flat row-major arrays
+  (``ys``, ``xs``, ``weights``), grouped by storage block on demand
+  (:meth:`Area.blocks`) for the reads.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import blake3
@@ -31,6 +36,7 @@ __all__ = [
     "MAX_BOX_CELLS",
     "MAX_VERTICES",
     "Area",
+    "BlockCells",
     "parse_area",
 ]
 
@@ -41,6 +47,32 @@ MAX_AREA_KM2 = 100.0
 MAX_BOX_CELLS = 4_000_000
 """Most lattice cells in an area's bounding box (thin diagonal shapes)."""
 _GEOD_KM2 = 1e-6
+_TILE = 128  # side (cells) of the tiles the inside test walks
+
+
+@dataclass(frozen=True)
+class BlockCells:
+    """The cells of an area inside one storage block."""
+
+    cy: int
+    """Block row (``lat_q // side``)."""
+    cx: int
+    """Block column (``lng_q // side``)."""
+    pos: npt.NDArray[np.int64]
+    """Positions of these cells in the area's flat arrays."""
+    ly: npt.NDArray[np.intp]
+    """Rows of the cells within the block."""
+    lx: npt.NDArray[np.intp]
+    """Columns of the cells within the block."""
+    rect: tuple[int, int, int, int] | None
+    """``(y0, y1, x0, x1)`` within the block when the cells fill that rectangle (row-major)."""
+
+    def take(self, plane: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """The values of these cells in one ``(side, side)`` plane of the block, in order."""
+        if self.rect is not None:
+            y0, y1, x0, x1 = self.rect
+            return plane[y0:y1, x0:x1].reshape(-1)
+        return plane[self.ly, self.lx]
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,12 +89,103 @@ class Area:
     """Geodesic area in km^2."""
     box: tuple[int, int, int, int]
     """Half-open lattice box ``(y0, y1, x0, x1)`` around the area."""
-    inside: npt.NDArray[np.bool_]
-    """``(h, w)`` cells of the box whose centre lies inside the area."""
+    ys: npt.NDArray[np.int64]
+    """Rows (``lat_q``) of the cells inside, row-major order."""
+    xs: npt.NDArray[np.int64]
+    """Columns (``lng_q``) of the cells inside, same order."""
     weights: npt.NDArray[np.float64]
-    """``(h, w)`` cos(latitude) of the cells inside, zero outside."""
+    """cos(latitude) of each cell inside, same order."""
     n_cells: int
     """Cells inside the area."""
+    _blocks: dict[int, tuple[BlockCells, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def blocks(self, side: int) -> tuple[BlockCells, ...]:
+        """The area's cells grouped by storage block of ``side`` cells (computed once per side)."""
+        got = self._blocks.get(side)
+        if got is None:
+            got = self._blocks[side] = _group(self.ys, self.xs, side)
+        return got
+
+    def mask(self) -> npt.NDArray[np.bool_]:
+        """``(h, w)`` cells of :attr:`box` inside the area (for checks on small areas)."""
+        y0, _, x0, _ = self.box
+        out = np.zeros((self.box[1] - y0, self.box[3] - x0), bool)
+        out[self.ys - y0, self.xs - x0] = True
+        return out
+
+
+def _group(
+    ys: npt.NDArray[np.int64], xs: npt.NDArray[np.int64], side: int
+) -> tuple[BlockCells, ...]:
+    if ys.size == 0:
+        return ()
+    cy, cx = ys // side, xs // side
+    key = (cy - cy.min()) * (int(cx.max() - cx.min()) + 1) + (cx - cx.min())
+    order = np.argsort(key, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(key[order]) != 0])
+    ends = np.r_[starts[1:], order.size]
+    out = []
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        pos = order[a:b].astype(np.int64)
+        by, bx = int(cy[pos[0]]), int(cx[pos[0]])
+        ly, lx = (ys[pos] - by * side).astype(np.intp), (xs[pos] - bx * side).astype(np.intp)
+        y0, y1, x0, x1 = int(ly[0]), int(ly[-1]) + 1, int(lx.min()), int(lx.max()) + 1
+        full = pos.size == (y1 - y0) * (x1 - x0)  # distinct cells filling their extent
+        out.append(BlockCells(by, bx, pos, ly, lx, (y0, y1, x0, x1) if full else None))
+    return tuple(out)
+
+
+def _cells_inside(
+    geom: Any, box: tuple[int, int, int, int], whole: bool
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Rows and columns (row-major) of the box's cells whose centre is in ``geom``.
+
+    Walks :data:`_TILE`-sided tiles of the box: tiles the geometry misses are
+    skipped, tiles it contains are taken whole, the others tested cell by cell.
+    ``whole``: every cell of the box is inside (a bbox area).
+    """
+    import shapely
+    from shapely.geometry import box as rect
+
+    y0, y1, x0, x1 = box
+    shapely.prepare(geom)
+    ys_parts: list[npt.NDArray[np.int64]] = []
+    xs_parts: list[npt.NDArray[np.int64]] = []
+    for ty in range(y0, y1, _TILE):
+        rows = np.arange(ty, min(y1, ty + _TILE), dtype=np.int64)
+        row_parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+        for tx in range(x0, x1, _TILE):
+            cols = np.arange(tx, min(x1, tx + _TILE), dtype=np.int64)
+            lat, lng = address.q_center(rows, cols)
+            if whole:
+                inside = np.ones((rows.size, cols.size), bool)
+            else:
+                # the tile's cells' extent: missing it misses every centre; holding it
+                # properly (no boundary contact) holds every centre
+                hy, hx = address.LAT_STEP / 2, address.LNG_STEP / 2
+                cell = rect(
+                    float(lng[0]) - hx, float(lat[0]) - hy, float(lng[-1]) + hx, float(lat[-1]) + hy
+                )
+                if not geom.intersects(cell):
+                    continue
+                if shapely.contains_properly(geom, cell):
+                    inside = np.ones((rows.size, cols.size), bool)
+                else:
+                    inside = shapely.contains_xy(geom, lng[None, :], lat[:, None])
+            r, c = np.nonzero(inside)
+            if r.size:
+                row_parts.append((rows[r], cols[c]))
+        if row_parts:  # row-major across the tiles of this band of rows
+            ys = np.concatenate([p[0] for p in row_parts])
+            xs = np.concatenate([p[1] for p in row_parts])
+            order = np.lexsort((xs, ys))
+            ys_parts.append(ys[order])
+            xs_parts.append(xs[order])
+    if not ys_parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(ys_parts), np.concatenate(xs_parts)
 
 
 def _num(v: Any) -> float:
@@ -194,25 +317,11 @@ def parse_area(area_id: str, geometry: Any, bbox: Any) -> Area:
             f"(cap {MAX_BOX_CELLS})",
             code="area_too_large",
         )
-    lat_q = np.arange(y0, y1, dtype=np.int64)
-    lng_q = np.arange(x0, x1, dtype=np.int64)
-    lat, lng = address.q_center(lat_q, lng_q)
-    if bbox is not None:
-        inside = np.ones((lat_q.size, lng_q.size), bool)
-    else:
-        inside = shapely.contains_xy(geom, lng[None, :], lat[:, None])
-    weights = np.where(inside, np.cos(np.radians(np.asarray(lat)))[:, None], 0.0)
     digest = blake3.blake3(canonical_cbor(_plain(mapping(geom)))).hexdigest()[:32]
-    return Area(
-        area_id,
-        geom,
-        digest,
-        float(km2),
-        (y0, y1, x0, x1),
-        inside,
-        weights,
-        int(inside.sum()),
-    )
+    ys, xs = _cells_inside(geom, (y0, y1, x0, x1), whole=bbox is not None)
+    lat, _ = address.q_center(ys, np.zeros_like(ys))
+    weights = np.cos(np.radians(np.asarray(lat, dtype=np.float64)))
+    return Area(area_id, geom, digest, float(km2), (y0, y1, x0, x1), ys, xs, weights, int(ys.size))
 
 
 def _plain(x: Any) -> Any:

@@ -284,6 +284,7 @@ def _locate_ask(ctx: ServiceContext, args: AskIn, question: str) -> Located | st
     "(or no topic word with a named place) -> what_is_here. A year in the question bounds the "
     "window. The answer holds the plan, each sub-answer with its receipt and one paragraph; a "
     "question it cannot locate or route says so and lists what it can answer.",
+    cost="heavy",
 )
 def ask(ctx: ServiceContext, args: AskIn) -> AskAnswer:
     """ask {description, place? | cell? | lat+lng?}."""

@@ -211,6 +211,7 @@ def _pick_vintage(
     "filter is a claim (cells without a fact for its band are dropped). Neighbours nearest first, the "
     "query cell excluded. An empty result means nobody has a vector nearby, not that nowhere resembles "
     "the key. Intent alias: find_like.",
+    cost="heavy",
 )
 def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
     """find_similar {key, k, band, mode, filter, as_of_tslot, as_of_signed_at, scope}."""

@@ -301,15 +301,20 @@ class CubeReader:
         band: str,
         keys: Sequence[tuple[int, int, int]],
         cache: ChunkCache | None = None,
+        *,
+        keep: bool = True,
     ) -> list[npt.NDArray[Any] | None]:
         """Decoded chunks of a band, one time chunk of one block each, through the cache.
 
-        The chunks missing from the cache are fetched together (:meth:`read_chunks`).
+        The chunks missing from the cache are fetched together (:meth:`read_chunks`);
+        chunks the manifest does not list are not fetched at all.
 
         Args:
             band: Band name (3-D bands; extra dimensions read at chunk 0).
             keys: ``(chunk row, chunk column, time chunk)`` per wanted chunk.
             cache: The cache to use (default: this reader's :attr:`cache`).
+            keep: Put the fetched chunks in the cache (false: a large read that
+                would only evict the others; hits are used either way).
 
         Returns:
             Per key the read-only chunk ``(time_chunk, side, side[, d])``, or None
@@ -340,9 +345,14 @@ class CubeReader:
             for k, arr in zip(wanted, got, strict=True):
                 for i in missing[k]:
                     out[i] = arr
-            cache.put(
-                [((sid, band, *k), a) for k, a in zip(wanted, got, strict=True) if a is not None]
-            )
+            if keep:
+                cache.put(
+                    [
+                        ((sid, band, *k), a)
+                        for k, a in zip(wanted, got, strict=True)
+                        if a is not None
+                    ]
+                )
         return out
 
     def codec(self, band: str) -> ChunkCodec | None:
