@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from cli.demo_memories import write_demo_memories
 from cli.examples import run_examples
 from cli.ingest import ingest
 from cli.main import main as cli_main
@@ -45,24 +46,26 @@ def main(argv: list[str] | None = None) -> int:
     data = Path(args.data)
     sample = data / "sample"
 
-    print("== 1/4 address algebra")
+    print("== 1/5 address algebra")
     _address_demo()
 
-    print(f"== 2/4 {args.size} sample area -> {sample}")
+    print(f"== 2/5 {args.size} sample area -> {sample}")
     if (sample / "manifest.json").exists():
         print("  already built (remove it to rebuild)")
     else:
         build_sample(sample, size=args.size, progress=_progress)
 
-    print(f"== 3/4 ingest through Dagster -> {data} (DAGSTER_HOME={data / 'dagster_home'})")
+    print(f"== 3/5 ingest through Dagster -> {data} (DAGSTER_HOME={data / 'dagster_home'})")
     report = ingest(data)
     if report.failed:
         print(f"  failed partitions: {report.failed}", file=sys.stderr)
         return 1
 
-    print("== 4/4 queries")
+    print("== 4/5 queries")
     manifest = json.loads((sample / "manifest.json").read_text())
     run_examples(data, manifest)
+    print("== 5/5 memories (checked against the cube)")
+    write_demo_memories(data, manifest, sample / "manifest.json")
     if args.serve:
         return cli_main(["serve", "--data", str(data)])
     print(f"\nserve the API: .venv/bin/earthmem serve --data {data}   (REST /v1/..., MCP at /mcp)")
