@@ -57,6 +57,7 @@ SERVER_START_TIMEOUT = 180
 
 _API_LINE = re.compile(r"^API=\S+$")
 
+
 @dataclass(frozen=True)
 class Run:
     """Run these commands instead of the README line (each in its own process)."""

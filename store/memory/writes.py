@@ -103,7 +103,7 @@ class HeadWriter:
             "hash": new_hash,
             "head_signature": signature,
         }
-        self.conn.execute(history.insert().values(row))
+        self.conn.execute(history.insert(), row)
         self.seq, self.hash = seq, new_hash
         return entry_from_row(row)
 
@@ -217,7 +217,7 @@ def create_body(
             digest_hex=digest_hex,
             supersedes_id=old_id,
         )
-        pk = conn.execute(items.insert().values(row).returning(items.c.pk)).scalar_one()
+        pk = conn.execute(items.insert().returning(items.c.pk), row).scalar_one()
         tags = list(dict.fromkeys(item.tags))
         if tags:
             conn.execute(

@@ -33,13 +33,24 @@ def test_upgrade_keeps_data_and_indexes_it(url: str) -> None:
         assert store.revision() is None
         assert store.migrate("0001") == "0001"
         far = Anchor("point", {"type": "Point"}, (-33.0, 151.0, -33.0, 151.0))
-        a = store.create("p", new_item("monsoon flood"), WriteMeta("x", T0, "op-1", "d"), sign_head=sign).item
+        a = store.create(
+            "p", new_item("monsoon flood"), WriteMeta("x", T0, "op-1", "d"), sign_head=sign
+        ).item
         assert a is not None
         b = store.create(
-            "p", new_item("canopy cleared", anchor=far), WriteMeta("x", T0), supersedes=(a.id, 1), sign_head=sign
+            "p",
+            new_item("canopy cleared", anchor=far),
+            WriteMeta("x", T0),
+            supersedes=(a.id, 1),
+            sign_head=sign,
         ).item
         assert b is not None
-        c = store.create("p", new_item("dry riverbed"), WriteMeta("x", T0 + dt.timedelta(seconds=1)), sign_head=sign).item
+        c = store.create(
+            "p",
+            new_item("dry riverbed"),
+            WriteMeta("x", T0 + dt.timedelta(seconds=1)),
+            sign_head=sign,
+        ).item
         assert c is not None
         store.relate("p", c.id, b.id, "contradicts", WriteMeta("x", T0), sign_head=sign)
         store.add_token(Token("tok", "p", ("read",), "x", None, T0, None), "t" * 64)
@@ -68,12 +79,18 @@ def test_upgrade_keeps_data_and_indexes_it(url: str) -> None:
         assert [i for i, _ in store.search_text("p", "canopy", limit=5)] == [b.id]
         near = store.list_items("p", ItemFilter(bbox=(23.9, 88.9, 24.1, 89.1)), limit=10)
         assert [x.id for x in near.items] == [c.id]  # a is superseded (hidden)
-        assert [x.id for x in store.list_items("p", ItemFilter(bbox=(-34, 150, -32, 152)), limit=5).items] == [b.id]
+        assert [
+            x.id
+            for x in store.list_items("p", ItemFilter(bbox=(-34, 150, -32, 152)), limit=5).items
+        ] == [b.id]
         # and the store keeps working: idempotency records and the chain survive
         replay = store.create("p", new_item("monsoon flood"), WriteMeta("x", T0, "op-1", "d"))
-        assert replay.replayed and replay.item is not None and replay.item.id == a.id
+        assert replay.replayed
+        assert replay.item is not None
+        assert replay.item.id == a.id
         d = store.create("p", new_item("new after upgrade"), WriteMeta("x", T0), sign_head=sign)
-        assert d.entry.seq == before["head"].seq + 1 and d.entry.prev_hash == before["head"].hash
+        assert d.entry.seq == before["head"].seq + 1
+        assert d.entry.prev_hash == before["head"].hash
         assert verify_chain(store.history("p"), verify_head=verify, require_signatures=True).ok
         assert [i for i, _ in store.search_text("p", "upgrade", limit=5)] == [d.item.id]  # type: ignore[union-attr]
     finally:

@@ -21,12 +21,17 @@ class TestSqlite(MemoryStoreConformance):
 
 def test_default_url_creates_the_file_on_first_use(tmp_path: Path) -> None:
     url = default_url(tmp_path / "data")
-    assert url.startswith("sqlite:///") and url.endswith("/data/memory.sqlite")
+    assert url.startswith("sqlite:///")
+    assert url.endswith("/data/memory.sqlite")
     store = open_store(url)
     try:
         assert isinstance(store, SqliteMemoryStore)
         assert (tmp_path / "data" / "memory.sqlite").exists()
-        mode = sqlite3.connect(tmp_path / "data" / "memory.sqlite").execute("PRAGMA journal_mode").fetchone()
+        mode = (
+            sqlite3.connect(tmp_path / "data" / "memory.sqlite")
+            .execute("PRAGMA journal_mode")
+            .fetchone()
+        )
         assert mode == ("wal",)
     finally:
         store.close()
