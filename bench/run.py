@@ -1,6 +1,6 @@
 """The bench harness: run every benchmark as a subprocess, merge, write ``bench/RESULTS.md``.
 
-    python -m bench.run [--quick] [--only address,knn,queries,ingest] [--out PATH]
+    python -m bench.run [--quick] [--only address,knn,queries,ingest,memory] [--out PATH]
 
 Each bench script runs in its own process (``python -m bench.<script> --json
 FILE [--quick]``) so that one bench's memory, threads and JIT caches do not
@@ -67,6 +67,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("knn", "bench.bench_knn", timeout_s=1200),
     Bench("queries", "bench.bench_queries", timeout_s=900),
     Bench("ingest", "bench.bench_ingest", timeout_s=900),
+    Bench("memory", "bench.bench_memory", timeout_s=600),
 )
 """Every bench, in run order."""
 

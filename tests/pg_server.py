@@ -5,7 +5,7 @@
 temporary directory, listening on a free loopback port (trust authentication,
 user ``postgres``). PostgreSQL refuses to run as root, so under root the
 server runs as the ``postgres`` user (``runuser``). Durability is switched off
-(``fsync=off``): the server lives for one test session. The fixtures in
+unless asked for (``fsync=off``): a test server lives for one session. The fixtures in
 ``tests/conftest.py`` start one per session and give each test a fresh
 database (:meth:`PgServer.create_database`).
 """
@@ -108,8 +108,13 @@ def _run(cmd: list[str], what: str) -> None:
         raise PgUnavailable(f"{what} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
 
 
-def start() -> PgServer:
-    """initdb + start a server; raises :class:`PgUnavailable` with the reason when it cannot."""
+def start(*, durable: bool = False) -> PgServer:
+    """initdb + start a server; raises :class:`PgUnavailable` with the reason when it cannot.
+
+    Args:
+        durable: Keep PostgreSQL's default durability (``fsync``, synchronous commit:
+            what the bench compares); the tests switch it off.
+    """
     bindir = find_bin()
     if bindir is None or not (bindir / "initdb").exists():
         raise PgUnavailable(
@@ -136,10 +141,9 @@ def start() -> PgServer:
             "initdb",
         )  # fmt: skip
         port = _free_port()
-        opts = (
-            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
-        )
+        opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        if not durable:
+            opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         _run(
             [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"),
              "-w", "-t", "60", "-o", opts, "start"],

@@ -14,7 +14,7 @@ serialised by a transaction-scoped advisory lock.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -50,9 +50,9 @@ class PostgresMemoryStore(SqlMemoryStore):
         )
         super().__init__(engine, url)
 
-    def insert_ignore(self, table: sa.Table, values: Mapping[str, Any]) -> sa.Executable:
+    def insert_ignore(self, table: sa.Table) -> sa.Executable:
         """``INSERT ... ON CONFLICT DO NOTHING``."""
-        return pg_dialect.insert(table).values(dict(values)).on_conflict_do_nothing()
+        return pg_dialect.insert(table).on_conflict_do_nothing()
 
     def migration_lock(self, conn: sa.Connection) -> None:
         """``pg_advisory_xact_lock``: one migration at a time, released at commit."""

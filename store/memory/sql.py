@@ -115,8 +115,8 @@ class SqlMemoryStore(MemoryStore):
         with self.engine.connect() as conn, conn.begin():
             yield conn
 
-    def insert_ignore(self, table: sa.Table, values: Mapping[str, Any]) -> sa.Executable:
-        """``INSERT ... ON CONFLICT DO NOTHING`` for this dialect."""
+    def insert_ignore(self, table: sa.Table) -> sa.Executable:
+        """``INSERT ... ON CONFLICT DO NOTHING`` for this dialect (values given at execution)."""
         raise NotImplementedError
 
     def bbox_condition(self, bbox: tuple[float, float, float, float]) -> sa.ColumnElement[bool]:
@@ -139,9 +139,8 @@ class SqlMemoryStore(MemoryStore):
     def lock_head(self, conn: sa.Connection, project: str) -> tuple[int, str]:
         """Create the project's head row if absent, lock it, return ``(seq, hash)``."""
         conn.execute(
-            self.insert_ignore(
-                projects, {"project": project, "head_seq": 0, "head_hash": GENESIS_HASH}
-            )
+            self.insert_ignore(projects),
+            {"project": project, "head_seq": 0, "head_hash": GENESIS_HASH},
         )
         q = sa.select(projects.c.head_seq, projects.c.head_hash).where(
             projects.c.project == project
@@ -223,14 +222,15 @@ class SqlMemoryStore(MemoryStore):
                     )
                 if meta.operation_id is not None:
                     conn.execute(
-                        operations.insert().values(
-                            project=project,
-                            operation_id=meta.operation_id,
-                            request_digest=meta.request_digest,
-                            item_id=result.item.id if result.item is not None else None,
-                            seq=result.entry.seq,
-                            at=to_us(meta.at),
-                        )
+                        operations.insert(),
+                        {
+                            "project": project,
+                            "operation_id": meta.operation_id,
+                            "request_digest": meta.request_digest,
+                            "item_id": result.item.id if result.item is not None else None,
+                            "seq": result.entry.seq,
+                            "at": to_us(meta.at),
+                        },
                     )
                 return result
         except sa.exc.IntegrityError:

@@ -13,7 +13,7 @@ pysqlite), so DDL is transactional too.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +103,9 @@ class SqliteMemoryStore(SqlMemoryStore):
             with conn.begin():
                 yield conn
 
-    def insert_ignore(self, table: sa.Table, values: Mapping[str, Any]) -> sa.Executable:
+    def insert_ignore(self, table: sa.Table) -> sa.Executable:
         """``INSERT ... ON CONFLICT DO NOTHING``."""
-        return sqlite_dialect.insert(table).values(dict(values)).on_conflict_do_nothing()
+        return sqlite_dialect.insert(table).on_conflict_do_nothing()
 
     def bbox_condition(self, bbox: tuple[float, float, float, float]) -> sa.ColumnElement[bool]:
         """Candidates from the R*Tree (its float32 boxes are rounded outward: a superset)."""

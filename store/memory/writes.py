@@ -103,7 +103,7 @@ class HeadWriter:
             "hash": new_hash,
             "head_signature": signature,
         }
-        self.conn.execute(history.insert().values(row))
+        self.conn.execute(history.insert(), row)
         self.seq, self.hash = seq, new_hash
         return entry_from_row(row)
 
@@ -166,15 +166,19 @@ def create_body(
 
     def body(conn: sa.Connection, w: HeadWriter) -> WriteResult:
         wanted = list(dict.fromkeys(item.related_memory_ids))
-        rows = {
-            r.id: r
-            for r in conn.execute(
-                sa.select(items.c.id, items.c.pk, items.c.status, items.c.version).where(
-                    items.c.project == project,
-                    items.c.id.in_([*wanted, *([supersedes[0]] if supersedes else [])]),
+        named = [*wanted, *([supersedes[0]] if supersedes else [])]
+        rows = (
+            {
+                r.id: r
+                for r in conn.execute(
+                    sa.select(items.c.id, items.c.pk, items.c.status, items.c.version).where(
+                        items.c.project == project, items.c.id.in_(named)
+                    )
                 )
-            )
-        }
+            }
+            if named
+            else {}
+        )
         missing = [i for i in wanted if i not in rows]
         if missing:
             raise MemoryNotFound(f"related memory {missing[0]!r} not found in this project")
@@ -217,7 +221,7 @@ def create_body(
             digest_hex=digest_hex,
             supersedes_id=old_id,
         )
-        pk = conn.execute(items.insert().values(row).returning(items.c.pk)).scalar_one()
+        pk = conn.execute(items.insert().returning(items.c.pk), row).scalar_one()
         tags = list(dict.fromkeys(item.tags))
         if tags:
             conn.execute(

@@ -127,22 +127,29 @@ class MemoryStoreConformance:
     def test_create_get_round_trip(self, store: MemoryStore) -> None:
         src = new_item(valid_from=T0, valid_to=T0 + dt.timedelta(days=1))
         r = store.create("p", src, meta(), sign_head=sign)
-        assert r.item is not None and not r.replayed
-        assert r.item.id.startswith("mem_") and len(r.item.id) == 30
+        assert r.item is not None
+        assert not r.replayed
+        assert r.item.id.startswith("mem_")
+        assert len(r.item.id) == 30
         got = store.get("p", r.item.id)
         assert got == r.item
         assert item_fields(got) == item_fields(src)
-        assert got.version == 1 and got.status == "active" and got.project == "p"
+        assert got.version == 1
+        assert got.status == "active"
+        assert got.project == "p"
         assert got.content_digest == content_digest(src)
         assert got.created_at == T0
-        assert r.entry.seq == 1 and r.entry.prev_hash == GENESIS_HASH and r.entry.action == "create"
+        assert r.entry.seq == 1
+        assert r.entry.prev_hash == GENESIS_HASH
+        assert r.entry.action == "create"
         assert store.head("p") == ProjectHead("p", 1, r.entry.hash)
         assert verify(store.head("p"), store.history("p")[-1].head_signature or "")
 
     def test_get_missing_and_get_many_order(self, store: MemoryStore) -> None:
         a = store.create("p", new_item("a"), meta()).item
         b = store.create("p", new_item("b"), meta()).item
-        assert a is not None and b is not None
+        assert a is not None
+        assert b is not None
         assert store.get("p", "mem_nothing") is None
         got = store.get_many("p", [b.id, "mem_nothing", a.id])
         assert [x.id for x in got] == [b.id, a.id]
@@ -230,12 +237,16 @@ class MemoryStoreConformance:
         assert a is not None
         r = store.create("p", new_item("b"), meta(), supersedes=(a.id, 1), sign_head=sign)
         b = r.item
-        assert b is not None and b.supersedes_id == a.id
+        assert b is not None
+        assert b.supersedes_id == a.id
         old = store.get("p", a.id)
-        assert old is not None and old.status == "superseded" and old.superseded_by == b.id
+        assert old is not None
+        assert old.status == "superseded"
+        assert old.superseded_by == b.id
         assert old.version == 2
         assert [e.action for e in store.history("p")] == ["create", "supersede", "create"]
-        assert r.entry == store.history("p")[-1] and r.entry.item_id == b.id
+        assert r.entry == store.history("p")[-1]
+        assert r.entry.item_id == b.id
         assert [(x.src_id, x.dst_id, x.kind) for x in store.relations("p", a.id)] == [
             (b.id, a.id, "supersedes")
         ]
@@ -256,8 +267,11 @@ class MemoryStoreConformance:
         r = store.change(
             "p", a.id, 1, {"status": "potentially_stale"}, "stale", meta(actor="pipeline")
         )
-        assert r.item is not None and r.item.status == "potentially_stale" and r.item.version == 2
-        assert r.entry.action == "stale" and r.entry.actor == "pipeline"
+        assert r.item is not None
+        assert r.item.status == "potentially_stale"
+        assert r.item.version == 2
+        assert r.entry.action == "stale"
+        assert r.entry.actor == "pipeline"
         r = store.change(
             "p",
             a.id,
@@ -266,14 +280,13 @@ class MemoryStoreConformance:
             "verify",
             meta(),
         )
-        assert (
-            r.item is not None
-            and r.item.verdict == "corroborated"
-            and r.item.verdict_facts == ("f1:x",)
-        )
+        assert r.item is not None
+        assert r.item.verdict == "corroborated"
+        assert r.item.verdict_facts == ("f1:x",)
         assert r.item.content_digest == a.content_digest  # a verdict is not content
         r = store.change("p", a.id, 3, {"metadata": {"note": 2}}, "update", meta())
-        assert r.item is not None and r.item.content_digest != a.content_digest
+        assert r.item is not None
+        assert r.item.content_digest != a.content_digest
         assert r.item.content_digest == content_digest(r.item)
         with pytest.raises(VersionConflict):
             store.change("p", a.id, 1, {"status": "active"}, "update", meta())
@@ -288,11 +301,9 @@ class MemoryStoreConformance:
         r = store.change(
             "p", a.id, 4, {"status": "deleted", "deleted_reason": "wrong place"}, "delete", meta()
         )
-        assert (
-            r.item is not None
-            and r.item.status == "deleted"
-            and r.item.deleted_reason == "wrong place"
-        )
+        assert r.item is not None
+        assert r.item.status == "deleted"
+        assert r.item.deleted_reason == "wrong place"
         seq = store.head("p").seq
         with pytest.raises(InvalidTransition):
             store.change("p", a.id, None, {"status": "active"}, "update", meta())
@@ -312,18 +323,23 @@ class MemoryStoreConformance:
         with pytest.raises(VersionConflict):
             store.change("p", a.id, 1, {"metadata": {"by": "second"}}, "update", meta())
         got = store.get("p", a.id)
-        assert got is not None and got.metadata == {"by": "first"} and got.version == 2
+        assert got is not None
+        assert got.metadata == {"by": "first"}
+        assert got.version == 2
 
     # ------------------------------------------------------------------ relations
 
     def test_relations(self, store: MemoryStore) -> None:
         a = store.create("p", new_item("a"), meta()).item
         b = store.create("p", new_item("b"), meta()).item
-        assert a is not None and b is not None
+        assert a is not None
+        assert b is not None
         r1 = store.relate("p", a.id, b.id, "contradicts", meta())
-        assert not r1.replayed and r1.entry.action == "relate"
+        assert not r1.replayed
+        assert r1.entry.action == "relate"
         r2 = store.relate("p", a.id, b.id, "contradicts", meta())
-        assert r2.replayed and r2.entry.seq == r1.entry.seq
+        assert r2.replayed
+        assert r2.entry.seq == r1.entry.seq
         assert store.head("p").seq == r1.entry.seq
         rel = store.relations("p", b.id)
         assert [(x.src_id, x.dst_id, x.kind) for x in rel] == [(a.id, b.id, "contradicts")]
@@ -409,8 +425,11 @@ class MemoryStoreConformance:
     def test_operation_ids(self, store: MemoryStore) -> None:
         r1 = store.create("p", new_item(), meta("op-1", "d1"))
         r2 = store.create("p", new_item(), meta("op-1", "d1"))
-        assert r2.replayed and not r1.replayed
-        assert r1.item is not None and r2.item is not None and r2.item.id == r1.item.id
+        assert r2.replayed
+        assert not r1.replayed
+        assert r1.item is not None
+        assert r2.item is not None
+        assert r2.item.id == r1.item.id
         assert r2.entry == r1.entry
         assert len(store.history("p")) == 1
         with pytest.raises(OperationConflict):
@@ -425,14 +444,16 @@ class MemoryStoreConformance:
         r5 = store.change(
             "p", r1.item.id, 1, {"status": "potentially_stale"}, "stale", meta("op-2", "s")
         )
-        assert r5.replayed and r5.entry == r4.entry  # the stale version is not re-checked
+        assert r5.replayed
+        assert r5.entry == r4.entry
 
     # ------------------------------------------------------------------ isolation
 
     def test_project_isolation(self, store: MemoryStore) -> None:
         a = store.create("A", new_item("secret flood"), meta(), sign_head=sign).item
         a2 = store.create("A", new_item("other"), meta()).item
-        assert a is not None and a2 is not None
+        assert a is not None
+        assert a2 is not None
         store.relate("A", a.id, a2.id, "refines", meta())
         store.create("B", new_item("b's own"), meta())
         assert store.get("B", a.id) is None
@@ -442,7 +463,8 @@ class MemoryStoreConformance:
         }
         assert all(x != a.id for x, _ in store.search_text("B", "secret", limit=10))
         assert store.relations("B", a.id) == []
-        assert all(e.project == "B" for e in store.history("B")) and len(store.history("B")) == 1
+        assert all(e.project == "B" for e in store.history("B"))
+        assert len(store.history("B")) == 1
         assert store.head("B").seq == 1
         with pytest.raises(MemoryNotFound):
             store.create("B", new_item(), meta(), supersedes=(a.id, 1))
@@ -455,7 +477,9 @@ class MemoryStoreConformance:
         with pytest.raises(MemoryNotFound):
             store.create("B", new_item(related_memory_ids=(a.id,)), meta())
         got = store.get("A", a.id)
-        assert got is not None and got.status == "active" and got.version == 1
+        assert got is not None
+        assert got.status == "active"
+        assert got.version == 1
         assert store.projects() == ["A", "B"]
 
     # ------------------------------------------------------------------ full text
@@ -500,7 +524,8 @@ class MemoryStoreConformance:
         assert store.revoke_token("tok_1", T0 + dt.timedelta(days=1))
         assert store.revoke_token("tok_1", T0 + dt.timedelta(days=2))
         got = store.token_by_hash("h" * 64)
-        assert got is not None and got.revoked_at == T0 + dt.timedelta(days=1)
+        assert got is not None
+        assert got.revoked_at == T0 + dt.timedelta(days=1)
         assert not store.revoke_token("tok_missing", T0)
         assert store.projects() == ["T", "U"]
 
@@ -520,8 +545,11 @@ class MemoryStoreConformance:
         target = open_store(f"sqlite:///{(tmp_path / 'target.sqlite').as_posix()}")
         try:
             dry = target.import_records(records, dry_run=True)
-            assert dry["items"] == 2 and dry["history"] == 4 and dry["tokens"] == 1
-            assert target.head("p").seq == 0 and target.get("p", a.id) is None
+            assert dry["items"] == 2
+            assert dry["history"] == 4
+            assert dry["tokens"] == 1
+            assert target.head("p").seq == 0
+            assert target.get("p", a.id) is None
             assert target.import_records(records) == dry
             assert target.get("p", a.id) == store.get("p", a.id)
             assert target.get("p", b.id) == store.get("p", b.id)
@@ -529,11 +557,15 @@ class MemoryStoreConformance:
             assert target.head("p") == store.head("p")
             assert target.relations("p", a.id) == store.relations("p", a.id)
             assert target.list_tokens("p") == store.list_tokens("p")
-            assert target.get("other", a.id) is None and target.projects() == ["p"]
+            assert target.get("other", a.id) is None
+            assert target.projects() == ["p"]
             again = target.import_records(records)
-            assert again["unchanged"] == len(records) - 1 and again["items"] == 0
+            assert again["unchanged"] == len(records) - 1
+            assert again["items"] == 0
             replay = target.create("p", new_item("a"), meta("op-a", "d"))
-            assert replay.replayed and replay.item is not None and replay.item.id == a.id
+            assert replay.replayed
+            assert replay.item is not None
+            assert replay.item.id == a.id
             target.create("p", new_item("continues"), meta(), sign_head=sign)
             assert verify_chain(target.history("p"), verify_head=verify).ok
             # a differing row under the same key: a conflict, nothing stored
@@ -584,7 +616,8 @@ class MemoryStoreConformance:
         assert [e.seq for e in entries] == list(range(1, 2 + 8 * 12))
         assert verify_chain(entries).ok
         counter = store.get("p", base.id)
-        assert counter is not None and counter.version == 1 + 8 * 6  # no lost update
+        assert counter is not None
+        assert counter.version == 1 + 8 * 6
         assert len(store.list_items("p", ItemFilter(), limit=1000).items) == 1 + 8 * 6
 
     def test_duplicate_operation_from_two_processes(
@@ -633,7 +666,8 @@ class MemoryStoreConformance:
             outs.append(json.loads(out))
         for i in range(5):
             (id1, rep1, seq1), (id2, rep2, seq2) = outs[0][i], outs[1][i]
-            assert id1 == id2 and seq1 == seq2  # one item, one entry
+            assert id1 == id2
+            assert seq1 == seq2
             assert sorted([rep1, rep2]) == [False, True]  # exactly one applied
         assert len(store.history("p")) == 5
         assert len(store.list_items("p", ItemFilter(), limit=50).items) == 5

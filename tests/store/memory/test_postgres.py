@@ -27,7 +27,8 @@ def test_move_a_project_from_sqlite_to_postgres(postgres_url: str, sqlite_url: s
         assert a is not None
         src.create("p", new_item("b"), WriteMeta("x", T0), supersedes=(a.id, 1))
         counts = dst.import_records(list(src.export_project("p")))
-        assert counts["items"] == 2 and counts["history"] == 3
+        assert counts["items"] == 2
+        assert counts["history"] == 3
         assert dst.get("p", a.id) == src.get("p", a.id)
         assert dst.history("p") == src.history("p")
         assert [i for i, _ in dst.search_text("p", "b", limit=5)] == [

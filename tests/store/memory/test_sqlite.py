@@ -21,7 +21,8 @@ class TestSqlite(MemoryStoreConformance):
 
 def test_default_url_creates_the_file_on_first_use(tmp_path: Path) -> None:
     url = default_url(tmp_path / "data")
-    assert url.startswith("sqlite:///") and url.endswith("/data/memory.sqlite")
+    assert url.startswith("sqlite:///")
+    assert url.endswith("/data/memory.sqlite")
     store = open_store(url)
     try:
         assert isinstance(store, SqliteMemoryStore)
