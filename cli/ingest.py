@@ -29,15 +29,30 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_ingest)
 
 
+EXIT_BAD_INPUT = 2
+"""A catalog that cannot be read at all: one line on stderr (the README's promise for bad input)."""
+
+
 def _ingest(args: argparse.Namespace) -> int:
-    report = ingest(Path(args.data), args.catalog, args.area)
-    return 0 if not report.failed else 1
+    from pipelines.sources.errors import SourceError
+
+    try:
+        report = ingest(Path(args.data), args.catalog, args.area)
+    except SourceError as exc:
+        print(f"earthmem: error [{exc.code}]: {exc.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0 if not report.failed and not report.held else 1
 
 
 def ingest(
     data: Path, catalog: str | None = None, area: str | None = None, workers: int = 3
 ) -> Any:
-    """Ingest with a persistent Dagster instance under ``<data>/dagster_home``, printing progress."""
+    """Ingest with a persistent Dagster instance under ``<data>/dagster_home``, printing progress.
+
+    The summary names every item skipped (id, code, reason) and every week held
+    because rewriting it would drop an overpass it stores; the command exits 1
+    when a run failed or a week was held, 2 when the catalog cannot be read.
+    """
     # Deferred: Dagster and the pipeline definitions take seconds to import; every other
     # `earthmem` command would pay for them at start-up.
     from dagster import DagsterInstance
@@ -72,4 +87,12 @@ def ingest(
     )
     for c in errors[:10]:
         print(f"  check failed: {c}")
+    print(
+        f"skipped items: {len(report.skipped)}; weeks held to keep what they store: "
+        f"{len(report.held)}"
+    )
+    for line in report.skipped:
+        print(f"  skipped: {line}")
+    for line in report.held:
+        print(f"  held: {line}")
     return report

@@ -23,12 +23,26 @@ import numpy.typing as npt
 from dagster import AssetCheckResult, AssetCheckSeverity
 
 from pipelines.lattice import LatticeWindow
-from pipelines.scenes import Discovery, ScenePartition, WriteBehind, merge_check_results
-from pipelines.sources.models import SceneItem
+from pipelines.scenes import (
+    Discovery,
+    ScenePartition,
+    WriteBehind,
+    merge_check_results,
+    skip_line,
+)
+from pipelines.sources.models import SceneItem, Skip
 from store.cube import CubeWriter
 from store.inventory import Inventory, InventoryRow
 
-__all__ = ["FamilyCheck", "RangeOutcome", "SceneFamily", "WeekArrays", "ingest_range", "write_week"]
+__all__ = [
+    "KEEP_CHECK",
+    "FamilyCheck",
+    "RangeOutcome",
+    "SceneFamily",
+    "WeekArrays",
+    "ingest_range",
+    "write_week",
+]
 
 
 class WeekArrays(Protocol):
@@ -37,6 +51,11 @@ class WeekArrays(Protocol):
     @property
     def values(self) -> Mapping[str, npt.NDArray[Any]]:
         """Stack band key -> ``(7, h, w)`` array (the keys of :attr:`SceneFamily.bands`)."""
+        ...
+
+    @property
+    def skipped(self) -> tuple[Skip, ...]:
+        """The week's items that could not be read, with reasons."""
         ...
 
 
@@ -89,8 +108,19 @@ class SceneFamily(Generic[W]):
     """``(week, band, block) -> rows``: the week's inventory rows (band is :attr:`name`)."""
     commit_items: bool = False
     """Record the week's sorted item ids as ``items`` in the commit metadata."""
-    report_skips: bool = False
-    """Report discovery skips as ``skipped`` in the cube asset's metadata."""
+
+    @property
+    def all_checks(self) -> tuple[FamilyCheck, ...]:
+        """The family's checks, then :data:`KEEP_CHECK` (every family has it)."""
+        return (*self.checks, KEEP_CHECK)
+
+
+KEEP_CHECK = FamilyCheck(
+    "stored_overpasses_kept",
+    "the week's new contents keep every overpass the partition already stores; otherwise the"
+    " week is held: neither its cube chunks nor its inventory rows are rewritten",
+)
+"""The check behind the rule "a re-ingest never removes a stored overpass" (see :func:`ingest_range`)."""
 
 
 @dataclass(frozen=True)
@@ -113,9 +143,25 @@ def ingest_range(
 ) -> RangeOutcome:
     """Stack, check and write each of a run's partitions, in week order.
 
+    The rule that keeps what is stored: a week is rewritten (cube chunks and
+    inventory rows together, all 7 days) only when its new contents keep every
+    item id the partition's inventory rows already name. Otherwise the week is
+    *held*: neither the cube nor the inventory is touched, its
+    ``stored_overpasses_kept`` ERROR check fails with each missing id and why
+    (the discovery or read skip that names it, a duplicate refused, "no longer
+    discovered", "no observed cells"), and ``warn`` is told. The pipeline cannot
+    tell a withdrawn scene from one that a broken entry hides (a moved bbox or a
+    year-9999 datetime look like absence to a search), so it never removes one:
+    removing a stored overpass is an operator's decision, not a side effect of a
+    bad catalog or a half-downloaded file. A week with nothing stored is written
+    with whatever could be read; its skips are reported.
+
     A partition without a window or items records an empty inventory
-    partition; a week whose ERROR checks fail is not written (and ``warn`` is
-    told). Week N is committed on a background thread while week N+1 is read.
+    partition (when it stores nothing); a week whose ERROR checks fail is not
+    written. Week N is committed on a background thread while week N+1 is read.
+    Every skip (discovery and read) is in the asset metadata (``skipped``), a
+    written week's own skips in its commit metadata, the held weeks with their
+    reasons in ``held_weeks``.
 
     Args:
         family: The scene family.
@@ -129,33 +175,96 @@ def ingest_range(
         The asset metadata and the merged check results.
     """
     per_week: dict[str, list[AssetCheckResult]] = {}
+    read_skips: list[Skip] = []
+    held: dict[str, list[str]] = {}
     with WriteBehind() as behind:
         for part in parts:
-            items = found.by_week.get(part.week, [])
-            if part.window is None or not items:
-                inventory.write_partition(f"{family.name}|{part.key}", [])
+            items = found.by_week.get(part.week, []) if part.window is not None else []
+            key = f"{family.name}|{part.key}"
+            stored = inventory.partition_item_ids(key)
+            skips = found.skips_in(part.week)
+            if not items and not stored:
+                inventory.write_partition(key, [])
                 continue
+            if not items:
+                dropped = _dropped(stored, frozenset(), found, skips, items)
+                per_week[part.week] = [_keep_check(family, dropped)]
+                held[part.week] = dropped
+                warn(f"{family.name} {part.key}: week held, stored overpasses kept: {dropped}")
+                continue
+            assert part.window is not None
             week = family.stack_week(items, part.window, part.t0)
-            checks = family.evaluate_checks(week, part.window)
-            per_week[part.week] = checks
-            if any(not c.passed and c.severity == AssetCheckSeverity.ERROR for c in checks):
+            read_skips.extend(week.skipped)
+            skips = [*skips, *week.skipped]
+            rows = family.inventory_rows(week, family.name, part.block)
+            new_ids = frozenset(i for r in rows for i in r.item_ids)
+            dropped = _dropped(stored, new_ids, found, skips, items)
+            per_week[part.week] = [
+                *family.evaluate_checks(week, part.window),
+                _keep_check(family, dropped),
+            ]
+            if dropped:
+                held[part.week] = dropped
+                warn(f"{family.name} {part.key}: week held, stored overpasses kept: {dropped}")
+                continue
+            if any(
+                not c.passed and c.severity == AssetCheckSeverity.ERROR for c in per_week[part.week]
+            ):
                 warn(f"{family.name} {part.key}: checks failed, week not written")
                 continue
             ids = sorted(i.id for i in items)
+            lines = [skip_line(s) for s in skips]
             behind.submit(
-                part.week, partial(write_week, family, writer, inventory, part, week, ids)
+                part.week,
+                partial(write_week, family, writer, inventory, part, week, ids, rows, lines),
             )
     written = behind.results()
     results = merge_check_results(per_week) or [
         AssetCheckResult(
             check_name=c.name, passed=True, metadata={"note": "no scenes in these partitions"}
         )
-        for c in family.checks
+        for c in family.all_checks
     ]
-    metadata: dict[str, Any] = {"weeks_written": sorted(written), "snapshots": written}
-    if family.report_skips:
-        metadata["skipped"] = [f"{s.item_id}: {s.reason}" for s in found.skipped]
+    skipped = [skip_line(s) for s in dict.fromkeys((*found.skipped, *read_skips))]
+    metadata: dict[str, Any] = {
+        "weeks_written": sorted(written),
+        "snapshots": written,
+        "skipped": skipped,
+        "held_weeks": held,
+    }
     return RangeOutcome(metadata, results)
+
+
+def _dropped(
+    stored: frozenset[str],
+    new_ids: frozenset[str],
+    found: Discovery,
+    skips: Sequence[Skip],
+    items: Sequence[SceneItem],
+) -> list[str]:
+    """Each stored item id the week's new contents would drop, and why (``id: reason``)."""
+    by_id = {s.item_id: s for s in (*found.skipped, *skips)}
+    discovered = {i.id for i in items}
+    out = []
+    for item_id in sorted(stored - new_ids):
+        if item_id in by_id:
+            why = f"[{by_id[item_id].code}] {by_id[item_id].reason}"
+        elif item_id in discovered:
+            why = "read, but it has no observed cells over the block any more"
+        else:
+            why = "no longer discovered for this week and block"
+        out.append(f"{item_id}: stored, would be dropped: {why}"[:500])
+    return out
+
+
+def _keep_check(family: SceneFamily[Any], dropped: list[str]) -> AssetCheckResult:
+    """The ``stored_overpasses_kept`` result of one week (fails when it would drop a stored id)."""
+    return AssetCheckResult(
+        check_name=KEEP_CHECK.name,
+        asset_key=family.asset,
+        passed=not dropped,
+        metadata={"would_drop": dropped},
+    )
 
 
 def write_week(
@@ -165,8 +274,12 @@ def write_week(
     part: ScenePartition,
     week: W,
     item_ids: list[str],
+    rows: list[InventoryRow],
+    skipped: list[str],
 ) -> str:
     """Commit one week (all 7 days, so the partition owns its chunks) and its inventory rows.
+
+    The commit metadata names the week's skips (``skipped``: ``id: [code] reason``).
 
     Returns:
         The snapshot id of the commit.
@@ -174,13 +287,12 @@ def write_week(
     win = part.window
     assert win is not None
     tslots = np.arange(part.t0, part.t0 + 7)
-    metadata: dict[str, Any] = {"asset": family.asset}
+    metadata: dict[str, Any] = {"asset": family.asset, "skipped": skipped}
     if family.commit_items:
         metadata["items"] = item_ids
     with writer.transaction(part.key, metadata=metadata) as tx:
         for key, band in family.bands:
             tx.write(band, tslots, win.lat_q0, win.lng_q0, week.values[key])
         tx.write(family.flag_band, tslots, win.lat_q0, win.lng_q0, family.flags(week))
-    rows = family.inventory_rows(week, family.name, part.block)
     inventory.write_partition(f"{family.name}|{part.key}", rows, snapshot_id=tx.snapshot_id)
     return str(tx.snapshot_id)

@@ -65,7 +65,7 @@ def scene_assets(family: SceneFamily[Any]) -> FamilyAssets:
         deps=[items],
         check_specs=[
             AssetCheckSpec(c.name, asset=family.asset, description=c.description)
-            for c in family.checks
+            for c in family.all_checks
         ],
     )
     def cube(

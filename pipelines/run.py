@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
@@ -31,7 +31,7 @@ from pipelines.tessera.assets import (
     tessera_items,
 )
 
-__all__ = ["IngestReport", "ingest_area", "materialize_range", "resources_for"]
+__all__ = ["IngestReport", "RangeRun", "ingest_area", "materialize_range", "resources_for"]
 
 SCENE_ASSETS = [s2_items, s2_indices, s1_items, s1_backscatter]
 """The assets of the scene partitions, materialised together."""
@@ -66,6 +66,25 @@ class IngestReport:
     """Wall time."""
     scenes: int = 0
     """S2 + S1 items found."""
+    skipped: list[str] = field(default_factory=list)
+    """``asset: item id: [code] reason`` of every item found but not used (discovery or read), once."""
+    held: list[str] = field(default_factory=list)
+    """``asset week: item id: reason`` of the weeks held to keep what they store (not rewritten)."""
+
+
+class RangeRun(NamedTuple):
+    """What one run over a block's range of weeks did (:func:`materialize_range`)."""
+
+    key: str
+    """``first partition key..last week``."""
+    ok: bool
+    """The run succeeded."""
+    failed_checks: list[str]
+    """Checks that did not pass (``(warn)`` suffix for WARN severity)."""
+    skipped: list[str]
+    """``asset: item id: [code] reason`` from the cube assets' metadata."""
+    held: list[str]
+    """``asset week: item id: reason`` of the held weeks."""
 
 
 def resources_for(data_dir: str | Path, catalog: str | Path, area: str | Path) -> dict[str, Any]:
@@ -136,15 +155,13 @@ def ingest_area(
         ) as pool:
             futures = {pool.submit(_worker_materialize, *r): r for r in todo}
             for fut in as_completed(futures):
-                key, ok, failed_checks = fut.result()
-                _record(report, key, ok, failed_checks, n_weeks[futures[fut]])
+                _record_range(report, fut.result(), n_weeks[futures[fut]])
                 done += n_weeks[futures[fut]]
                 if progress:
                     progress("scene partitions (week x block)", done, sum(n_weeks.values()))
     else:
         for r in todo:
-            key, ok, failed_checks = materialize_range(resources, inst, *r)
-            _record(report, key, ok, failed_checks, n_weeks[r])
+            _record_range(report, materialize_range(resources, inst, *r), n_weeks[r])
             done += n_weeks[r]
             if progress:
                 progress("scene partitions (week x block)", done, sum(n_weeks.values()))
@@ -201,6 +218,28 @@ def _record(
     report.failed_checks.extend(f"{key}: {c}" for c in failed_checks)
 
 
+def _record_range(report: IngestReport, run: RangeRun, partitions: int) -> None:
+    _record(report, run.key, run.ok, run.failed_checks, partitions)
+    report.skipped.extend(s for s in run.skipped if s not in report.skipped)
+    report.held.extend(h for h in run.held if h not in report.held)
+
+
+def _skips_and_held(result: Any) -> tuple[list[str], list[str]]:
+    """The ``skipped`` and ``held_weeks`` metadata of a run's cube materialisations, each once."""
+    skipped: dict[str, None] = {}
+    held: dict[str, None] = {}
+    for ev in result.get_asset_materialization_events():
+        mat = ev.step_materialization_data.materialization
+        asset = mat.asset_key.to_user_string()
+        meta = mat.metadata
+        if "skipped" in meta:
+            skipped.update((f"{asset}: {s}", None) for s in meta["skipped"].value)
+        if "held_weeks" in meta:
+            for week, lines in sorted(meta["held_weeks"].value.items()):
+                held.update((f"{asset} {week}: {line}", None) for line in lines)
+    return list(skipped), list(held)
+
+
 def _collect(result: Any, key: str, report: IngestReport) -> None:
     _record(report, key, bool(result.success), _failed_checks(result))
 
@@ -213,7 +252,7 @@ def _worker_init(data_dir: str, catalog: str, area: str) -> None:
     _WORKER["instance"] = DagsterInstance.get()
 
 
-def _worker_materialize(block: str, first_week: str, last_week: str) -> tuple[str, bool, list[str]]:
+def _worker_materialize(block: str, first_week: str, last_week: str) -> RangeRun:
     return materialize_range(
         _WORKER["resources"], _WORKER["instance"], block, first_week, last_week
     )
@@ -229,7 +268,7 @@ def materialize_range(
     block: str,
     first_week: str,
     last_week: str,
-) -> tuple[str, bool, list[str]]:
+) -> RangeRun:
     """One run over a block's weeks ``first_week..last_week`` (a single-run backfill range)."""
     start, end = str(scene_key(first_week, block)), str(scene_key(last_week, block))
     result = materialize(
@@ -243,4 +282,7 @@ def materialize_range(
             "dagster/asset_partition_range_end": end,
         },
     )
-    return f"{start}..{last_week}", bool(result.success), _failed_checks(result)
+    skipped, held = _skips_and_held(result)
+    return RangeRun(
+        f"{start}..{last_week}", bool(result.success), _failed_checks(result), skipped, held
+    )

@@ -38,6 +38,7 @@ __all__ = [
     "discovery_metadata",
     "merge_check_results",
     "scene_partitions",
+    "skip_line",
 ]
 
 
@@ -70,7 +71,13 @@ class Discovery:
     by_week: dict[str, list[SceneItem]] = field(default_factory=dict)
     """Week key -> the items of that week over the block (sorted by datetime, id)."""
     skipped: tuple[Skip, ...] = ()
-    """Items the source could not use, with reasons."""
+    """Items the source could not use, with reasons (each once, also when several searches saw it)."""
+
+    def skips_in(self, week: str) -> list[Skip]:
+        """The skips whose item's acquisition time falls in ``week`` (those without a time: none)."""
+        return [
+            s for s in self.skipped if s.when is not None and week_key_of(s.when.date()) == week
+        ]
 
     def ids(self) -> dict[str, list[str]]:
         """Week key -> item ids (for asset metadata)."""
@@ -121,7 +128,7 @@ def discover(
             week = week_key_of(item.datetime.date())
             if week in weeks:
                 by_week[week].append(item)
-    return Discovery(dict(by_week), tuple(skipped))
+    return Discovery(dict(by_week), tuple(dict.fromkeys(skipped)))
 
 
 def discovery_metadata(found: Discovery) -> dict[str, Any]:
@@ -129,8 +136,13 @@ def discovery_metadata(found: Discovery) -> dict[str, Any]:
     return {
         "items_by_week": found.ids(),
         "n_items": sum(len(v) for v in found.by_week.values()),
-        "skipped": [f"{s.item_id}: {s.reason}" for s in found.skipped],
+        "skipped": [skip_line(s) for s in found.skipped],
     }
+
+
+def skip_line(skip: Skip) -> str:
+    """One skip as reported in metadata and the CLI summary: ``item id: [code] reason``."""
+    return f"{skip.item_id}: [{skip.code}] {skip.reason}"
 
 
 def merge_check_results(per_week: dict[str, list[AssetCheckResult]]) -> list[AssetCheckResult]:

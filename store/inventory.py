@@ -178,6 +178,26 @@ class Inventory:
             tmp.unlink(missing_ok=True)
         return final
 
+    def partition_item_ids(self, partition_key: str) -> frozenset[str]:
+        """The item ids of a partition's stored rows (empty when it has none, or no file).
+
+        The pipelines compare them with what a re-ingest would write, so a week
+        never drops an overpass it already stores.
+
+        Raises:
+            InvalidInventory: The partition's file cannot be read.
+        """
+        path = self.root / _file_name(partition_key)
+        if not path.exists():
+            return frozenset()
+        try:
+            column = pq.read_table(path, columns=["item_ids"])["item_ids"]
+        except (OSError, pa.ArrowException) as err:
+            raise InvalidInventory(
+                f"inventory partition {partition_key!r} unreadable: {err}"
+            ) from err
+        return frozenset(i for ids in column.to_pylist() for i in ids or ())
+
     def delete_partition(self, partition_key: str) -> bool:
         """Remove a partition's rows.
 

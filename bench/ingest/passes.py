@@ -150,7 +150,7 @@ def run_dagster(area: DemoArea, plan: Plan, data: Path) -> DagsterPass:
             for i in range(0, len(weeks), RANGE_WEEKS):
                 chunk = weeks[i : i + RANGE_WEEKS]
                 tp = time.perf_counter()
-                key, ok, checks = materialize_range(resources, inst, b, chunk[0], chunk[-1])
+                key, ok, checks, *_ = materialize_range(resources, inst, b, chunk[0], chunk[-1])
                 per.append((time.perf_counter() - tp) / len(chunk))
                 failed_checks += [f"{key}: {c}" for c in checks]
                 if not ok:

@@ -30,7 +30,6 @@ S2: SceneFamily[WeekStack] = SceneFamily(
     flags=attrgetter("clear"),
     inventory_rows=inventory_rows,
     commit_items=True,
-    report_skips=True,
 )
 """The Sentinel-2 L2A family: five spectral indices and the clear flag."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, date, datetime, time
 from typing import Any, Protocol, runtime_checkable
 
@@ -18,6 +19,7 @@ __all__ = [
     "datetime_interval",
     "finish",
     "item_in_window",
+    "resolve_duplicates",
     "window",
 ]
 
@@ -141,9 +143,81 @@ def cloud_ok(item: SceneItem, max_cloud: float | None) -> bool:
 def finish(
     items: Iterable[SceneItem], skipped: Iterable[Skip], cloud_filter: Any = "none"
 ) -> SearchResult:
-    """Sort items by (datetime, id), drop duplicate ids, and build the result."""
-    unique: dict[str, SceneItem] = {}
+    """Resolve duplicate ids (:func:`resolve_duplicates`), sort items by (datetime, id), build the result."""
+    kept, refused = resolve_duplicates(items)
+    ordered = sorted(kept, key=lambda it: (it.datetime, it.id))
+    return SearchResult(
+        items=tuple(ordered), skipped=(*skipped, *refused), cloud_filter=cloud_filter
+    )
+
+
+def resolve_duplicates(items: Iterable[SceneItem]) -> tuple[list[SceneItem], list[Skip]]:
+    """Keep one item per id, chosen by content and ``updated``, never by the order items came in.
+
+    Copies of an id whose content is the same (every parsed field but where the JSON
+    was found) are one item: the copy with the smallest ``source_href`` is kept, the
+    others are reported as identical duplicates. Copies that differ are ranked by
+    their ``updated`` property (a copy without one ranks below any copy with one):
+    the single newest copy is used and the others are reported as superseded. When
+    no single copy is newest (no ``updated``, or a tie) the id is refused: every copy
+    is reported and none is used, so a stored scene is never replaced by a guess.
+
+    Returns:
+        ``(kept items, skips)``; every copy not kept is a skip with code ``duplicate_id``.
+    """
+    by_id: dict[str, list[SceneItem]] = {}
     for item in items:
-        unique.setdefault(item.id, item)
-    ordered = sorted(unique.values(), key=lambda it: (it.datetime, it.id))
-    return SearchResult(items=tuple(ordered), skipped=tuple(skipped), cloud_filter=cloud_filter)
+        by_id.setdefault(item.id, []).append(item)
+    kept: list[SceneItem] = []
+    skips: list[Skip] = []
+    for copies in by_id.values():
+        copies.sort(key=lambda c: c.source_href or "")
+        if len(copies) == 1:
+            kept.append(copies[0])
+            continue
+        distinct: list[SceneItem] = []  # the first copy of each content (items are not hashable)
+        for c in copies:
+            first = next((d for d in distinct if _same_content(c, d)), None)
+            if first is None:
+                distinct.append(c)
+            else:
+                skips.append(_duplicate(c, f"identical duplicate of {first.source_href}; ignored"))
+        if len(distinct) == 1:
+            kept.append(copies[0])
+            continue
+        ranked = sorted(distinct, key=_updated_rank, reverse=True)
+        if _updated_rank(ranked[0]) > _updated_rank(ranked[1]):
+            winner = ranked[0]
+            kept.append(winner)
+            skips.extend(
+                _duplicate(
+                    c,
+                    f"superseded by the copy at {winner.source_href}"
+                    f" (updated {winner.updated.isoformat() if winner.updated else None}"
+                    f" > {c.updated.isoformat() if c.updated else None})",
+                )
+                for c in ranked[1:]
+            )
+            continue
+        hrefs = ", ".join(str(c.source_href) for c in ranked)
+        skips.extend(
+            _duplicate(
+                c,
+                f"copy at {c.source_href} refused: {len(ranked)} copies with different content"
+                f" and no single newest `updated` ({hrefs})",
+            )
+            for c in ranked
+        )
+    return kept, skips
+
+
+def _same_content(a: SceneItem, b: SceneItem) -> bool:
+    return replace(a, source_href=None) == replace(b, source_href=None)
+
+
+def _updated_rank(item: SceneItem) -> tuple[int, datetime]:
+    return (0, datetime.min.replace(tzinfo=UTC)) if item.updated is None else (1, item.updated)
+
+
+def _duplicate(item: SceneItem, reason: str) -> Skip:
+    return Skip(item.id, f"duplicate id: {reason}", "duplicate_id", item.source_href, item.datetime)

@@ -7,6 +7,7 @@ handles STAC JSON.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -113,6 +114,10 @@ class SceneItem:
     """Vintage year of a Tessera item, else None."""
     platform: str | None = field(default=None)
     """``platform`` property (``sentinel-2a``), if present."""
+    updated: dt.datetime | None = None
+    """``updated`` property (STAC common metadata: when the item was last changed), if present
+    and readable; decides between two items with the same id
+    (:func:`~pipelines.sources.base.resolve_duplicates`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assets", MappingProxyType(dict(self.assets)))
@@ -138,6 +143,8 @@ class Skip:
     """Machine code of the error that caused it (``missing_asset``, ``unknown_crs``, ...)."""
     href: str | None = None
     """Item or asset href concerned, if known."""
+    when: datetime | None = None
+    """Acquisition time of the item when it could be read (places the skip in its week)."""
 
 
 @dataclass(frozen=True, slots=True)

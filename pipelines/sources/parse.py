@@ -363,7 +363,19 @@ def parse_item(
         source_href=source_href,
         tessera_year=year,
         platform=platform if isinstance(platform, str) else None,
+        updated=_updated(props),
     )
+
+
+def _updated(props: Mapping[str, Any]) -> datetime | None:
+    """The ``updated`` property, or None when absent or unreadable (it only ranks duplicates)."""
+    raw = props.get("updated")
+    if not isinstance(raw, str):
+        return None
+    try:
+        return parse_datetime(raw)
+    except InvalidDate:
+        return None
 
 
 def parse_or_skip(
@@ -377,16 +389,29 @@ def parse_or_skip(
     try:
         return parse_item(item, kind=kind, required_roles=required_roles, source_href=source_href)
     except SourceError as err:
-        return Skip(
-            item_id=_id_of(item, source_href), reason=err.message, code=err.code, href=source_href
-        )
+        reason, code = err.message, err.code
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        return Skip(
-            item_id=_id_of(item, source_href),
-            reason=f"unparseable item: {err!r}",
-            code=CorruptItem.code,
-            href=source_href,
-        )
+        reason, code = f"unparseable item: {err!r}", CorruptItem.code
+    return Skip(
+        item_id=_id_of(item, source_href),
+        reason=reason,
+        code=code,
+        href=source_href,
+        when=_when_of(item),
+    )
+
+
+def _when_of(item: Mapping[str, Any] | pystac.Item) -> datetime | None:
+    """The acquisition time of an item that failed to parse, when it can still be read."""
+    if isinstance(item, pystac.Item):
+        return item.datetime
+    props = item.get("properties") if isinstance(item, Mapping) else None
+    if not isinstance(props, Mapping):
+        return None
+    try:
+        return parse_datetime(props.get("datetime") or props.get("start_datetime"))
+    except InvalidDate:
+        return None
 
 
 def _id_of(item: Mapping[str, Any] | pystac.Item, fallback: str | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -13,27 +14,50 @@ import pystac
 
 from pipelines.sources.bands import COLLECTION_KIND, canonical_collection
 from pipelines.sources.base import BBox, cloud_ok, finish, item_in_window, window
-from pipelines.sources.errors import CatalogUnreachable, SourceError
+from pipelines.sources.errors import CatalogUnreachable, CorruptItem, SourceError
 from pipelines.sources.models import Kind, SceneItem, SearchResult, Skip
 from pipelines.sources.parse import item_to_dict, parse_or_skip
 
-__all__ = ["StaticCatalogSource", "load_catalog_items"]
+__all__ = ["LoadedCatalog", "StaticCatalogSource", "load_catalog", "load_catalog_items"]
 
 
 def load_catalog_items(catalog_path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     """Read every item of a static catalog as ``(item_href, item_dict)``.
 
+    Items whose JSON cannot be read are left out (:func:`load_catalog` reports them).
+
+    Raises:
+        CatalogUnreachable: The catalog (or a catalog or collection it links) is missing or unreadable.
+    """
+    return load_catalog(catalog_path).items
+
+
+@dataclass(frozen=True)
+class LoadedCatalog:
+    """A static catalog's items, and the item files that could not be read."""
+
+    items: list[tuple[str, dict[str, Any]]]
+    """``(item_href, item_dict)``, sorted by href."""
+    broken: list[tuple[str | None, Skip]]
+    """``(collection of the linking parent, skip)`` of every item file that is not a readable item."""
+
+
+def load_catalog(catalog_path: str | Path) -> LoadedCatalog:
+    """Read every item of a static catalog, and record the item files that cannot be read.
+
     Local catalogs are walked by following ``child``/``item`` links over the
     raw JSON (about 20x faster than building pystac objects); remote ones go
     through pystac. Asset hrefs are made absolute; ``collection`` is set from
-    the parent collection when the item lacks it.
+    the parent collection when the item lacks it. A file linked as an ``item``
+    that is missing, not JSON or not a STAC Feature is one bad item (a skip with
+    its reason), not a broken catalog: the other items still load.
 
     Raises:
-        CatalogUnreachable: The catalog (or a file it links) is missing or unreadable.
+        CatalogUnreachable: The catalog, or a catalog or collection it links, is missing or unreadable.
     """
     path = str(catalog_path)
     if "://" in path and not path.startswith("file://"):
-        return _load_with_pystac(path)
+        return LoadedCatalog(_load_with_pystac(path), [])
     return _load_json_tree(Path(path.removeprefix("file://")).resolve())
 
 
@@ -50,40 +74,57 @@ def _read_json(path: Path, root: str) -> dict[str, Any]:
     return data
 
 
-def _load_json_tree(root: Path) -> list[tuple[str, dict[str, Any]]]:
+def _load_json_tree(root: Path) -> LoadedCatalog:
     top = str(root)
     out: list[tuple[str, dict[str, Any]]] = []
+    broken: list[tuple[str | None, Skip]] = []
     seen: set[Path] = set()
-    stack: list[tuple[Path, str | None]] = [(root, None)]
+    stack: list[tuple[Path, str | None, str]] = [(root, None, "root")]
     while stack:
-        path, parent_collection = stack.pop()
+        path, parent_collection, rel = stack.pop()
         if path in seen:
             continue
         seen.add(path)
-        data = _read_json(path, top)
+        try:
+            data = _read_json(path, top)
+        except CatalogUnreachable as err:
+            if rel != "item":
+                raise
+            broken.append((parent_collection, _bad_item_file(path, err.message)))
+            continue
         if data.get("type") == "Feature":
             href = str(path)
-            for asset in (data.get("assets") or {}).values():
+            assets = data.get("assets")
+            for asset in assets.values() if isinstance(assets, dict) else ():
                 if isinstance(asset, dict) and isinstance(asset.get("href"), str):
                     asset["href"] = _absolute(asset["href"], path)
             if not data.get("collection") and parent_collection:
                 data["collection"] = parent_collection
             out.append((href, data))
             continue
+        if rel == "item":
+            broken.append((parent_collection, _bad_item_file(path, "not a STAC item (Feature)")))
+            continue
         if data.get("type") not in ("Catalog", "Collection"):
             raise CatalogUnreachable(top, f"not a catalog, collection or item: {path}")
         collection = data.get("id") if data.get("type") == "Collection" else parent_collection
         children = [
-            (path.parent / link["href"]).resolve()
+            ((path.parent / link["href"]).resolve(), str(link["rel"]))
             for link in data.get("links", [])
             if isinstance(link, dict)
             and link.get("rel") in ("child", "item")
             and isinstance(link.get("href"), str)
             and "://" not in link["href"]
         ]
-        stack.extend((child, collection) for child in reversed(children))
+        stack.extend((child, collection, r) for child, r in reversed(children))
     out.sort(key=lambda pair: pair[0])
-    return out
+    broken.sort(key=lambda pair: pair[1].item_id)
+    return LoadedCatalog(out, broken)
+
+
+def _bad_item_file(path: Path, message: str) -> Skip:
+    """The skip of an item file that is not a readable item (its id is unknown: the path stands in)."""
+    return Skip(str(path), f"unreadable item file: {message}"[:300], CorruptItem.code, str(path))
 
 
 def _absolute(href: str, item_path: Path) -> str:
@@ -138,12 +179,12 @@ class StaticCatalogSource:
         """
         self.catalog_path = str(catalog_path)
         self.required_roles = dict(required_roles or {})
-        self._items: list[tuple[str, dict[str, Any]]] | None = None
+        self._loaded: LoadedCatalog | None = None
 
-    def _all(self) -> list[tuple[str, dict[str, Any]]]:
-        if self._items is None:
-            self._items = load_catalog_items(self.catalog_path)
-        return self._items
+    def _load(self) -> LoadedCatalog:
+        if self._loaded is None:
+            self._loaded = load_catalog(self.catalog_path)
+        return self._loaded
 
     def search(
         self,
@@ -158,8 +199,12 @@ class StaticCatalogSource:
         wanted = canonical_collection(collection)
         kind = COLLECTION_KIND.get(wanted)
         items: list[SceneItem] = []
-        skipped: list[Skip] = []
-        for href, data in self._all():
+        loaded = self._load()
+        # an unreadable item file has no footprint or time: reported by every search of its collection
+        skipped = [
+            skip for coll, skip in loaded.broken if canonical_collection(str(coll or "")) == wanted
+        ]
+        for href, data in loaded.items:
             if canonical_collection(str(data.get("collection", ""))) != wanted:
                 continue
             try:
@@ -167,6 +212,15 @@ class StaticCatalogSource:
                     continue
             except SourceError as err:
                 skipped.append(Skip(str(data.get("id", href)), err.message, err.code, href))
+                continue
+            except (
+                AttributeError,
+                KeyError,
+                TypeError,
+                ValueError,
+            ) as err:  # malformed JSON shapes
+                reason = f"unparseable item: {err!r}"[:300]
+                skipped.append(Skip(str(data.get("id", href)), reason, CorruptItem.code, href))
                 continue
             roles = self.required_roles.get(kind) if kind else None
             parsed = parse_or_skip(data, kind=kind, required_roles=roles, source_href=href)
