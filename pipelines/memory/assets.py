@@ -11,7 +11,6 @@ marked stale. The re-check signs nothing: history heads written by the pipeline
 carry no signature until the API signs the next head (the audit reports them).
 """
 
-
 import os
 from typing import Any
 
