@@ -101,6 +101,7 @@ def refresh_seconds(value: str | float | None = None) -> float:
         )
     return seconds
 
+
 _AS_OF_READERS = 4  # readers opened as_of a time, kept (LRU)
 
 

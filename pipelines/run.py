@@ -19,6 +19,7 @@ from typing import Any
 
 from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
+from pipelines.instance import fail_dead_runs, run_tags
 from pipelines.partitions import register_area_blocks, scene_key, week_key_of
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource, load_area
 from pipelines.sentinel1.assets import s1_backscatter, s1_items
@@ -117,6 +118,7 @@ def ingest_area(
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     resources = resources_for(data_dir, catalog, area)
     inst = instance or DagsterInstance.get()
+    fail_dead_runs(inst)  # runs of killed ingests would stay STARTED for ever (no daemon)
     _, bbox = load_area(area)
     blocks = register_area_blocks(inst, bbox)
     weeks, n_scenes, found_years = _plan(resources, start, end or date.today())
@@ -156,6 +158,7 @@ def ingest_area(
             instance=inst,
             raise_on_error=False,
             run_config=QUIET,
+            tags=run_tags(inst),
         )
         _collect(result, str(year), report)
         report.years.append(year)
@@ -167,6 +170,7 @@ def ingest_area(
         instance=inst,
         raise_on_error=False,
         run_config=QUIET,
+        tags=run_tags(inst),
     )
     _collect(result, "multi_year", report)
     report.seconds = time.perf_counter() - t_start
@@ -230,6 +234,7 @@ def materialize_range(
         raise_on_error=False,
         run_config=QUIET,
         tags={
+            **run_tags(instance),
             "dagster/asset_partition_range_start": start,
             "dagster/asset_partition_range_end": end,
         },

@@ -8,4 +8,5 @@ from cli.main import main
 def test_a_bad_refresh_interval_exits_2_with_one_line(tmp_path, capsys) -> None:
     assert main(["serve", "--data", str(tmp_path), "--refresh-seconds", "-3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "invalid_refresh_seconds" in err[0]
+    assert len(err) == 1
+    assert "invalid_refresh_seconds" in err[0]
