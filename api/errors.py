@@ -137,6 +137,7 @@ _STORE_STATUS = {
     "invalid_number": 422,
     "invalid_fact": 422,
     "snapshot_not_found": 404,
+    "snapshot_expired": 404,
     "cube_not_found": 503,
     "vector_table_error": 503,
 }
