@@ -5,7 +5,8 @@ everything lazily and read-only, and keeps:
 
 * the :class:`~store.cube.CubeReader` of the branch tip, reopened when the tip
   moves (checked with one cheap ``lookup_branch`` at most every
-  ``tip_check_seconds``), plus a few readers opened ``as_of`` a time; all of them
+  ``tip_check_seconds``: the refresh policy, default :data:`DEFAULT_TIP_CHECK_SECONDS`,
+  set by ``$EARTHMEM_REFRESH_SECONDS`` or ``earthmem serve --refresh-seconds``), plus a few readers opened ``as_of`` a time; all of them
   share one :class:`~store.cube.ChunkCache` (decoded block columns and tiles,
   bounded by bytes, keyed by snapshot), so a new snapshot never serves stale
   values. How chunks are found, fetched and decoded is the store's
@@ -64,14 +65,45 @@ _LOG = logging.getLogger("earthmem.context")
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "DEFAULT_TIP_CHECK_SECONDS",
+    "ENV_REFRESH_SECONDS",
     "MANIFEST_CANDIDATES",
     "ServiceContext",
     "gazetteer_feature",
     "nearest_slots",
+    "refresh_seconds",
 ]
 
 DEFAULT_TIP_CHECK_SECONDS = 1.0
-"""At most one branch-tip lookup per this many seconds."""
+"""At most one branch-tip lookup per this many seconds (when nothing else is set)."""
+
+ENV_REFRESH_SECONDS = "EARTHMEM_REFRESH_SECONDS"
+"""Environment variable: the refresh interval of a running server, in seconds."""
+
+
+def refresh_seconds(value: str | float | None = None) -> float:
+    """The refresh interval: ``value``, else ``$EARTHMEM_REFRESH_SECONDS``, else the default.
+
+    A server moves to a newer snapshot (and reopens moved k-NN tables and a changed
+    inventory) at most once per this interval; 0 checks on every request.
+
+    Raises:
+        InvalidArgument: not a finite number >= 0 (``invalid_refresh_seconds``).
+    """
+    raw = value if value is not None else os.environ.get(ENV_REFRESH_SECONDS)
+    if raw is None or raw == "":
+        return DEFAULT_TIP_CHECK_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not (seconds >= 0 and seconds != float("inf")):
+        raise InvalidArgument(
+            f"the refresh interval ({ENV_REFRESH_SECONDS} / --refresh-seconds) must be a "
+            f"number of seconds >= 0, got {raw!r}",
+            code="invalid_refresh_seconds",
+        )
+    return seconds
+
 
 _AS_OF_READERS = 4  # readers opened as_of a time, kept (LRU)
 
@@ -98,7 +130,8 @@ class ServiceContext:
         read_only: Must be true: the API never writes the store (the signing
             key under ``keys/`` is the only file it may create).
         cache_bytes: Bound of the column cache.
-        tip_check_seconds: Minimum interval between branch-tip checks.
+        tip_check_seconds: Minimum interval between branch-tip checks (default:
+            :func:`refresh_seconds`, i.e. ``$EARTHMEM_REFRESH_SECONDS`` or 1 s).
         signer: A signer to use instead of the data directory's key (tests).
         manifest_path: JSON file with the named features (``{"features": [...]}``,
             e.g. the sample's ``manifest.json``); default: see :data:`MANIFEST_CANDIDATES`.
@@ -110,7 +143,7 @@ class ServiceContext:
         *,
         read_only: bool = True,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
-        tip_check_seconds: float = DEFAULT_TIP_CHECK_SECONDS,
+        tip_check_seconds: float | None = None,
         signer: Signer | None = None,
         manifest_path: str | os.PathLike[str] | None = None,
         memory_url: str | None = None,
@@ -124,7 +157,7 @@ class ServiceContext:
         """Per-token write rate limit of this process."""
         self._memory: MemoryStore | None = None
         self.cache_bytes = int(cache_bytes)
-        self.tip_check_seconds = float(tip_check_seconds)
+        self.tip_check_seconds = refresh_seconds(tip_check_seconds)
         self.charts = ChartStore()
         self._signer = signer
         self._lock = threading.RLock()

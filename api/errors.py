@@ -160,6 +160,7 @@ _STORE_STATUS = {
     "import_conflict": 409,
     "invalid_cursor": 422,
     "memory_backend_unavailable": 503,
+    "snapshot_expired": 404,
     "cube_not_found": 503,
     "vector_table_error": 503,
 }

@@ -72,6 +72,13 @@ def register(sub: Any) -> None:
         default=True,
         help="log every request (default: on)",
     )
+    serve.add_argument(
+        "--refresh-seconds",
+        default=None,
+        help="move to a newer cube snapshot (and reopen changed k-NN tables and inventory) at "
+        "most once per this many seconds; 0 checks on every request "
+        "(default: $EARTHMEM_REFRESH_SECONDS or 1)",
+    )
     serve.set_defaults(handler=_serve)
 
     mcp = sub.add_parser("mcp", help="serve MCP over stdio (for agent hosts)")
@@ -132,8 +139,12 @@ def _serve(args: argparse.Namespace) -> int:
     # Deferred: uvicorn and the REST app (FastAPI, the service layer) are slow to import.
     import uvicorn
 
+    from api.context import ENV_REFRESH_SECONDS, refresh_seconds
     from api.rest import ENV_DATA, ENV_HOST, ENV_MCP_STATELESS, create_app
 
+    if args.refresh_seconds is not None:  # every worker's context reads it from the environment
+        os.environ[ENV_REFRESH_SECONDS] = repr(refresh_seconds(args.refresh_seconds))
+    refresh = refresh_seconds()
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise InvalidArgument(
@@ -144,7 +155,8 @@ def _serve(args: argparse.Namespace) -> int:
     print(
         f"earthmem serving {data_dir} on http://{args.host}:{args.port} "
         f"(REST /v1, MCP /mcp{' stateless' if workers > 1 else ''}, docs /docs; "
-        f"{workers} worker{'s' if workers > 1 else ''})",
+        f"{workers} worker{'s' if workers > 1 else ''}; new snapshots picked up within "
+        f"{refresh:g} s)",
         file=sys.stderr,
     )
     options: dict[str, Any] = {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,16 +54,11 @@ def ingest(
     """
     # Deferred: Dagster and the pipeline definitions take seconds to import; every other
     # `earthmem` command would pay for them at start-up.
-    from dagster import DagsterInstance
-
+    from pipelines.instance import open_instance
     from pipelines.run import ingest_area
 
-    home = Path(os.environ.get("DAGSTER_HOME") or (data / "dagster_home")).resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    home = Path(os.environ.get("DAGSTER_HOME") or (data / "dagster_home"))
     cfg = Path(__file__).resolve().parents[1] / "dagster.yaml"
-    if cfg.exists() and not (home / "dagster.yaml").exists():
-        shutil.copy(cfg, home / "dagster.yaml")
-    os.environ["DAGSTER_HOME"] = str(home)
     catalog_path = catalog or str(data / "sample" / "catalog.json")
     area_path = area or str(data / "sample" / "manifest.json")
 
@@ -72,7 +66,7 @@ def ingest(
         end = "\n" if done >= total else ""
         print(f"\r  {stage}: {done}/{total}", end=end, file=sys.stderr, flush=True)
 
-    with DagsterInstance.get() as instance:
+    with open_instance(home, cfg) as instance:
         report = ingest_area(
             data, catalog_path, area_path, instance=instance, progress=progress, workers=workers
         )

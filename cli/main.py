@@ -1,25 +1,58 @@
 """The ``earthmem`` command.
 
 Each subcommand is a thin adapter: parse arguments, call a plain function,
-print JSON or text. Bad input exits with status 2 and one line on stderr.
+print JSON or text. Bad input exits with status 2 and one line on stderr; a full
+disk (an environment failure, not bad input) exits with status 1 and one line.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from api.errors import ApiError
-from cli import commands, ingest, memory
+from cli import commands, gc, ingest, memory
 from store import address, tslot
 from store.errors import AddressError, StoreError
 
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+EXIT_ENVIRONMENT = 1
+"""Status of a failure of the machine rather than of the input (a full disk)."""
+
+_DISK_FULL = re.compile(
+    r"no space left on device|database or disk is full|disk quota exceeded"
+    r"|\d+ requested and \d+ written",
+    re.IGNORECASE,
+)
+
+
+def disk_full(exc: BaseException) -> BaseException | None:
+    """The exception in ``exc``'s chain that says the disk is full, if any.
+
+    Disk-full failures arrive in many shapes: ``OSError(ENOSPC)``, SQLite's
+    "database or disk is full" (through SQLAlchemy and Dagster), numpy's
+    "N requested and M written", icechunk's storage errors quoting the OS error.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return e
+        if _DISK_FULL.search(str(e)):
+            return e
+        todo += [e.__cause__, e.__context__]
+    return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -140,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.register(sub)
     ingest.register(sub)
     memory.register(sub)
+    gc.register(sub)
     return p
 
 
@@ -156,6 +190,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = getattr(exc, "code", "invalid_argument")
         print(f"earthmem: error [{code}]: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:
+        full = disk_full(exc)
+        if full is None:
+            raise
+        detail = " ".join(str(full).split())[:200]
+        print(
+            f"earthmem: error [disk_full]: the disk is full ({detail}); what was committed "
+            "before stays readable: free space (or run `earthmem gc`) and run again",
+            file=sys.stderr,
+        )
+        return EXIT_ENVIRONMENT
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,26 +1,32 @@
-"""Schedules and sensors: a daily ingest of the current week, and a STAC sensor for new items."""
+"""Schedules and sensors: a daily ingest of the current week, a STAC sensor for new items, and a
+weekly collection of old history (:mod:`pipelines.retention`)."""
 
 import json
 from datetime import UTC, date, datetime, timedelta
 
 from dagster import (
     AssetSelection,
+    Config,
     DefaultScheduleStatus,
     DefaultSensorStatus,
+    OpExecutionContext,
     RunRequest,
     ScheduleEvaluationContext,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
     define_asset_job,
+    job,
+    op,
     schedule,
     sensor,
 )
 
 from pipelines.partitions import register_area_blocks, scene_key, week_key_of
-from pipelines.resources import AreaResource, SceneSourceResource
+from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
+from pipelines.retention import DEFAULT_KEEP_DAYS, collect
 
-__all__ = ["daily_ingest", "scene_ingest_job", "stac_new_items_sensor"]
+__all__ = ["daily_ingest", "gc_job", "scene_ingest_job", "stac_new_items_sensor", "weekly_gc"]
 
 scene_ingest_job = define_asset_job(
     "scene_ingest",
@@ -95,3 +101,42 @@ def stac_new_items_sensor(
         ],
         cursor=cursor,
     )
+
+
+class GcConfig(Config):
+    """The retention window of the ``gc`` job (days)."""
+
+    keep_days: float = DEFAULT_KEEP_DAYS
+
+
+@op
+def collect_history(context: OpExecutionContext, config: GcConfig, store: StoreResource) -> None:
+    """Expire old cube snapshots and delete old finished runs (see :mod:`pipelines.retention`)."""
+    done = collect(store.data_dir, context.instance, config.keep_days)
+    cube = done.cube
+    context.log.info(
+        f"gc (keep {config.keep_days:g} days): "
+        + (
+            f"{cube.expired} snapshots expired, {cube.bytes_deleted} bytes deleted; "
+            if cube is not None
+            else "no cube; "
+        )
+        + f"{done.runs_deleted} runs deleted ({done.runs_kept_latest} old runs kept as latest)"
+    )
+
+
+@job
+def gc_job() -> None:
+    """Apply the retention to the cube and the Dagster instance."""
+    collect_history()
+
+
+@schedule(
+    job=gc_job,
+    cron_schedule="0 3 * * 0",
+    execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.STOPPED,
+)
+def weekly_gc(context: ScheduleEvaluationContext) -> RunRequest:
+    """Every Sunday at 03:00 UTC: collect history older than the default window."""
+    return RunRequest(run_key=f"gc|{context.scheduled_execution_time.date().isoformat()}")

@@ -18,8 +18,8 @@ ALL_ASSETS = [*load_assets_from_modules([s2_assets, s1_assets, tessera_assets, m
 defs = Definitions(
     assets=ALL_ASSETS,
     asset_checks=load_asset_checks_from_modules([s2_assets, s1_assets, tessera_assets]),
-    jobs=[automation.scene_ingest_job, memory_assets.memory_recheck_job],
-    schedules=[automation.daily_ingest],
+    jobs=[automation.scene_ingest_job, automation.gc_job, memory_assets.memory_recheck_job],
+    schedules=[automation.daily_ingest, automation.weekly_gc],
     sensors=[automation.stac_new_items_sensor, memory_assets.memory_recheck_sensor],
     resources=default_resources(),
 )

@@ -23,6 +23,7 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
+from pipelines.instance import instance_setup
 from store import blocks
 from store.cube import TIME_CHUNK_DAYS
 from store.tslot import day_slot, slot_to_date
@@ -80,10 +81,15 @@ def area_blocks(bbox: tuple[float, float, float, float]) -> list[str]:
 def register_area_blocks(
     instance: DagsterInstance, bbox: tuple[float, float, float, float]
 ) -> list[str]:
-    """Add the area's blocks to the dynamic ``blocks`` partitions (idempotent)."""
+    """Add the area's blocks to the dynamic ``blocks`` partitions (idempotent).
+
+    Held under the instance's setup lock: two processes adding the same key at once
+    would fail one of them (a UNIQUE constraint in Dagster's storage).
+    """
     keys = area_blocks(bbox)
-    existing = set(instance.get_dynamic_partitions(BLOCKS.name or "blocks"))
-    new = [k for k in keys if k not in existing]
-    if new:
-        instance.add_dynamic_partitions(BLOCKS.name or "blocks", new)
+    with instance_setup(instance):
+        existing = set(instance.get_dynamic_partitions(BLOCKS.name or "blocks"))
+        new = [k for k in keys if k not in existing]
+        if new:
+            instance.add_dynamic_partitions(BLOCKS.name or "blocks", new)
     return keys

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
+from pipelines.instance import fail_dead_runs, run_tags
 from pipelines.memory.assets import memory_rechecks
 from pipelines.partitions import register_area_blocks, scene_key, week_key_of
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource, load_area
@@ -137,6 +138,7 @@ def ingest_area(
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     resources = resources_for(data_dir, catalog, area)
     inst = instance or DagsterInstance.get()
+    fail_dead_runs(inst)  # runs of killed ingests would stay STARTED for ever (no daemon)
     _, bbox = load_area(area)
     blocks = register_area_blocks(inst, bbox)
     weeks, n_scenes, found_years = _plan(resources, start, end or date.today())
@@ -174,6 +176,7 @@ def ingest_area(
             instance=inst,
             raise_on_error=False,
             run_config=QUIET,
+            tags=run_tags(inst),
         )
         _collect(result, str(year), report)
         report.years.append(year)
@@ -185,6 +188,7 @@ def ingest_area(
         instance=inst,
         raise_on_error=False,
         run_config=QUIET,
+        tags=run_tags(inst),
     )
     _collect(result, "multi_year", report)
     result = materialize(
@@ -193,6 +197,7 @@ def ingest_area(
         instance=inst,
         raise_on_error=False,
         run_config=QUIET,
+        tags=run_tags(inst),
     )
     _collect(result, "memory_rechecks", report)
     report.seconds = time.perf_counter() - t_start
@@ -278,6 +283,7 @@ def materialize_range(
         raise_on_error=False,
         run_config=QUIET,
         tags={
+            **run_tags(instance),
             "dagster/asset_partition_range_start": start,
             "dagster/asset_partition_range_end": end,
         },

@@ -21,6 +21,7 @@ __all__ = [
     "InvalidWrite",
     "RegionOutOfBounds",
     "RegionTooLarge",
+    "SnapshotExpired",
     "SnapshotNotFound",
     "StoreError",
     "TransactionClosed",
@@ -124,6 +125,19 @@ class SnapshotNotFound(StoreError, KeyError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class SnapshotExpired(SnapshotNotFound):
+    """An ``as_of`` time before the retained history (older snapshots were expired)."""
+
+    code = "snapshot_expired"
+
+    def __init__(self, message: str, oldest_kept: str, oldest_kept_at: str) -> None:
+        super().__init__(message)
+        self.oldest_kept = oldest_kept
+        """Id of the oldest snapshot kept on the branch."""
+        self.oldest_kept_at = oldest_kept_at
+        """Its commit time (RFC 3339)."""
 
 
 class UnsupportedStorage(StoreError, ValueError):

@@ -5,7 +5,8 @@ the percent-quoted key), one row per (band family, tslot, block) that the
 partition materialised. Writing a partition again replaces its file: the rows
 are written to a hidden temporary file (``.tmp-*``, ignored by readers) and
 renamed over the old one, so readers see the old rows or the new ones, never a
-mix, and partitions written in parallel never touch the same file. Readers
+mix (temporaries of killed writers are removed by the next write, see
+:mod:`store.leftovers`), and partitions written in parallel never touch the same file. Readers
 concatenate the files with ``pyarrow.dataset``.
 
 The API uses the inventory to know which overpasses exist without listing
@@ -31,6 +32,7 @@ import pyarrow.parquet as pq
 
 from store.blocks import Block, block_q_range
 from store.errors import InvalidInventory, StoreError
+from store.leftovers import writing
 from store.tslot import slot_to_date
 
 __all__ = [
@@ -106,6 +108,11 @@ class InventoryRow:
             raise InvalidInventory("band and block must be non-empty")
 
 
+def _inventory_leftovers(root: Path) -> list[Path]:
+    """Temporary files of killed writers (meaningful only while no writer is live)."""
+    return sorted(root.glob(".tmp-*.parquet"))
+
+
 def _file_name(partition_key: str) -> str:
     return quote(partition_key, safe="-_.") + ".parquet"
 
@@ -168,14 +175,14 @@ class Inventory:
             },
             schema=SCHEMA,
         )
-        self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / _file_name(partition_key)
-        tmp = self.root / f".tmp-{uuid.uuid4().hex}.parquet"
-        try:
-            pq.write_table(table, tmp)
-            os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with writing(self.root, _inventory_leftovers):
+            tmp = self.root / f".tmp-{uuid.uuid4().hex}.parquet"
+            try:
+                pq.write_table(table, tmp)
+                os.replace(tmp, final)
+            finally:
+                tmp.unlink(missing_ok=True)
         return final
 
     def partition_item_ids(self, partition_key: str) -> frozenset[str]:

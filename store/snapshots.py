@@ -29,12 +29,14 @@ if "ICECHUNK_LOG" not in os.environ:
     # so keep only errors unless the user asks for more with ICECHUNK_LOG.
     ic.set_logs_filter("error")
 
-from store.errors import CubeNotFound, SnapshotNotFound, UnsupportedStorage
+from store.errors import CubeNotFound, SnapshotExpired, SnapshotNotFound, UnsupportedStorage
 
 __all__ = [
     "CUBE_DIRNAME",
+    "EXPIRED_TAG_PREFIX",
     "LOCK_FILENAME",
     "MAIN_BRANCH",
+    "WRITERS_FILENAME",
     "SnapshotInfo",
     "commit_lock",
     "cube_location",
@@ -43,6 +45,8 @@ __all__ = [
     "open_repository",
     "open_storage",
     "snapshot_at",
+    "writer_presence",
+    "writers_excluded",
 ]
 
 CUBE_DIRNAME = "cube.icechunk"
@@ -53,6 +57,15 @@ LOCK_FILENAME = "cube.lock"
 
 MAIN_BRANCH = "main"
 """The only branch the pipeline commits to."""
+
+WRITERS_FILENAME = "cube.writers.lock"
+"""File under the data directory every open write transaction holds shared
+(:func:`writer_presence`); garbage collection holds it exclusive (:func:`writers_excluded`),
+so it never deletes the chunks of a transaction that has not committed yet."""
+
+EXPIRED_TAG_PREFIX = "earthmem-expired-before-"
+"""Tags on the repository's root snapshot recording that history was expired (retention):
+the root costs nothing to keep, and the tag travels with the repository (local or S3)."""
 
 
 @dataclass(frozen=True)
@@ -152,14 +165,30 @@ def commit_lock(data_dir: str | os.PathLike[str]) -> Iterator[None]:
     Yields:
         Nothing; the lock is held inside the ``with`` block.
     """
+    with _flock(data_dir, LOCK_FILENAME, fcntl.LOCK_EX):
+        yield
+
+
+@contextmanager
+def _flock(data_dir: str | os.PathLike[str], name: str, mode: int) -> Iterator[None]:
     path = Path(data_dir)
     path.mkdir(parents=True, exist_ok=True)
-    with open(path / LOCK_FILENAME, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    with open(path / name, "a+b") as handle:
+        fcntl.flock(handle.fileno(), mode)
         try:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def writer_presence(data_dir: str | os.PathLike[str]) -> Any:
+    """Shared lock held by a write transaction from its first chunk to its commit."""
+    return _flock(data_dir, WRITERS_FILENAME, fcntl.LOCK_SH)
+
+
+def writers_excluded(data_dir: str | os.PathLike[str]) -> Any:
+    """Exclusive lock: waits for open transactions to end and holds new ones back."""
+    return _flock(data_dir, WRITERS_FILENAME, fcntl.LOCK_EX)
 
 
 def _as_utc(t: dt.datetime) -> dt.datetime:
@@ -204,12 +233,31 @@ def snapshot_at(
 
     Returns:
         The snapshot, or ``None`` when the branch has none that old.
+
+    Raises:
+        SnapshotExpired: ``t`` falls before the retained history (retention expired the
+            snapshots of that time); the error names the oldest snapshot kept.
     """
     when = _as_utc(t)
+    oldest: Any = None
     for raw in repo.ancestry(branch=branch):
         if _as_utc(raw.written_at) <= when:
+            if raw.parent_id is None and oldest is not None and _expired(repo):
+                kept = _as_utc(oldest.written_at).isoformat()
+                raise SnapshotExpired(
+                    f"no snapshot kept at {when.isoformat()}: older history was expired by "
+                    f"retention; the oldest snapshot kept is {oldest.id} ({kept})",
+                    oldest.id,
+                    kept,
+                )
             return _info(raw)
+        oldest = raw
     return None
+
+
+def _expired(repo: ic.Repository) -> bool:
+    """Whether retention ever expired snapshots of this repository."""
+    return any(tag.startswith(EXPIRED_TAG_PREFIX) for tag in repo.list_tags())
 
 
 def lookup_snapshot(repo: ic.Repository, snapshot_id: str) -> SnapshotInfo:

@@ -47,6 +47,7 @@ from store.snapshots import (
     open_repository,
     open_storage,
     snapshot_at,
+    writer_presence,
 )
 
 __all__ = ["CubeTransaction", "CubeWriter"]
@@ -321,25 +322,26 @@ class CubeWriter:
         """
         if not partition_key:
             raise InvalidWrite("partition_key must be a non-empty string")
-        session = self.repo.writable_session(MAIN_BRANCH)
-        tx = CubeTransaction(session, partition_key, self._codecs)
-        try:
-            yield tx
-            tx._flush()
-        except BaseException:
+        with writer_presence(self.data_dir):  # garbage collection waits for the commit
+            session = self.repo.writable_session(MAIN_BRANCH)
+            tx = CubeTransaction(session, partition_key, self._codecs)
+            try:
+                yield tx
+                tx._flush()
+            except BaseException:
+                tx._close()
+                if session.has_uncommitted_changes:
+                    session.discard_changes()
+                raise
             tx._close()
-            if session.has_uncommitted_changes:
-                session.discard_changes()
-            raise
-        tx._close()
-        meta = {
-            **(metadata or {}),
-            "partition_key": partition_key,
-            "layout_version": LAYOUT_VERSION,
-        }
-        tx.snapshot_id, tx.committed = self._commit(
-            session, message or f"materialise {partition_key}", meta
-        )
+            meta = {
+                **(metadata or {}),
+                "partition_key": partition_key,
+                "layout_version": LAYOUT_VERSION,
+            }
+            tx.snapshot_id, tx.committed = self._commit(
+                session, message or f"materialise {partition_key}", meta
+            )
 
     def _commit(
         self, session: ic.Session, message: str, metadata: dict[str, Any]

@@ -3,13 +3,17 @@
 Writes are atomic: :func:`write_table` fills a hidden versioned directory and
 then swaps a symlink (``<name> -> .<name>@<digest>``) with one ``rename``, so a
 reader resolving the name sees either the old or the new table, never a mix.
-Every file and both directories are fsynced before the swap.
+Every file and both directories are fsynced before the swap. What a writer
+killed mid-write leaves (``.<name>.tmp-*`` folders, ``.<name>.link-*`` links,
+version folders no name points at) is removed by the next write into the same
+folder once no other writer is live (:func:`store.leftovers.writing`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -32,8 +36,9 @@ from store.knn.codes import (
 from store.knn.mapped import read_meta
 from store.knn.scan import calibrate_rerank_multiple
 from store.knn.table import KnnTable
+from store.leftovers import writing
 
-__all__ = ["FORMAT", "upgrade_table", "write_table"]
+__all__ = ["FORMAT", "table_leftovers", "upgrade_table", "write_table"]
 
 FORMAT = "earthmem.knn/1"
 """Format tag written into ``meta.json``."""
@@ -49,6 +54,24 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
         for i in range(0, flat.size, step):
             h.update(flat[i : i + step].data)
     return h.hexdigest()
+
+
+_TEMPORARY = re.compile(r"^\..+\.(tmp|link)-[0-9a-z_]+$")
+_VERSION = re.compile(r"^\..+@[0-9a-f]{16}-[0-9a-f]{8}$")
+
+
+def table_leftovers(parent: Path) -> list[Path]:
+    """A tables folder's temporaries and the version folders no table name points at.
+
+    Meaningful only while no writer of ``parent`` is live (see :mod:`store.leftovers`).
+    """
+    entries = list(parent.iterdir())
+    pointed = {os.readlink(p) for p in entries if p.is_symlink() and not p.name.startswith(".")}
+    return sorted(
+        p
+        for p in entries
+        if _TEMPORARY.match(p.name) or (_VERSION.match(p.name) and p.name not in pointed)
+    )
 
 
 def _fsync_dir(path: Path) -> None:
@@ -150,8 +173,15 @@ def write_table(
         "created_by": meta.get("created_by", "earthmem.store.vectors"),
     }
 
+    with writing(path.parent, table_leftovers):
+        _publish(path, arrays, full_meta, digest, replace)
+
+
+def _publish(
+    path: Path, arrays: dict[str, np.ndarray], full_meta: dict[str, Any], digest: str, replace: bool
+) -> None:
+    """Write the version folder and swap the name onto it (see :func:`write_table`)."""
     parent = path.parent
-    parent.mkdir(parents=True, exist_ok=True)
     if path.exists() or path.is_symlink():
         if not path.is_symlink():
             raise VectorTableError(f"{path} exists and is not a table written by write_table")

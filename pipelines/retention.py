@@ -1,0 +1,109 @@
+"""Retention of the pipeline's history: old cube snapshots and old Dagster runs.
+
+One documented policy, applied by ``earthmem gc`` and by the weekly ``gc`` job
+(:data:`pipelines.automation.gc_schedule`), with one window ``keep_days``:
+
+* the cube: :func:`store.retention.collect_cube` (snapshots younger than the window,
+  the branch tip and tagged snapshots stay; the rest is expired and collected);
+* Dagster: finished runs (success, failure, cancelled) created before the window are
+  deleted with their events, except every run holding the latest materialisation of
+  an asset partition, so the UI's view of what is materialised stays true. Runs not
+  finished are never deleted (a killed ingest's runs are first marked failed by
+  :func:`pipelines.instance.fail_dead_runs`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from dagster import (
+    AssetRecordsFilter,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    RunsFilter,
+)
+
+from pipelines.instance import fail_dead_runs
+from store.retention import DEFAULT_KEEP_DAYS, CubeCollection, collect_cube
+from store.snapshots import CUBE_DIRNAME
+
+__all__ = ["DEFAULT_KEEP_DAYS", "Collection", "collect", "prune_runs"]
+
+FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
+
+
+@dataclass(frozen=True)
+class Collection:
+    """What ``earthmem gc`` did."""
+
+    cube: CubeCollection | None
+    """The cube's collection (None: the data directory has no cube)."""
+    runs_deleted: int
+    """Dagster runs deleted (on a dry run: that would be)."""
+    runs_kept_latest: int
+    """Old runs kept because they hold a partition's latest materialisation."""
+
+
+def _latest_materialisation_runs(instance: DagsterInstance) -> set[str]:
+    runs: set[str] = set()
+    for key in instance.get_asset_keys():
+        ids = instance.get_latest_storage_id_by_partition(
+            key, DagsterEventType.ASSET_MATERIALIZATION
+        )
+        if ids:
+            flt = AssetRecordsFilter(asset_key=key, storage_ids=list(ids.values()))
+            records = instance.fetch_materializations(flt, limit=len(ids)).records
+            runs.update(r.run_id for r in records)
+        latest = instance.get_latest_materialization_event(key)
+        if latest is not None:
+            runs.add(latest.run_id)
+    return runs
+
+
+def prune_runs(
+    instance: DagsterInstance,
+    keep_days: float = DEFAULT_KEEP_DAYS,
+    *,
+    dry_run: bool = False,
+    now: dt.datetime | None = None,
+) -> tuple[int, int]:
+    """Delete finished runs older than the window; returns (deleted, kept as latest)."""
+    cutoff = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=keep_days)
+    if not dry_run:
+        fail_dead_runs(instance)
+    old = instance.get_run_records(filters=RunsFilter(statuses=FINISHED, created_before=cutoff))
+    if not old:
+        return 0, 0
+    keep = _latest_materialisation_runs(instance)
+    doomed = [r.dagster_run.run_id for r in old if r.dagster_run.run_id not in keep]
+    if dry_run:
+        return len(doomed), len(old) - len(doomed)
+    shard = getattr(instance.event_log_storage, "path_for_shard", None)  # SQLite: a file a run
+    for run_id in doomed:
+        instance.delete_run(run_id)
+        if callable(shard):  # the run's own event file, now empty
+            Path(shard(run_id)).unlink(missing_ok=True)
+    return len(doomed), len(old) - len(doomed)
+
+
+def collect(
+    data_dir: str | os.PathLike[str],
+    instance: DagsterInstance | None,
+    keep_days: float = DEFAULT_KEEP_DAYS,
+    *,
+    dry_run: bool = False,
+) -> Collection:
+    """Apply the retention to a data directory's cube and (when given) its Dagster instance."""
+    if not (keep_days >= 0 and keep_days != float("inf")):
+        raise ValueError(f"keep_days must be a number of days >= 0, got {keep_days!r}")
+    now = dt.datetime.now(dt.UTC)
+    has_cube = (Path(data_dir) / CUBE_DIRNAME).exists()
+    cube = collect_cube(data_dir, keep_days, dry_run=dry_run, now=now) if has_cube else None
+    deleted, kept = (
+        prune_runs(instance, keep_days, dry_run=dry_run, now=now) if instance else (0, 0)
+    )
+    return Collection(cube, deleted, kept)

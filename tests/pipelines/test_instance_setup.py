@@ -1,0 +1,73 @@
+"""Several ingests started at once on a fresh data directory share one usable Dagster instance.
+
+Each process runs what ``earthmem ingest`` runs before its first partition: open (create and
+migrate) the persistent instance under ``<data>/dagster_home`` and register the area's blocks.
+Without the setup lock this failed one process (``UNIQUE constraint failed:
+dynamic_partitions``, ``table secondary_indexes already exists``) and could leave ``runs.db``
+with two alembic heads, after which every ingest failed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from pipelines.instance import open_instance
+from pipelines.partitions import BLOCKS, area_blocks
+
+ROOT = Path(__file__).resolve().parents[2]
+BBOX = (23.355, 85.329, 23.366, 85.341)
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    go, home = Path(sys.argv[1]), Path(sys.argv[2])
+    from pipelines.instance import open_instance
+    from pipelines.partitions import register_area_blocks
+    while not go.exists():  # every process imported Dagster: start together
+        time.sleep(0.005)
+    with open_instance(home, Path("dagster.yaml")) as inst:
+        print(len(register_area_blocks(inst, {bbox})))
+    """
+).format(bbox=BBOX)
+
+
+def _race(tmp: Path, n: int) -> tuple[Path, list[tuple[int, str]]]:
+    home = tmp / "data" / "dagster_home"
+    tmp.mkdir(parents=True)
+    go = tmp / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, str(go), str(home)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+    time.sleep(8)  # let every process finish importing (not an assertion on speed)
+    go.touch()
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=300)
+        out.append((p.returncode, stderr if p.returncode else stdout))
+    return home, out
+
+
+def test_ingests_started_together_on_a_fresh_directory_share_one_instance(tmp_path) -> None:
+    for trial in range(2):
+        home, results = _race(tmp_path / str(trial), 4)
+        assert [rc for rc, _ in results] == [0] * 4, results
+        with sqlite3.connect(home / "history" / "runs.db") as db:
+            assert db.execute("select count(*) from alembic_version").fetchone()[0] == 1
+        with open_instance(home) as inst:  # the instance is usable afterwards
+            assert sorted(inst.get_dynamic_partitions(BLOCKS.name or "blocks")) == sorted(
+                area_blocks(BBOX)
+            )
+            assert inst.get_runs() == []
