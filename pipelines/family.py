@@ -26,7 +26,7 @@ from pipelines.lattice import LatticeWindow
 from pipelines.scenes import Discovery, ScenePartition, WriteBehind, merge_check_results
 from pipelines.sources.models import SceneItem
 from store.cube import CubeWriter
-from store.inventory import Inventory, InventoryRow
+from store.inventory import InventoryRow
 
 __all__ = ["FamilyCheck", "RangeOutcome", "SceneFamily", "WeekArrays", "ingest_range", "write_week"]
 
@@ -108,21 +108,19 @@ def ingest_range(
     parts: Sequence[ScenePartition],
     found: Discovery,
     writer: CubeWriter,
-    inventory: Inventory,
     warn: Callable[[str], None],
 ) -> RangeOutcome:
     """Stack, check and write each of a run's partitions, in week order.
 
-    A partition without a window or items records an empty inventory
-    partition; a week whose ERROR checks fail is not written (and ``warn`` is
+    A partition without a window or items has its inventory rows removed (a commit
+    only if it had some); a week whose ERROR checks fail is not written (and ``warn`` is
     told). Week N is committed on a background thread while week N+1 is read.
 
     Args:
         family: The scene family.
         parts: The run's partitions (:func:`pipelines.scenes.scene_partitions`).
         found: Their discovered items (:func:`pipelines.scenes.discover`).
-        writer: The cube writer.
-        inventory: The inventory.
+        writer: The cube writer (the inventory rows are committed with the chunks).
         warn: Logs a warning (the run's logger).
 
     Returns:
@@ -133,7 +131,8 @@ def ingest_range(
         for part in parts:
             items = found.by_week.get(part.week, [])
             if part.window is None or not items:
-                inventory.write_partition(f"{family.name}|{part.key}", [])
+                with writer.transaction(part.key, metadata={"asset": family.asset}) as tx:
+                    tx.write_inventory(f"{family.name}|{part.key}", [])
                 continue
             week = family.stack_week(items, part.window, part.t0)
             checks = family.evaluate_checks(week, part.window)
@@ -142,9 +141,7 @@ def ingest_range(
                 warn(f"{family.name} {part.key}: checks failed, week not written")
                 continue
             ids = sorted(i.id for i in items)
-            behind.submit(
-                part.week, partial(write_week, family, writer, inventory, part, week, ids)
-            )
+            behind.submit(part.week, partial(write_week, family, writer, part, week, ids))
     written = behind.results()
     results = merge_check_results(per_week) or [
         AssetCheckResult(
@@ -161,12 +158,13 @@ def ingest_range(
 def write_week(
     family: SceneFamily[W],
     writer: CubeWriter,
-    inventory: Inventory,
     part: ScenePartition,
     week: W,
     item_ids: list[str],
 ) -> str:
     """Commit one week (all 7 days, so the partition owns its chunks) and its inventory rows.
+
+    The rows go into the same commit as the chunks: a snapshot never has one without the other.
 
     Returns:
         The snapshot id of the commit.
@@ -181,6 +179,6 @@ def write_week(
         for key, band in family.bands:
             tx.write(band, tslots, win.lat_q0, win.lng_q0, week.values[key])
         tx.write(family.flag_band, tslots, win.lat_q0, win.lng_q0, family.flags(week))
-    rows = family.inventory_rows(week, family.name, part.block)
-    inventory.write_partition(f"{family.name}|{part.key}", rows, snapshot_id=tx.snapshot_id)
+        rows = family.inventory_rows(week, family.name, part.block)
+        tx.write_inventory(f"{family.name}|{part.key}", rows)
     return str(tx.snapshot_id)

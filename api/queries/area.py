@@ -174,7 +174,7 @@ def _series(
     threshold: float,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], ChartSeries]:
     family = REGISTRY[band].family
-    cand = ctx.overpasses(family, area.box, t0, t1)
+    cand = ctx.overpasses(reader, family, area.box, t0, t1)
     sources = dict(cand)
     slots = [t for t, _ in cand]
     if len(slots) > MAX_CANDIDATES:
@@ -220,6 +220,7 @@ def _series(
             facts.append(
                 make_fact(
                     ctx,
+                    reader,
                     f"geom:{area.digest}",
                     band,
                     t,
@@ -277,7 +278,7 @@ def _anomaly(
     base = {**empty, "latest_tslot": t_latest, "latest_median": latest["median"]}
     cand = [
         t
-        for t, _ in ctx.overpasses(REGISTRY[band].family, area.box, None, year_start - 1)
+        for t, _ in ctx.overpasses(reader, REGISTRY[band].family, area.box, None, year_start - 1)
         if _doy_distance(t, t_latest) <= BASELINE_DAYS
     ][-MAX_BASELINE:]
     if not cand:

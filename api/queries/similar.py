@@ -289,6 +289,9 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
                 "the same vectors)"
             )
 
+        # fact sources: the reader's inventory, else the tip's (a vintage's rows, like its
+        # vectors, are written once)
+        fact_reader = reader if reader is not None else ctx.reader()
         exclude_row: int | None = None
         query: npt.NDArray[Any]
         facts = []
@@ -316,6 +319,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             facts.append(
                 make_fact(
                     ctx,
+                    fact_reader,
                     cell.cell,
                     band if band != "geotessera.bin128" else "geotessera",
                     tslot,
@@ -367,6 +371,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             facts.append(
                 make_fact(
                     ctx,
+                    fact_reader,
                     texts[i],
                     fact_band,
                     tslot,
@@ -453,6 +458,7 @@ def is_like(ctx: ServiceContext, args: IsLikeIn) -> IsLikeAnswer:
                     facts.append(
                         make_fact(
                             ctx,
+                            reader,
                             ref.cell,
                             "geotessera",
                             tslot,

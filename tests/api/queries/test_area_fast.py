@@ -40,7 +40,7 @@ def test_tile_read_equals_zarr(tiny_store: Any, reader: CubeReader, band: str) -
     ctx = ServiceContext(tiny_store.data, signer=Signer.generate())
     y0, y1, x0, x1 = box = _box(tiny_store)
     box = (y0 + 3, y1 - 2, x0 + 1, x1 - 5)  # not block aligned
-    slots = [t for t, _ in ctx.overpasses("s2", box)][:40]
+    slots = [t for t, _ in ctx.overpasses(reader, "s2", box)][:40]
     assert slots
     slots = [*slots, slots[-1] + 3000]  # a slot with no chunk anywhere: fill
     got = area_mod._read(ctx, reader, band, box, slots)
@@ -96,7 +96,7 @@ def test_scene_stats_split_across_threads_is_the_same(
     ctx = ServiceContext(tiny_store.data, signer=Signer.generate())
     b = tiny_store.manifest["bbox"]
     area = parse_area("a", None, [b[1], b[0], b[3], b[2]])
-    slots = [t for t, _ in ctx.overpasses("s2", area.box)][:10]
+    slots = [t for t, _ in ctx.overpasses(reader, "s2", area.box)][:10]
     values = area_mod._read(ctx, reader, "indices.ndvi", area.box, slots)
     _, oks = area_mod._clear_fractions(ctx, reader, "indices.ndvi", area, slots)
     threaded = stats_mod.scenes_stats(values, oks, area.weights, area.n_cells)
