@@ -144,7 +144,7 @@ def clear_info(band: str) -> tuple[str, int]:
 
 def make_fact(
     ctx: ServiceContext,
-    reader: CubeReader,
+    reader: CubeReader | None,
     cell: str,
     band: str,
     tslot: int,
@@ -156,9 +156,14 @@ def make_fact(
     derivation: str | None = None,
     tempo: str = "day",
 ) -> dict[str, Any]:
-    """A fact dict (with its id); sources from the reader's snapshot's inventory unless given."""
+    """A fact dict (with its id); sources from the reader's snapshot's inventory unless given.
+
+    ``reader`` None (a k-NN table served without a cube): no inventory, no sources.
+    """
     if sources is None:
-        if lat_q is None or lng_q is None:
+        if reader is None:
+            srcs = []
+        elif lat_q is None or lng_q is None:
             srcs = ctx.sources_any(reader, band, tslot)
         else:
             srcs = ctx.sources(reader, band, tslot, lat_q, lng_q)
