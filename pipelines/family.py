@@ -31,8 +31,8 @@ from pipelines.scenes import (
     skip_line,
 )
 from pipelines.sources.models import SceneItem, Skip
-from store.cube import CubeWriter
-from store.inventory import Inventory, InventoryRow
+from store.cube import CubeReader, CubeWriter
+from store.inventory import InventoryRow
 
 __all__ = [
     "KEEP_CHECK",
@@ -138,7 +138,6 @@ def ingest_range(
     parts: Sequence[ScenePartition],
     found: Discovery,
     writer: CubeWriter,
-    inventory: Inventory,
     warn: Callable[[str], None],
 ) -> RangeOutcome:
     """Stack, check and write each of a run's partitions, in week order.
@@ -156,9 +155,10 @@ def ingest_range(
     bad catalog or a half-downloaded file. A week with nothing stored is written
     with whatever could be read; its skips are reported.
 
-    A partition without a window or items records an empty inventory
-    partition (when it stores nothing); a week whose ERROR checks fail is not
-    written. Week N is committed on a background thread while week N+1 is read.
+    A partition without a window or items that stores nothing has its inventory
+    rows removed (a commit only if it had some); a week whose ERROR checks fail is
+    not written. The rows a week stores are read from the cube's tip inventory
+    (versioned with the chunks) when the run starts. Week N is committed on a background thread while week N+1 is read.
     Every skip (discovery and read) is in the asset metadata (``skipped``), a
     written week's own skips in its commit metadata, the held weeks with their
     reasons in ``held_weeks``.
@@ -167,13 +167,13 @@ def ingest_range(
         family: The scene family.
         parts: The run's partitions (:func:`pipelines.scenes.scene_partitions`).
         found: Their discovered items (:func:`pipelines.scenes.discover`).
-        writer: The cube writer.
-        inventory: The inventory.
+        writer: The cube writer (the inventory rows are committed with the chunks).
         warn: Logs a warning (the run's logger).
 
     Returns:
         The asset metadata and the merged check results.
     """
+    tip = CubeReader(writer.data_dir).inventory
     per_week: dict[str, list[AssetCheckResult]] = {}
     read_skips: list[Skip] = []
     held: dict[str, list[str]] = {}
@@ -181,10 +181,11 @@ def ingest_range(
         for part in parts:
             items = found.by_week.get(part.week, []) if part.window is not None else []
             key = f"{family.name}|{part.key}"
-            stored = inventory.partition_item_ids(key)
+            stored = tip.partition_item_ids(key)
             skips = found.skips_in(part.week)
             if not items and not stored:
-                inventory.write_partition(key, [])
+                with writer.transaction(part.key, metadata={"asset": family.asset}) as tx:
+                    tx.write_inventory(key, [])
                 continue
             if not items:
                 dropped = _dropped(stored, frozenset(), found, skips, items)
@@ -215,8 +216,7 @@ def ingest_range(
             ids = sorted(i.id for i in items)
             lines = [skip_line(s) for s in skips]
             behind.submit(
-                part.week,
-                partial(write_week, family, writer, inventory, part, week, ids, rows, lines),
+                part.week, partial(write_week, family, writer, part, week, ids, rows, lines)
             )
     written = behind.results()
     results = merge_check_results(per_week) or [
@@ -270,7 +270,6 @@ def _keep_check(family: SceneFamily[Any], dropped: list[str]) -> AssetCheckResul
 def write_week(
     family: SceneFamily[W],
     writer: CubeWriter,
-    inventory: Inventory,
     part: ScenePartition,
     week: W,
     item_ids: list[str],
@@ -280,6 +279,7 @@ def write_week(
     """Commit one week (all 7 days, so the partition owns its chunks) and its inventory rows.
 
     The commit metadata names the week's skips (``skipped``: ``id: [code] reason``).
+    The rows go into the same commit as the chunks: a snapshot never has one without the other.
 
     Returns:
         The snapshot id of the commit.
@@ -294,5 +294,5 @@ def write_week(
         for key, band in family.bands:
             tx.write(band, tslots, win.lat_q0, win.lng_q0, week.values[key])
         tx.write(family.flag_band, tslots, win.lat_q0, win.lng_q0, family.flags(week))
-    inventory.write_partition(f"{family.name}|{part.key}", rows, snapshot_id=tx.snapshot_id)
+        tx.write_inventory(f"{family.name}|{part.key}", rows)
     return str(tx.snapshot_id)

@@ -76,9 +76,7 @@ def scene_assets(family: SceneFamily[Any]) -> FamilyAssets:
     ) -> MaterializeResult:
         parts = scene_partitions(context, area)
         found = discover(family.collection, parts, scenes)
-        outcome = ingest_range(
-            family, parts, found, store.writer(), store.inventory(), context.log.warning
-        )
+        outcome = ingest_range(family, parts, found, store.writer(), context.log.warning)
         return MaterializeResult(metadata=outcome.metadata, check_results=outcome.check_results)
 
     return FamilyAssets(items, cube)

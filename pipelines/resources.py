@@ -4,7 +4,7 @@ The environment is chosen in one place, :func:`default_resources`, from
 environment variables read when Dagster builds resources at run time
 (``EnvVar``), never at import time:
 
-- ``EARTHMEM_DATA``: data directory (cube, inventory, k-NN tables).
+- ``EARTHMEM_DATA``: data directory (cube with its inventory, k-NN tables).
 - ``EARTHMEM_AREA``: an area JSON (``{"name", "bbox": [min_lng, min_lat, max_lng, max_lat]}``;
   the sample manifest is one).
 - ``EARTHMEM_CATALOG``: a static STAC catalog path, or ``EARTHMEM_STAC_URL`` / a preset
@@ -24,7 +24,6 @@ from pipelines.lattice import LatticeWindow
 from pipelines.sources import SceneSource, SourceConfig, SourceKind, open_source
 from store import address, blocks
 from store.cube import CubeWriter
-from store.inventory import Inventory
 
 __all__ = ["AreaResource", "SceneSourceResource", "StoreResource", "default_resources", "load_area"]
 
@@ -46,17 +45,13 @@ def load_area(path: str | Path) -> tuple[str, tuple[float, float, float, float]]
 
 
 class StoreResource(ConfigurableResource):
-    """The data directory: cube (icechunk), inventory (Parquet) and k-NN tables."""
+    """The data directory: cube (icechunk, with the scene inventory) and k-NN tables."""
 
     data_dir: str
 
     def writer(self) -> CubeWriter:
         """A transactional cube writer (commits serialised across processes)."""
         return CubeWriter(self.data_dir)
-
-    def inventory(self) -> Inventory:
-        """The scene inventory."""
-        return Inventory(self.data_dir)
 
     @property
     def knn_dir(self) -> Path:

@@ -1,17 +1,23 @@
 """The scene inventory: which overpasses exist, per band family, tslot and block.
 
-One Parquet file per partition key under ``<data_dir>/inventory/`` (file name =
-the percent-quoted key), one row per (band family, tslot, block) that the
-partition materialised. Writing a partition again replaces its file: the rows
+The rows (:class:`InventoryRow`, one per band family, tslot and block that a
+partition materialised) are stored inside the cube, committed with the
+partition's chunks, so every snapshot has its own inventory
+(:mod:`store.cube.inventory`; read it with ``CubeReader(...).inventory``).
+
+:class:`Inventory` is the layout of stores written before: one Parquet file
+per partition key under ``<data_dir>/inventory/`` (file name = the
+percent-quoted key), not versioned with the cube. Readers of a snapshot without
+the versioned inventory fall back to it, and the first writer opened on such a
+store imports its rows into the cube. Writing a partition again replaces its file: the rows
 are written to a hidden temporary file (``.tmp-*``, ignored by readers) and
 renamed over the old one, so readers see the old rows or the new ones, never a
 mix (temporaries of killed writers are removed by the next write, see
 :mod:`store.leftovers`), and partitions written in parallel never touch the same file. Readers
 concatenate the files with ``pyarrow.dataset``.
 
-The API uses the inventory to know which overpasses exist without listing
-chunks. It is written after the partition's cube commit and names that
-snapshot; it is not itself versioned with the cube.
+The API uses the inventory (:class:`OverpassIndex`) to know which overpasses
+exist without listing chunks.
 """
 
 from __future__ import annotations
@@ -118,7 +124,7 @@ def _file_name(partition_key: str) -> str:
 
 
 class Inventory:
-    """The scene inventory of a data directory.
+    """The legacy (Parquet, unversioned) scene inventory of a data directory.
 
     Args:
         data_dir: Data directory; files live in ``<data_dir>/inventory/``.
@@ -324,8 +330,8 @@ _INDEX_COLUMNS = ("band", "tslot", "block", "item_ids")
 class OverpassIndex:
     """Which overpasses (and source scenes) exist, per band family, tslot and block.
 
-    Built once from the inventory files (:meth:`load`) and read by every fact id and
-    area query: the API never lists chunks to know what was observed.
+    Built once per snapshot (:meth:`from_columns`; :meth:`load` for the legacy
+    files) and read by every fact id and area query: the API never lists chunks to know what was observed.
     """
 
     rows: Mapping[str, Mapping[int, Sequence[SourceRow]]]
@@ -354,15 +360,22 @@ class OverpassIndex:
         except (OSError, KeyError, ValueError, pa.ArrowException):
             table = inventory.table()
             parts = [[table[c].to_pylist() for c in _INDEX_COLUMNS]]
+        return cls.from_columns(parts)
+
+    @classmethod
+    def from_columns(cls, parts: Iterable[Sequence[Sequence[Any]]]) -> OverpassIndex:
+        """Build the index from ``(bands, tslots, blocks, item_ids)`` column groups."""
         rows: dict[str, dict[int, list[SourceRow]]] = {}
+        boxes: dict[str, tuple[int, int, int, int] | None] = {}
         for fams, tslots, blocks, items_col in parts:
             for fam, tslot, block, items in zip(fams, tslots, blocks, items_col, strict=True):
-                try:
-                    box: tuple[int, int, int, int] | None = block_q_range(Block.parse(block))
-                except StoreError:
-                    box = None
+                if block not in boxes:
+                    try:
+                        boxes[block] = block_q_range(Block.parse(block))
+                    except StoreError:
+                        boxes[block] = None
                 rows.setdefault(fam, {}).setdefault(int(tslot), []).append(
-                    SourceRow(box, tuple(items or ()))
+                    SourceRow(boxes[block], tuple(items or ()))
                 )
         return cls(rows)
 

@@ -23,7 +23,7 @@ class IngestedSample:
     sample: Path
     """Sample root (catalog.json, manifest.json, scenes)."""
     data: Path
-    """Data directory (cube.icechunk, inventory/, knn/)."""
+    """Data directory (cube.icechunk with its inventory, knn/)."""
     manifest: dict[str, Any]
     """The ground-truth manifest."""
     report: Any

@@ -50,7 +50,9 @@ def _verify_fact(ctx: ServiceContext, ev: Mapping[str, Any], i: int) -> dict[str
     with store_errors():
         band = claim_band(ev["band"])
         reader = _reader(ctx, ev.get("snapshot_id"), i)
-        fact = fact_now(reader, ctx.overpass_index(), cell.cell, band, int(ev["tslot"]), ctx.chunks)
+        fact = fact_now(
+            reader, ctx.overpass_index(reader), cell.cell, band, int(ev["tslot"]), ctx.chunks
+        )
     if fact["fact_id"] != ev["fact_id"]:
         raise ApiError(
             "evidence_unverified",
@@ -171,4 +173,5 @@ def claim_check(ctx: ServiceContext, raw: Mapping[str, Any], anchor: Anchor) -> 
     if anchor.kind == "none":
         raise InvalidArgument("a claim needs the item's place", code="claim_needs_place")
     with store_errors():
-        return check_claim(ctx.reader(), ctx.overpass_index(), raw, anchor, ctx.chunks)
+        reader = ctx.reader()
+        return check_claim(reader, ctx.overpass_index(reader), raw, anchor, ctx.chunks)

@@ -366,10 +366,11 @@ def memory_verify(ctx: ServiceContext, args: MemoryVerifyIn, caller: Caller) -> 
             InvalidTransition(f"memory {item.id} is {item.status}: nothing to verify")
         )
     try:
+        reader = ctx.reader()
         written, report = recheck_item(
             ctx.memory(),
-            ctx.reader(),
-            ctx.overpass_index(),
+            reader,
+            ctx.overpass_index(reader),
             item,
             actor=caller.actor,
             request_id=args.request_id,

@@ -13,6 +13,7 @@ from api.context import ServiceContext
 from api.errors import ApiError, InvalidArgument, from_store_error
 from api.receipts import sign_answer
 from store import address
+from store.cube import CubeReader
 from store.cube.bands import FLAG_BANDS, INDEX_NAMES, SCALAR_BANDS, clear_flag, registered
 from store.errors import StoreError
 from store.facts import fact_record
@@ -139,6 +140,7 @@ def clear_info(band: str) -> tuple[str, int]:
 
 def make_fact(
     ctx: ServiceContext,
+    reader: CubeReader | None,
     cell: str,
     band: str,
     tslot: int,
@@ -150,12 +152,17 @@ def make_fact(
     derivation: str | None = None,
     tempo: str = "day",
 ) -> dict[str, Any]:
-    """A fact dict (with its id); sources from the inventory unless given."""
+    """A fact dict (with its id); sources from the reader's snapshot's inventory unless given.
+
+    ``reader`` None (a k-NN table served without a cube): no inventory, no sources.
+    """
     if sources is None:
-        if lat_q is None or lng_q is None:
-            srcs = ctx.sources_any(band, tslot)
+        if reader is None:
+            srcs = []
+        elif lat_q is None or lng_q is None:
+            srcs = ctx.sources_any(reader, band, tslot)
         else:
-            srcs = ctx.sources(band, tslot, lat_q, lng_q)
+            srcs = ctx.sources(reader, band, tslot, lat_q, lng_q)
     else:
         srcs = sorted(set(sources))
     deriv = derivation or registered(band).derivation

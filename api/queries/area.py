@@ -336,6 +336,7 @@ def _series(
             facts.append(
                 make_fact(
                     ctx,
+                    reader,
                     f"geom:{area.digest}",
                     band,
                     t,
@@ -394,7 +395,7 @@ def _anomaly(
     base = {**empty, "latest_tslot": t_latest, "latest_median": latest["median"]}
     cand = [
         t
-        for t, _ in ctx.overpasses(REGISTRY[band].family, area.box, None, year_start - 1)
+        for t, _ in ctx.overpasses(reader, REGISTRY[band].family, area.box, None, year_start - 1)
         if _doy_distance(t, t_latest) <= BASELINE_DAYS
     ][-MAX_BASELINE:]
     if not cand:
@@ -535,7 +536,7 @@ def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAns
     with store_errors():
         reader = ctx.reader()
         family = REGISTRY[band].family
-        cands = [ctx.overpasses(family, area.box, t0, t1) for area in areas]
+        cands = [ctx.overpasses(reader, family, area.box, t0, t1) for area in areas]
         keep = _check_budget(ctx, reader, band, areas, cands)
         outs, facts, charts = [], [], []
         for area, cand in zip(areas, cands, strict=True):

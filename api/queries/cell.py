@@ -261,10 +261,11 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
                         cells_read.append(address.format_cell(address.q_to_raw(la, ln)))
         flag_band, _clear_value = clear_info(band)
         facts = [
-            make_fact(ctx, cell.cell, band, t0, v0, lat_q=cell.lat_q, lng_q=cell.lng_q),
-            make_fact(ctx, cell.cell, band, t1, v1, lat_q=cell.lat_q, lng_q=cell.lng_q),
+            make_fact(ctx, reader, cell.cell, band, t0, v0, lat_q=cell.lat_q, lng_q=cell.lng_q),
+            make_fact(ctx, reader, cell.cell, band, t1, v1, lat_q=cell.lat_q, lng_q=cell.lng_q),
             make_fact(
                 ctx,
+                reader,
                 cell.cell,
                 flag_band,
                 t0,
@@ -274,6 +275,7 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
             ),
             make_fact(
                 ctx,
+                reader,
                 cell.cell,
                 flag_band,
                 t1,
@@ -349,7 +351,9 @@ def trajectory(ctx: ServiceContext, args: TrajectoryIn) -> TrajectoryAnswer:
             )
             if finite:
                 facts.append(
-                    make_fact(ctx, cell.cell, band, t, v, lat_q=cell.lat_q, lng_q=cell.lng_q)
+                    make_fact(
+                        ctx, reader, cell.cell, band, t, v, lat_q=cell.lat_q, lng_q=cell.lng_q
+                    )
                 )
     answer = {
         "cell": cell.cell,
@@ -402,6 +406,7 @@ def confirm(ctx: ServiceContext, args: ConfirmIn) -> ConfirmAnswer:
             facts.append(
                 make_fact(
                     ctx,
+                    reader,
                     cell.cell,
                     band,
                     int(s.tslots[i]),

@@ -35,6 +35,7 @@ from api.queries.locate import Located, geocode, manifest_features, pinned, wher
 from api.queries.similar import vector_value
 from api.registry import primitive
 from store import address, blocks
+from store.cube import CubeReader
 from store.cube.bands import SCALAR_BANDS
 from store.errors import StoreError
 
@@ -218,7 +219,7 @@ def _prototypes(ctx: ServiceContext, table: Any) -> dict[str, tuple[npt.NDArray[
 
 
 def land_cover(
-    ctx: ServiceContext, cell: CellRef
+    ctx: ServiceContext, reader: CubeReader, cell: CellRef
 ) -> tuple[dict[str, Any] | None, str | None, list[dict[str, Any]]]:
     """Nearest land-cover class prototype of the cell's Tessera vector, per vintage.
 
@@ -248,6 +249,7 @@ def land_cover(
             continue
         fact = make_fact(
             ctx,
+            reader,
             cell.cell,
             "geotessera",
             tslot_y,
@@ -299,8 +301,8 @@ def land_cover(
     return out, None, facts
 
 
-def _store_area(ctx: ServiceContext) -> dict[str, float] | None:
-    table = ctx.inventory_table()
+def _store_area(ctx: ServiceContext, reader: CubeReader) -> dict[str, float] | None:
+    table = ctx.inventory_table(reader)
     boxes = []
     for block in set(table["block"].to_pylist()) if table.num_rows else ():
         try:
@@ -347,7 +349,7 @@ def describe_cell(ctx: ServiceContext, loc: Located) -> dict[str, Any]:
                     {"band": band, "tslot": None, "date": None, "value": None, "fact_id": None}
                 )
                 continue
-            fact = _fact(ctx, cell, band, int(ct[-1]), float(cv[-1]))
+            fact = _fact(ctx, reader, cell, band, int(ct[-1]), float(cv[-1]))
             facts.append(fact)
             latest.append(
                 {
@@ -366,14 +368,14 @@ def describe_cell(ctx: ServiceContext, loc: Located) -> dict[str, Any]:
                 continue
             ids = []
             for i in [*step.pop("before_idx"), *step.pop("after_idx")]:
-                f = _fact(ctx, cell, band, int(ct[i]), float(cv[i]))
+                f = _fact(ctx, reader, cell, band, int(ct[i]), float(cv[i]))
                 facts.append(f)
                 ids.append(f["fact_id"])
             changes.append({"band": band, **step, "fact_ids": ids})
-        lc, lc_note, lc_facts = land_cover(ctx, cell)
+        lc, lc_note, lc_facts = land_cover(ctx, reader, cell)
         facts.extend(lc_facts)
         data_here = any(a["n_observations"] for a in availability)
-        store_area = _store_area(ctx)
+        store_area = _store_area(ctx, reader)
     changes.sort(key=lambda c: -abs(c["z"]))
     sentences = _summary(loc.out, data_here, latest, changes, lc, lc_note)
     unique = {f["fact_id"]: f for f in facts}
@@ -401,8 +403,10 @@ def describe_cell(ctx: ServiceContext, loc: Located) -> dict[str, Any]:
     }
 
 
-def _fact(ctx: ServiceContext, cell: CellRef, band: str, t: int, v: float) -> dict[str, Any]:
-    return make_fact(ctx, cell.cell, band, t, v, lat_q=cell.lat_q, lng_q=cell.lng_q)
+def _fact(
+    ctx: ServiceContext, reader: CubeReader, cell: CellRef, band: str, t: int, v: float
+) -> dict[str, Any]:
+    return make_fact(ctx, reader, cell.cell, band, t, v, lat_q=cell.lat_q, lng_q=cell.lng_q)
 
 
 def _summary(

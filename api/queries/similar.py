@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from api.context import ServiceContext
-from api.errors import InvalidArgument, NotFound
+from api.errors import InvalidArgument, NotFound, Unavailable
 from api.models import (
     FindSimilarAnswer,
     FindSimilarBody,
@@ -73,6 +73,16 @@ MAX_FILTER_COLUMNS = 64
 """Most chunk columns (128 x 128 cells each) a filter may read (~1 M cells of table)."""
 
 SINGLE_TENANT = "scope accepted and recorded; this store is single-tenant, so every vector is visible to every scope"
+
+
+def _tip_or_none(ctx: ServiceContext) -> CubeReader | None:
+    """The tip's reader, or None when the data directory has no cube (tables only)."""
+    try:
+        return ctx.reader()
+    except Unavailable as exc:
+        if exc.code == "cube_not_found":
+            return None
+        raise
 
 
 def vector_value(table: KnnTable, row: int) -> dict[str, Any]:
@@ -290,6 +300,9 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
                 "the same vectors)"
             )
 
+        # fact sources: the reader's inventory, else the tip's (a vintage's rows, like its
+        # vectors, are written once); a table served without a cube has none
+        fact_reader = reader if reader is not None else _tip_or_none(ctx)
         exclude_row: int | None = None
         query: npt.NDArray[Any]
         facts = []
@@ -317,6 +330,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             facts.append(
                 make_fact(
                     ctx,
+                    fact_reader,
                     cell.cell,
                     band if band != "geotessera.bin128" else "geotessera",
                     tslot,
@@ -368,6 +382,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             facts.append(
                 make_fact(
                     ctx,
+                    fact_reader,
                     texts[i],
                     fact_band,
                     tslot,
@@ -454,6 +469,7 @@ def is_like(ctx: ServiceContext, args: IsLikeIn) -> IsLikeAnswer:
                     facts.append(
                         make_fact(
                             ctx,
+                            reader,
                             ref.cell,
                             "geotessera",
                             tslot,

@@ -168,7 +168,6 @@ def blocks_with_data(data: Path) -> dict[str, dict[str, int]]:
     from pipelines.partitions import PARTITION_BLOCK_LEVEL
     from store.blocks import Block
     from store.cube import CubeReader
-    from store.inventory import Inventory
 
     out: dict[str, dict[str, int]] = {}
 
@@ -178,11 +177,11 @@ def blocks_with_data(data: Path) -> dict[str, dict[str, int]]:
         )
         counts[key] += 1
 
-    table = Inventory(data).table()
+    reader = CubeReader(data)
+    table = reader.inventory.table()
     for band, block in zip(table["band"].to_pylist(), table["block"].to_pylist(), strict=True):
         if band in ("s2", "s1"):
             bump(block, f"{band}_days")
-    reader = CubeReader(data)
     up = PARTITION_BLOCK_LEVEL - reader.block_level  # a cube chunk is a block of that level
     for band, key in (("indices.ndvi", "ndvi_chunks"), ("s1.vv", "vv_chunks")):
         for _, y, x in reader.chunks(band)[:, :3].tolist():

@@ -31,7 +31,6 @@ from dagster import (
 from pipelines.resources import StoreResource
 from store.cube.read import CubeReader
 from store.errors import CubeNotFound, StoreError
-from store.inventory import Inventory, OverpassIndex
 from store.memory import MEMORY_URL_ENV, default_url, open_store
 from store.memory.model import ItemFilter
 from store.memory.recheck import CHECKABLE_STATUSES, recheck_item
@@ -55,7 +54,7 @@ def recheck_all(data_dir: str, memory_url: str | None = None) -> dict[str, Any]:
     url = memory_url or os.environ.get(MEMORY_URL_ENV) or default_url(data_dir)
     store = open_store(url)
     reader = CubeReader(data_dir)
-    index = OverpassIndex.load(Inventory(data_dir))
+    index = reader.inventory.overpass_index()
     counts = {"checked": 0, "changed": 0, "stale": 0}
     stale: list[str] = []
     for project in store.projects():

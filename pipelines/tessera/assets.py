@@ -77,22 +77,21 @@ def geotessera_embeddings(
             tx.write("geotessera", slot, win.lat_q0, win.lng_q0, vintage.embedding[None])
             tx.write("geotessera.scale", slot, win.lat_q0, win.lng_q0, vintage.scale[None])
             tx.write("geotessera.bin128", slot, win.lat_q0, win.lng_q0, vintage.bin128[None])
+            tx.write_inventory(
+                f"tessera|{year}",
+                [
+                    InventoryRow(
+                        band="geotessera",
+                        tslot=int(slot[0]),
+                        block=f"area:{area.name}",
+                        item_ids=vintage.item_ids,
+                        clear_cells=vintage.n_valid,
+                        total_cells=int(win.shape[0] * win.shape[1]),
+                        tempo="year",
+                    )
+                ],
+            )
         snapshot = tx.snapshot_id
-        store.inventory().write_partition(
-            f"tessera|{year}",
-            [
-                InventoryRow(
-                    band="geotessera",
-                    tslot=int(slot[0]),
-                    block=f"area:{area.name}",
-                    item_ids=vintage.item_ids,
-                    clear_cells=vintage.n_valid,
-                    total_cells=int(win.shape[0] * win.shape[1]),
-                    tempo="year",
-                )
-            ],
-            snapshot_id=snapshot,
-        )
     return MaterializeResult(
         metadata={
             "valid_cells": vintage.n_valid,

@@ -11,6 +11,7 @@ One icechunk repository (``<data_dir>/cube.icechunk`` by default, or any
     geotessera/embedding                    int8    (tslot, y, x, dim=128)
     geotessera/scale                        float32 (tslot, y, x)   NaN water, +inf no data
     geotessera/bin128                       uint8   (tslot, y, x, byte=16)
+    inventory/partitions                    string  one chunk per partition: its inventory rows
 
 ``y`` is ``lat_q`` (row, increasing northward, length 2**21) and ``x`` is
 ``lng_q`` (column, length 2**22): the cube grid *is* the cell64 lattice, so a
@@ -41,12 +42,13 @@ Pitfall: never open the lattice with dask chunks (``chunks={}`` or
 and runs out of memory. ``chunks=None`` gives lazy indexing; select the region
 first (``ds.ndvi[t0:t1, y0:y1, x0:x1]``), then compute or ``.chunk()``.
 
-The bands themselves are :mod:`store.cube.bands`; writing is
+The inventory array is :mod:`store.cube.inventory`. The bands themselves are :mod:`store.cube.bands`; writing is
 :mod:`store.cube.write`, reading :mod:`store.cube.read`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,6 +61,12 @@ from zarr.errors import GroupNotFoundError
 
 from store.address import LAT_STEP, LNG_STEP
 from store.cube.bands import BANDS, TIME_CHUNK_DAYS, BandSpec
+from store.cube.inventory import (
+    INVENTORY_ARRAY,
+    create_inventory_array,
+    legacy_partitions,
+    write_partitions,
+)
 from store.snapshots import MAIN_BRANCH
 
 __all__ = [
@@ -135,10 +143,14 @@ def block_level_of(attrs: Mapping[str, Any], default: int) -> int:
     return int(level) if isinstance(level, int | float) else default
 
 
-def ensure_layout(repo: ic.Repository, block_level: int) -> int:
+def ensure_layout(
+    repo: ic.Repository, block_level: int, data_dir: str | os.PathLike[str] | None = None
+) -> int:
     """Create missing groups/arrays in one commit; return the cube's block level.
 
-    Callers hold the commit lock.
+    The commit that adds the inventory array to a cube written before imports the
+    rows of ``<data_dir>/inventory/*.parquet`` (the legacy inventory), so the tip's
+    inventory stays whole. Callers hold the commit lock.
     """
     try:
         existing = zarr.open_group(repo.readonly_session(MAIN_BRANCH).store, mode="r")
@@ -147,7 +159,8 @@ def ensure_layout(repo: ic.Repository, block_level: int) -> int:
     attrs = dict(existing.attrs) if existing is not None else {}
     level = block_level_of(attrs, block_level)
     missing = [s for s in BANDS.values() if existing is None or str(s.path) not in existing]
-    if "earthmem_layout" in attrs and not missing:
+    no_inventory = existing is None or INVENTORY_ARRAY not in existing
+    if "earthmem_layout" in attrs and not missing and not no_inventory:
         return level
     session = repo.writable_session(MAIN_BRANCH)
     root = zarr.open_group(session.store, mode="a", zarr_format=3)
@@ -185,5 +198,14 @@ def ensure_layout(repo: ic.Repository, block_level: int) -> int:
             attributes=_band_attrs(spec),
             config={"write_empty_chunks": False},
         )
-    session.commit("earthmem: create cube layout", metadata={"layout_version": LAYOUT_VERSION})
+    imported = 0
+    if no_inventory:
+        create_inventory_array(root)
+        legacy = legacy_partitions(data_dir) if existing is not None and data_dir else []
+        write_partitions(session, legacy)
+        imported = sum(p.n_rows for p in legacy)
+    meta: dict[str, Any] = {"layout_version": LAYOUT_VERSION}
+    if imported:
+        meta["inventory_imported_rows"] = imported
+    session.commit("earthmem: create cube layout", metadata=meta)
     return level

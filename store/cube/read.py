@@ -15,7 +15,8 @@ and reads in three shapes:
   :meth:`~CubeReader.read_chunks`), for area queries.
 
 Columns and tiles live in a :class:`~store.cube.cache.ChunkCache` keyed by
-snapshot; a server gives all its readers one cache.
+snapshot; a server gives all its readers one cache. :attr:`CubeReader.inventory`
+is the snapshot's own scene inventory (:mod:`store.cube.inventory`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from store.blocks import Block, block_q_range
 from store.cube.bands import X_SIZE, YEAR_SLOTS, BandSpec, band_spec
 from store.cube.cache import ChunkCache, Column
 from store.cube.codec import ChunkCodec, check_box, fill_mask, is_contiguous
+from store.cube.inventory import SnapshotInventory
 from store.cube.labels import region_dataarray
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, MAX_REGION_ELEMENTS, block_level_of
 from store.errors import RegionOutOfBounds, RegionTooLarge, SnapshotNotFound
@@ -75,6 +77,8 @@ class CubeReader:
             :data:`MAX_REGION_ELEMENTS`).
         cache: Cache of decoded columns and tiles to use (shared by the readers of a
             server, entries keyed by snapshot); default: a cache of this reader's own.
+        inventory_from: A reader of an earlier snapshot whose loaded inventory this one
+            updates (only the partitions changed since are read).
 
     Raises:
         CubeNotFound: No cube at the location.
@@ -90,6 +94,7 @@ class CubeReader:
         as_of: dt.datetime | None = None,
         max_region_elements: int = MAX_REGION_ELEMENTS,
         cache: ChunkCache | None = None,
+        inventory_from: CubeReader | None = None,
     ) -> None:
         if snapshot_id is not None and as_of is not None:
             raise ValueError("give snapshot_id or as_of, not both")
@@ -117,6 +122,9 @@ class CubeReader:
         self._arrays: dict[str, zarr.Array] = {}
         self._index: dict[str, dict[tuple[int, int], npt.NDArray[np.int64]]] = {}
         self._codecs: dict[str, ChunkCodec | None] = {}
+        self._data_dir = data_dir
+        self._inventory: SnapshotInventory | None = None
+        self._inventory_base = inventory_from._inventory if inventory_from is not None else None
 
     @property
     def snapshot_id(self) -> str:
@@ -127,6 +135,21 @@ class CubeReader:
     def snapshot(self) -> SnapshotInfo:
         """Info (time, message, metadata) of the snapshot this reader sees."""
         return lookup_snapshot(self.repo, self.snapshot_id)
+
+    @property
+    def inventory(self) -> SnapshotInventory:
+        """This snapshot's scene inventory: rows, table and overpass index (read once)."""
+        if self._inventory is None:
+            with self.cache.single_flight(("inventory", self._snapshot_id)):
+                if self._inventory is None:
+                    self._inventory = SnapshotInventory.load(
+                        self.session,
+                        data_dir=self._data_dir,
+                        previous=self._inventory_base,
+                        repo=self.repo,
+                    )
+                    self._inventory_base = None
+        return self._inventory
 
     def list_snapshots(self) -> list[SnapshotInfo]:
         """Snapshots of ``main``, newest first (not only those up to this reader's)."""

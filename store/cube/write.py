@@ -15,7 +15,9 @@ nothing and reports the branch tip (one that wrote only fill values does commit,
 with unchanged contents).
 
 Chunks are encoded with :class:`store.cube.codec.ChunkCodec` (the arrays' own
-codecs) and stored together at the end of the transaction.
+codecs) and stored together at the end of the transaction. The partition's
+inventory rows (:meth:`CubeTransaction.write_inventory`) are stored in the same
+session (:mod:`store.cube.inventory`), so one commit adds both.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,8 +38,10 @@ from zarr.core.sync import sync
 
 from store.cube.bands import BandSpec, band_spec
 from store.cube.codec import ChunkCodec, check_box, get_many, is_contiguous, put_many
+from store.cube.inventory import INVENTORY_ARRAY, PartitionRows, write_partitions
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, LAYOUT_VERSION, ensure_layout
 from store.errors import CommitConflict, InvalidWrite, RegionOutOfBounds, TransactionClosed
+from store.inventory import InventoryRow
 from store.snapshots import (
     MAIN_BRANCH,
     SnapshotInfo,
@@ -50,7 +54,7 @@ from store.snapshots import (
     writer_presence,
 )
 
-__all__ = ["CubeTransaction", "CubeWriter"]
+__all__ = ["CubeTransaction", "CubeWriter", "migrate_inventory"]
 
 
 def _check_tslots(spec: BandSpec, tslots: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -117,6 +121,7 @@ class CubeTransaction:
         self._arrays: dict[str, zarr.Array] = {}
         self._codecs = codecs if codecs is not None else {}
         self._pending: dict[str, Buffer | None] = {}
+        self._inventory: dict[str, PartitionRows] = {}
         self._open = True
         self.partition_key = partition_key
         """The partition this transaction materialises."""
@@ -231,9 +236,30 @@ class CubeTransaction:
         else:
             self._array(spec).oindex[(t, ys, xs)] = data
 
+    def write_inventory(self, key: str, rows: Iterable[InventoryRow]) -> None:
+        """Record a partition's inventory rows, replacing its previous ones, in this commit.
+
+        Args:
+            key: The inventory partition key (``"<family>|<partition key>"``); no
+                rows removes the partition's rows.
+            rows: The partition's rows.
+
+        Raises:
+            TransactionClosed: The transaction already committed or aborted.
+            InvalidInventory: Empty key or an invalid row.
+        """
+        if not self._open:
+            raise TransactionClosed(f"transaction {self.partition_key!r} is closed")
+        self._inventory[key] = PartitionRows.from_rows(key, rows)
+
+    def _store_inventory(self) -> None:
+        write_partitions(self._session, self._inventory.values())
+        self._inventory = {}
+
     def _close(self) -> None:
         self._open = False
         self._pending = {}
+        self._inventory = {}
         self._arrays.clear()
 
 
@@ -285,7 +311,7 @@ class CubeWriter:
         else:
             with commit_lock(self.data_dir):
                 self.repo = open_repository(open_storage(self.location), create=True)
-                self.block_level = ensure_layout(self.repo, block_level)
+                self.block_level = ensure_layout(self.repo, block_level, self.data_dir)
             stamp = _local_stamp(self.location)
             if stamp is not None:
                 _LAYOUT_CHECKED[stamp] = self.block_level
@@ -328,6 +354,7 @@ class CubeWriter:
             try:
                 yield tx
                 tx._flush()
+                tx._store_inventory()
             except BaseException:
                 tx._close()
                 if session.has_uncommitted_changes:
@@ -397,3 +424,18 @@ class CubeWriter:
     def snapshot_at(self, t: dt.datetime) -> SnapshotInfo | None:
         """Latest snapshot committed at or before ``t`` (naive = UTC)."""
         return snapshot_at(self.repo, t)
+
+
+def migrate_inventory(data_dir: str | os.PathLike[str]) -> bool:
+    """Move a data directory written before onto the versioned inventory (idempotent).
+
+    Opening a :class:`CubeWriter` does it (``earthmem ingest`` does): the layout
+    commit that adds ``inventory/partitions`` imports the rows of the legacy
+    ``<data_dir>/inventory/*.parquet`` files, which stay in place.
+
+    Returns:
+        Whether the tip has the versioned inventory afterwards.
+    """
+    writer = CubeWriter(data_dir)
+    root = zarr.open_group(writer.repo.readonly_session(MAIN_BRANCH).store, mode="r")
+    return INVENTORY_ARRAY in root

@@ -350,13 +350,12 @@ def test_warm_app_opens_the_reader_and_inventory_at_start(
     store = request.getfixturevalue("tiny_store")
     ctx = ServiceContext(store.data, signer=Signer.generate())
     assert ctx._reader is None
-    assert ctx._overpasses_stamp is None
     app = create_app(ctx, mount_mcp=False, warm=True)
     with TestClient(app) as live:
         app.state.warmup.join(timeout=120)
         assert not app.state.warmup.is_alive()
         assert ctx._reader is not None  # opened before any request
-        assert ctx._overpasses_stamp is not None
+        assert ctx._reader._inventory is not None  # and its snapshot's inventory
         assert live.get("/openapi.json").status_code == 200  # and it serves
     # a data directory with nothing in it: warming fails quietly, queries report it
     empty = ServiceContext(tmp_path, signer=Signer.generate())

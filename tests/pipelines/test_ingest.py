@@ -19,7 +19,6 @@ from pipelines.sentinel2.ingest import stack_week
 from pipelines.sources import SourceConfig, open_source
 from store import address
 from store.cube import CubeReader
-from store.inventory import Inventory
 from store.tslot import day_slot
 
 
@@ -35,7 +34,7 @@ def test_ingest_ran_without_failures(tiny_store) -> None:
     assert 2023 in r.years
     assert 2024 in r.years
     assert not [c for c in r.failed_checks if "reflectance_sanity" in c or "index_range" in c]
-    inv = Inventory(tiny_store.data).table().to_pylist()
+    inv = CubeReader(tiny_store.data).inventory.table().to_pylist()
     assert {row["band"] for row in inv} >= {"s2", "s1", "geotessera"}
 
 
@@ -81,7 +80,7 @@ def test_tessera_vintages_and_knn_tables(tiny_store) -> None:
 def test_rematerialising_a_partition_is_idempotent(tiny_store, tmp_path) -> None:
     data = tmp_path / "data"  # a copy: the session's shared store stays as ingested
     shutil.copytree(tiny_store.data, data, symlinks=True)
-    rows = [r for r in Inventory(data).table().to_pylist() if r["band"] == "s2"]
+    rows = [r for r in CubeReader(data).inventory.table().to_pylist() if r["band"] == "s2"]
     week = week_key_of(rows[len(rows) // 2]["date"])  # a week that has Sentinel-2 scenes
     res = resources_for(data, tiny_store.catalog, tiny_store.sample / "manifest.json")
     area = res["area"]

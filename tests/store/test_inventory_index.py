@@ -1,15 +1,16 @@
-"""The overpass index holds exactly the inventory's rows."""
+"""The overpass index holds exactly the inventory's rows (the tip snapshot's)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from store.inventory import Inventory, OverpassIndex
+from store.cube import CubeReader
 
 
 def test_lean_sources_equal_the_inventory_table(tiny_store: Any) -> None:
-    inv = Inventory(tiny_store.data)
-    lean = OverpassIndex.load(inv).rows
+    inv = CubeReader(tiny_store.data).inventory
+    assert inv.versioned
+    lean = inv.overpass_index().rows
     table = inv.table()
     rows = sorted(
         (fam, int(t), blk, tuple(items or ()))

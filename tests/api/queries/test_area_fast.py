@@ -38,7 +38,7 @@ def _box(tiny_store: Any) -> tuple[int, int, int, int]:
 @pytest.mark.parametrize("band", ["indices.ndvi", "s2.clear"])
 def test_tile_read_equals_zarr(tiny_store: Any, reader: CubeReader, band: str) -> None:
     ctx = ServiceContext(tiny_store.data, signer=Signer.generate())
-    slots = [t for t, _ in ctx.overpasses("s2", _box(tiny_store))][:40]
+    slots = [t for t, _ in ctx.overpasses(reader, "s2", _box(tiny_store))][:40]
     assert slots
     slots = [*slots, slots[-1] + 3000]  # a slot with no chunk anywhere: fill
     b = tiny_store.manifest["bbox"]
@@ -104,7 +104,7 @@ def test_scene_stats_split_across_threads_is_the_same(
     ctx = ServiceContext(tiny_store.data, signer=Signer.generate())
     b = tiny_store.manifest["bbox"]
     area = parse_area("a", None, [b[1], b[0], b[3], b[2]])
-    slots = [t for t, _ in ctx.overpasses("s2", area.box)][:10]
+    slots = [t for t, _ in ctx.overpasses(reader, "s2", area.box)][:10]
     values = area_mod._gather(ctx, reader, "indices.ndvi", area, slots, True)
     oks = area_mod._gather(ctx, reader, "s2.clear", area, slots, True) == 2
     threaded = stats_mod.scenes_stats(values, oks, area.weights, area.n_cells)
