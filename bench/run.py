@@ -65,7 +65,7 @@ class Bench:
 BENCHES: tuple[Bench, ...] = (
     Bench("address", "bench.bench_address", timeout_s=300),
     Bench("knn", "bench.bench_knn", timeout_s=1200),
-    Bench("queries", "bench.bench_queries", timeout_s=900),
+    Bench("queries", "bench.bench_queries", timeout_s=1500),
     Bench("ingest", "bench.bench_ingest", timeout_s=900),
     Bench("memory", "bench.bench_memory", timeout_s=600),
 )
