@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"http done ({time.perf_counter() - t_start:.0f} s)")
     if "area" in only:
         year = 2024
-        r, info["area"] = bench_area(area, 1.0, year, 3 if quick else 15, 1 if quick else 3)
+        r, info["area"] = bench_area(area, 1.0, year, 3 if quick else 15, 2 if quick else 7)
         rows += r
         log(f"area done ({time.perf_counter() - t_start:.0f} s)")
     if "memory" in only:

@@ -11,8 +11,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import CACHE_DIR, REPO, DemoArea, free_port, wait_http
+from bench.common import CACHE_DIR, REPO, DemoArea, Timing, free_port, wait_http
+from bench.paired import paired_calls, share_of_limit
 from bench.queries.rows import ENV, row
+
+HTTP_ROUNDS = 5
+"""Paired rounds of the loaded HTTP row: a did_change window then a /healthz window, each
+``seconds / HTTP_ROUNDS`` long (at least 0.5 s)."""
 
 __all__ = ["Server", "bench_http"]
 
@@ -110,16 +115,44 @@ def _load(
 def bench_http(
     area: DemoArea, args: dict[str, Any], seconds: float, connections: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """did_change requests/s over loopback HTTP vs /healthz on the same server."""
+    """did_change requests/s over loopback HTTP vs /healthz on the same server.
+
+    The loaded row alternates a did_change window and a /healthz window on the
+    same server (:data:`HTTP_ROUNDS` paired rounds); its ratio is the per-round
+    share of the framework's ceiling (did_change rps / healthz rps), which can
+    never exceed 100 % (above it the row is marked a metric defect).
+    """
     log = CACHE_DIR / "logs" / "serve_http.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    window = max(0.5, seconds / HTTP_ROUNDS)
+    rounds = HTTP_ROUNDS if seconds >= 2 * HTTP_ROUNDS * 0.5 else 2
+    windows: list[dict[str, Any]] = []
+    health_windows: list[dict[str, Any]] = []
     with Server(area.data, log) as srv:
         url = srv.url + "/v1/did_change"
         _load(url, args, 4, min(2.0, seconds / 2))  # warm-up: column cache, signer, JIT paths
-        health = _load(srv.url + "/healthz", None, connections, seconds)
-        loaded = _load(url, args, connections, seconds)
+
+        def fa(_: int) -> float:
+            windows.append(_load(url, args, connections, window))
+            return float(windows[-1]["rps"])
+
+        def fb(_: int) -> float:
+            health_windows.append(_load(srv.url + "/healthz", None, connections, window))
+            return float(health_windows[-1]["rps"])
+
+        pair = paired_calls(fa, fb, rounds, warmup=0)
         single = _load(url, args, 1, max(1.0, seconds / 3))
         rss = srv.status()
+    share = share_of_limit(pair.a_samples, pair.b_samples)
+    loaded = {
+        "rps": pair.a.median,
+        "errors": sum(w["errors"] for w in windows),
+        "non_200": sum(w["non_200"] for w in windows),
+        "requests_ok": sum(w["requests_ok"] for w in windows),
+        "seconds": sum(w["seconds"] for w in windows),
+        "latency_ms": windows[-1]["latency_ms"],
+    }
+    health = {"rps": pair.b.median, "latency_ms": health_windows[-1]["latency_ms"]}
     with Server(area.data, log.with_name("serve_http_quiet.log"), quiet=True) as srv:
         url = srv.url + "/v1/did_change"
         _load(url, args, 4, min(2.0, seconds / 2))
@@ -130,17 +163,28 @@ def bench_http(
         row(
             f"did_change over HTTP, {connections} keep-alive connections",
             "req/s",
-            loaded["rps"],
-            baseline_case="GET /healthz on the same server, same load",
-            baseline=health["rps"],
-            ratio=loaded["rps"] / health["rps"],
-            ratio_def="earthmem rps / baseline rps",
-            target=">= 1500 req/s",
-            met=loaded["rps"] >= 1500 and ok,
+            Timing.of(list(pair.a_samples)),
+            baseline_case="GET /healthz on the same server, same load (the framework's ceiling)",
+            baseline=Timing.of(list(pair.b_samples)),
+            ratio=share.median,
+            ratio_p10=share.p10,
+            ratio_p90=share.p90,
+            rounds=pair.rounds,
+            ratio_def="earthmem rps / healthz rps, per round (share of the ceiling, <= 1)",
+            target=(
+                ">= 1500 req/s" if not share.defect else "METRIC DEFECT (share > 1): >= 1500 req/s"
+            ),
+            met=loaded["rps"] >= 1500 and ok and not share.defect,
             latency_ms=loaded["latency_ms"],
             baseline_latency_ms=health["latency_ms"],
             errors=loaded["errors"] + loaded["non_200"],
-            data=f"{loaded['requests_ok']} requests in {loaded['seconds']:.1f} s",
+            rounds_over_100pct=share.rounds_over,
+            metric_defect=share.defect,
+            data=f"{loaded['requests_ok']} requests in {loaded['seconds']:.1f} s "
+            f"({pair.rounds} windows of {window:.1f} s)",
+            caches="warm: server context and column cache filled by a warm-up load",
+            load_sensitive="yes: server, load generator and any other job share the 2 cores; "
+            "the absolute req/s follows the load, the per-round share less",
         ),
         row(
             "did_change over HTTP, 1 connection (unloaded latency)",
@@ -149,7 +193,7 @@ def bench_http(
             baseline_case="GET /healthz on the same server, same load",
             baseline=health["rps"],
             ratio=single["rps"] / health["rps"],
-            ratio_def="earthmem rps / baseline rps",
+            ratio_def="earthmem rps / baseline rps (unpaired)",
             target="(info)",
             latency_ms=single["latency_ms"],
             data=f"{single['requests_ok']} requests in {single['seconds']:.1f} s",
@@ -161,7 +205,7 @@ def bench_http(
             baseline_case="GET /healthz on that server, same load",
             baseline=quiet_health["rps"],
             ratio=quiet["rps"] / quiet_health["rps"],
-            ratio_def="earthmem rps / baseline rps",
+            ratio_def="earthmem rps / baseline rps (unpaired)",
             target="(info: what the access log costs)",
             latency_ms=quiet["latency_ms"],
             data=f"{quiet['requests_ok']} requests in {quiet['seconds']:.1f} s",
