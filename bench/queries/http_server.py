@@ -37,7 +37,7 @@ class Server:
         cmd = [
             sys.executable,
             "-m",
-            "api.cli",
+            "cli.main",
             "serve",
             "--data",
             str(data),
