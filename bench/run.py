@@ -87,7 +87,7 @@ def run_one(bench: Bench, quick: bool, workdir: Path) -> dict[str, Any]:
         out.unlink()
     cmd = [sys.executable, "-m", bench.module, "--json", str(out)]
     cmd += list(bench.quick_args if quick else bench.args)
-    timeout = bench.timeout_s / (5 if quick else 1)
+    timeout = bench.timeout_s / (3 if quick else 1)
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
