@@ -13,9 +13,9 @@ scan can then appear to exceed it. Here:
 * :func:`pread_pass`: parallel ``pread`` of the same byte ranges into small
   per-thread buffers, as the file scans read (:data:`BUF_BYTES` per call).
 
-Both split the work into the same number of chunks as the scans
-(:func:`store.knn.scan.n_chunks`) and return seconds; the caller divides the
-bytes the scan read by them.
+Both read everything in one parallel launch (as a scan does), split into the
+same number of chunks as the scans (:func:`store.knn.scan.n_chunks`), and
+return seconds; the caller divides the bytes the scan read by them.
 """
 
 from __future__ import annotations
@@ -42,43 +42,59 @@ _pread.restype = ctypes.c_ssize_t
 _pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ssize_t]
 
 
+@numba.njit(inline="always")
+def _xor_range(a, lo, hi):  # type: ignore[no-untyped-def]
+    acc = np.zeros(8, np.uint64)
+    i = lo
+    while i + 8 <= hi:
+        for j in range(8):
+            acc[j] ^= a[i + j]
+        i += 8
+    while i < hi:
+        acc[0] ^= a[i]
+        i += 1
+    return acc.sum()
+
+
 @numba.njit(parallel=True, cache=True)
-def _xor_words(a, nchunk):  # type: ignore[no-untyped-def]
-    """Parallel read of a uint64 array in ``nchunk`` chunks (XOR-reduce; nothing is written)."""
-    n = a.shape[0]
+def _xor_words(a, b, c, nchunk):  # type: ignore[no-untyped-def]
+    """One parallel launch reading up to three uint64 arrays, each cut into ``nchunk`` chunks.
+
+    Chunk ``k`` of every array goes to the same task, as a scan's chunk reads
+    its rows of every array (XOR-reduce; nothing is written).
+    """
     out = np.zeros(nchunk, np.uint64)
-    for c in numba.prange(nchunk):
-        lo = n * c // nchunk
-        hi = n * (c + 1) // nchunk
-        acc = np.zeros(8, np.uint64)
-        i = lo
-        while i + 8 <= hi:
-            for j in range(8):
-                acc[j] ^= a[i + j]
-            i += 8
-        while i < hi:
-            acc[0] ^= a[i]
-            i += 1
-        out[c] = acc.sum()
+    for k in numba.prange(nchunk):
+        acc = np.uint64(0)
+        na, nb, nc = a.shape[0], b.shape[0], c.shape[0]
+        acc ^= _xor_range(a, na * k // nchunk, na * (k + 1) // nchunk)
+        acc ^= _xor_range(b, nb * k // nchunk, nb * (k + 1) // nchunk)
+        acc ^= _xor_range(c, nc * k // nchunk, nc * (k + 1) // nchunk)
+        out[k] = acc
     return out.sum()
 
 
 @numba.njit(parallel=True)
-def _pread_chunks(fd, offset, nbytes, buf_bytes, nchunk):  # type: ignore[no-untyped-def]
-    """Parallel pread of ``nbytes`` from ``offset`` in ``nchunk`` chunks; -1 on a short read."""
+def _pread_chunks(fds, offsets, sizes, buf_bytes, nchunk):  # type: ignore[no-untyped-def]
+    """One parallel launch preading every range; chunk ``k`` reads part ``k`` of each range.
+
+    Returns -1 on a short read, else 0.
+    """
     bad = np.zeros(nchunk, np.int64)
     for c in numba.prange(nchunk):
-        lo = nbytes * c // nchunk
-        hi = nbytes * (c + 1) // nchunk
         buf = np.empty(buf_bytes, np.uint8)
-        a = lo
-        while a < hi:
-            m = min(buf_bytes, hi - a)
-            got = _pread(fd, buf.ctypes.data, m, offset + a)
-            if got <= 0:
-                bad[c] = 1
-                break
-            a += got
+        for r in range(fds.shape[0]):
+            nbytes = sizes[r]
+            lo = nbytes * c // nchunk
+            hi = nbytes * (c + 1) // nchunk
+            a = lo
+            while a < hi:
+                m = min(buf_bytes, hi - a)
+                got = _pread(fds[r], buf.ctypes.data, m, offsets[r] + a)
+                if got <= 0:
+                    bad[c] = 1
+                    break
+                a += got
     return -1 if bad.sum() > 0 else 0
 
 
@@ -96,12 +112,15 @@ def mapped_pass(arrays: list[Any], nchunk: int) -> float:
     the page cache), so the pass faults every page in from the page cache as a
     scan does. Reads whole 64-bit words (the last < 8 bytes of an array are not read).
     """
-    words = [words_of(a) for a in arrays]
+    if not 1 <= len(arrays) <= 3:
+        raise ValueError(f"mapped_pass reads 1 to 3 arrays, got {len(arrays)}")
+    empty = np.zeros(0, np.uint64)
+    empty.flags.writeable = False
+    words = [words_of(a) for a in arrays] + [empty] * (3 - len(arrays))
     for a in arrays:
         release(a, 0, a.shape[0])
     t0 = time.perf_counter()
-    for w in words:
-        _xor_words(w, nchunk)
+    _xor_words(words[0], words[1], words[2], nchunk)
     dt = time.perf_counter() - t0
     for a in arrays:
         release(a, 0, a.shape[0])
@@ -114,15 +133,19 @@ def pread_pass(ranges: list[tuple[Path, int, int]], nchunk: int) -> float:
     Raises:
         OSError: a range runs past its file's end.
     """
-    fds = [(os.open(p, os.O_RDONLY), off, nb) for p, off, nb in ranges]
+    fds = [os.open(p, os.O_RDONLY) for p, _, _ in ranges]
     try:
+        fd_arr = np.array(fds, np.int64)
+        offs = np.array([off for _, off, _ in ranges], np.int64)
+        sizes = np.array([nb for _, _, nb in ranges], np.int64)
         t0 = time.perf_counter()
-        for fd, off, nb in fds:
-            if nb > 0 and _pread_chunks(fd, off, nb, BUF_BYTES, nchunk) < 0:
-                raise OSError(f"short read in the bandwidth pass ({ranges})")
-        return time.perf_counter() - t0
+        bad = _pread_chunks(fd_arr, offs, sizes, BUF_BYTES, nchunk)
+        dt = time.perf_counter() - t0
+        if bad < 0:
+            raise OSError(f"short read in the bandwidth pass ({ranges})")
+        return dt
     finally:
-        for fd, _, _ in fds:
+        for fd in fds:
             os.close(fd)
 
 
@@ -130,7 +153,7 @@ def warm() -> None:
     """Compile both kernels (JIT) so no pass pays for compilation."""
     a = np.zeros(64, np.uint64)
     a.flags.writeable = False  # the passes read read-only memmaps (a distinct numba type)
-    _xor_words(a, 2)
+    _xor_words(a, a, a, 2)
     import tempfile
 
     with tempfile.NamedTemporaryFile() as f:
@@ -138,6 +161,7 @@ def warm() -> None:
         f.flush()
         fd = os.open(f.name, os.O_RDONLY)
         try:
-            _pread_chunks(fd, 0, 4096, 1024, 2)
+            one = np.ones(1, np.int64)
+            _pread_chunks(one * fd, one * 0, one * 4096, 1024, 2)
         finally:
             os.close(fd)
