@@ -13,9 +13,11 @@ scan can then appear to exceed it. Here:
 * :func:`pread_pass`: parallel ``pread`` of the same byte ranges into small
   per-thread buffers, as the file scans read (:data:`BUF_BYTES` per call).
 
-Both read everything in one parallel launch (as a scan does), split into the
-same number of chunks as the scans (:func:`store.knn.scan.n_chunks`), and
-return seconds; the caller divides the bytes the scan read by them.
+Both read everything in one parallel launch made as the scans make theirs
+(:func:`store.knn.scan.run_parallel`: chunks handed out one at a time, so a
+preempted thread's chunks go to the other), split into the same number of
+chunks (:func:`store.knn.scan.n_chunks`), and return seconds; the caller
+divides the bytes the scan read by them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numba
 import numpy as np
 
 from store.knn.mapped import release
+from store.knn.scan import run_parallel
 
 __all__ = ["BUF_BYTES", "mapped_pass", "pread_pass", "words_of"]
 
@@ -120,7 +123,7 @@ def mapped_pass(arrays: list[Any], nchunk: int) -> float:
     for a in arrays:
         release(a, 0, a.shape[0])
     t0 = time.perf_counter()
-    _xor_words(words[0], words[1], words[2], nchunk)
+    run_parallel(_xor_words, words[0], words[1], words[2], nchunk)
     dt = time.perf_counter() - t0
     for a in arrays:
         release(a, 0, a.shape[0])
@@ -139,7 +142,7 @@ def pread_pass(ranges: list[tuple[Path, int, int]], nchunk: int) -> float:
         offs = np.array([off for _, off, _ in ranges], np.int64)
         sizes = np.array([nb for _, _, nb in ranges], np.int64)
         t0 = time.perf_counter()
-        bad = _pread_chunks(fd_arr, offs, sizes, BUF_BYTES, nchunk)
+        bad = run_parallel(_pread_chunks, fd_arr, offs, sizes, BUF_BYTES, nchunk)
         dt = time.perf_counter() - t0
         if bad < 0:
             raise OSError(f"short read in the bandwidth pass ({ranges})")

@@ -20,3 +20,11 @@ def test_passes_read_mapped_arrays_and_file_ranges_and_report_time(tmp_path: Pat
     assert stream.pread_pass([(tmp_path / "head.npy", int(m.offset), int(m.nbytes))], 4) > 0
     with pytest.raises(OSError, match="short read"):
         stream.pread_pass([(tmp_path / "head.npy", int(m.offset), int(m.nbytes) + 4096)], 4)
+
+
+def test_mapped_pass_reads_at_most_the_three_arrays_of_a_pruned_scan(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.zeros(64, np.int64))
+    m = np.load(tmp_path / "a.npy", mmap_mode="r")
+    assert stream.mapped_pass([m, m, m], 2) > 0
+    with pytest.raises(ValueError, match="1 to 3 arrays"):
+        stream.mapped_pass([m, m, m, m], 2)
