@@ -9,7 +9,7 @@ from typing import Any
 from bench.adapters import bench_rows, bench_title
 from bench.common import machine
 
-__all__ = ["TABLE_HEAD", "render"]
+__all__ = ["TABLE_HEAD", "ratio_text", "render", "spread_rows"]
 
 
 def _num(x: Any, digits: int = 3) -> str:
@@ -57,13 +57,36 @@ def _cell(text: Any) -> str:
 
 
 TABLE_HEAD = [
-    "| case | data | earthmem: median [p10–p90] | unit | baseline (same run) | baseline: median [p10–p90] | ratio | target | met |",
-    "|---|---|---|---|---|---|---|---|---|",
+    "| case | data | earthmem: median [p10–p90] | unit | baseline (same run) | baseline: median [p10–p90] "
+    "| ratio: median [p10–p90] of rounds | target | met | rounds, caches | load-sensitive |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
 ]
 
 
+def ratio_text(r: dict[str, Any]) -> str:
+    """``median [p10–p90]`` of a row's per-round ratios (``median`` alone when unpaired)."""
+    if r.get("ratio") is None:
+        return "—"
+    s = _num(r["ratio"])
+    lo, hi = r.get("ratio_p10"), r.get("ratio_p90")
+    if lo is not None and hi is not None and (lo, hi) != (r["ratio"],) * 2:
+        s += f" [{_num(lo)}–{_num(hi)}]"
+    return s
+
+
+def _pairing(r: dict[str, Any]) -> str:
+    parts = []
+    if r.get("rounds"):
+        parts.append(f"paired, {r['rounds']} rounds")
+    elif r.get("ratio") is not None:
+        parts.append("unpaired")
+    if r.get("caches"):
+        parts.append(str(r["caches"]))
+    return "; ".join(parts)
+
+
 def _row_line(r: dict[str, Any]) -> str:
-    ratio = _num(r.get("ratio"))
+    ratio = ratio_text(r)
     if r.get("ratio_def") and r.get("ratio") is not None:
         ratio += f" ({r['ratio_def']})"
     return (
@@ -80,22 +103,126 @@ def _row_line(r: dict[str, Any]) -> str:
                 ratio,
                 r.get("target", ""),
                 _met(r.get("met")),
+                _pairing(r),
+                r.get("load_sensitive", ""),
             )
         )
         + " |"
     )
 
 
-def render(docs: dict[str, dict[str, Any]], mode: str, started: str, seconds: float) -> str:
-    """The Markdown report of one harness run."""
+def _row_value(r: dict[str, Any]) -> float | None:
+    """The figure a row is judged by: its ratio, else its median (a share, a recall)."""
+    v = r.get("ratio") if r.get("ratio") is not None else r.get("median")
+    return None if v is None or isinstance(v, bool) else float(v)
+
+
+def spread_rows(runs: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per row of the first run: its figure in every run, and min / median / max across runs.
+
+    Rows are matched by bench, case and occurrence (the knn bench repeats its
+    cases per table size). Only rows with a ratio or a judged target are listed.
+    """
+    from bench.paired import run_spread
+
+    keyed: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    order: list[tuple[str, str, int]] = []
+    for docs in runs:
+        for name, doc in docs.items():
+            try:
+                rows = bench_rows(name, doc)
+            except (KeyError, TypeError, ValueError, ZeroDivisionError):
+                continue
+            seen: dict[str, int] = {}
+            for r in rows:
+                case = str(r.get("case", ""))
+                key = (name, case, seen.get(case, 0))
+                seen[case] = key[2] + 1
+                if key not in keyed:
+                    keyed[key] = []
+                    order.append(key)
+                keyed[key].append(r)
+    out = []
+    for key in order:
+        rs = keyed[key]
+        first = rs[0]
+        if first.get("ratio") is None and first.get("met") is None:
+            continue
+        values = [_row_value(r) for r in rs]
+        out.append(
+            {
+                "bench": key[0],
+                "case": key[1],
+                "data": first.get("data", ""),
+                "values": values,
+                "spread": run_spread(values),
+                "target": first.get("target", ""),
+                "judged": any(r.get("met") is not None for r in rs),
+                "load_sensitive": first.get("load_sensitive", ""),
+            }
+        )
+    return out
+
+
+def _spread_section(runs: list[dict[str, dict[str, Any]]]) -> list[str]:
+    lines = [
+        f"## Spread of {len(runs)} runs",
+        "",
+        f"The ratio (or, for shares and recalls, the median) of each row in each of the {len(runs)} "
+        "runs of this invocation (`--repeat`), and min / median / max across runs. The goal for "
+        "target rows is every run within ±20 % of the median run.",
+        "",
+        "| bench | case | data | per run | min | median | max | within ±20 % | target | load-sensitive |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in spread_rows(runs):
+        sp = s["spread"] or {}
+        per = ", ".join(_num(v) for v in s["values"])
+        within = "" if not sp else ("yes" if sp["within_20pct"] else "**no**")
+        lines.append(
+            "| "
+            + " | ".join(
+                _cell(x)
+                for x in (
+                    s["bench"],
+                    s["case"],
+                    s["data"],
+                    per,
+                    _num(sp.get("min")),
+                    _num(sp.get("median")),
+                    _num(sp.get("max")),
+                    within,
+                    s["target"],
+                    s["load_sensitive"],
+                )
+            )
+            + " |"
+        )
+    lines.append("")
+    return lines
+
+
+def render(
+    docs: dict[str, dict[str, Any]],
+    mode: str,
+    started: str,
+    seconds: float,
+    runs: list[dict[str, dict[str, Any]]] | None = None,
+) -> str:
+    """The Markdown report of one harness run (``docs``: the last of ``runs`` when repeated)."""
     mach = machine()
     lines = [
         "# earthmem benchmark results",
         "",
         f"Generated by `python -m bench.run{' --quick' if mode == 'quick' else ''}` at {started} "
-        f"({mode} run, {seconds / 60:.1f} min wall). Every baseline was measured in the same run, "
-        "on the same machine, right beside the earthmem figure it is compared with. Spreads are "
-        "p10–p90 of the repeats (min–max where a bench reports only those); `n` = repeats.",
+        f"({mode} run, {seconds / 60:.1f} min wall"
+        + (f", {len(runs)} runs; the tables are the last run's" if runs and len(runs) > 1 else "")
+        + "). Every baseline was measured in the same run, on the same machine, right beside the "
+        "earthmem figure it is compared with. Paired rows alternate earthmem and its baseline in "
+        "rounds (A, B, A, B, ...: same process, same input) and report the median of the "
+        "per-round ratios with its p10–p90; `rounds, caches` says how many rounds and how caches "
+        "were treated. Other spreads are p10–p90 of the repeats; `n` = repeats. A share of a "
+        "physical limit above 100 % is marked METRIC DEFECT: it is never a result.",
         "",
         "## Machine",
         "",
@@ -177,7 +304,7 @@ def render(docs: dict[str, dict[str, Any]], mode: str, started: str, seconds: fl
     for name, r in summary:
         measured = f"{_num(r.get('median'))} {r.get('unit', '')}"
         if r.get("ratio") is not None:
-            measured += f"; ratio {_num(r['ratio'])}"
+            measured += f"; ratio {ratio_text(r)}"
         lines.append(
             f"| {name} | {_cell(r['case'])} | {_cell(measured)} | {_cell(r['target'])} | {_met(r['met'])} |"
         )
@@ -185,6 +312,8 @@ def render(docs: dict[str, dict[str, Any]], mode: str, started: str, seconds: fl
     if failed:
         lines += ["", f"Benches that did not finish: {', '.join(failed)} (see their sections)."]
     lines.append("")
+    if runs and len(runs) > 1:
+        lines += _spread_section(runs)
     return "\n".join(lines + sections)
 
 
@@ -204,6 +333,11 @@ _DETAIL_KEYS = (
     "peak_file_mib",
     "http_median_ms",
     "scan_GBps",
+    "limit_GBps",
+    "bytes_read",
+    "rounds_over_100pct",
+    "metric_defect",
+    "marginal_s",
     "all_recalls",
     "rate",
     "spread_note",

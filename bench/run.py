@@ -1,6 +1,6 @@
 """The bench harness: run every benchmark as a subprocess, merge, write ``bench/RESULTS.md``.
 
-    python -m bench.run [--quick] [--only address,knn,queries,ingest,memory] [--out PATH]
+    python -m bench.run [--quick] [--only address,knn,queries,ingest,memory] [--out PATH] [--repeat N]
 
 Each bench script runs in its own process (``python -m bench.<script> --json
 FILE [--quick]``) so that one bench's memory, threads and JIT caches do not
@@ -16,7 +16,10 @@ The default run targets < 15 minutes on 2 cores (the first run also builds and
 ingests the demo area and generates the 10^7-row vector table, cached under
 ``bench/.cache``). ``--quick`` is a smoke check on the tiny sample and small
 tables; it writes ``bench/.cache/RESULTS-quick.md`` unless ``--out`` is given,
-so it never overwrites the real results.
+so it never overwrites the real results. ``--repeat N`` runs the benches N
+times in turn and adds the spread of every ratio row across the runs (min /
+median / max, and whether every run is within ±20 % of the median run); three
+default runs take about three times as long as one.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def run_one(bench: Bench, quick: bool, workdir: Path) -> dict[str, Any]:
         out.unlink()
     cmd = [sys.executable, "-m", bench.module, "--json", str(out)]
     cmd += list(bench.quick_args if quick else bench.args)
-    timeout = bench.timeout_s / (5 if quick else 1)
+    timeout = bench.timeout_s / (3 if quick else 1)
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -140,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--workdir", default=None, help="where JSON and logs go (default bench/.cache/run[-quick])"
     )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the selected benches N times in turn and report the spread of every ratio "
+        "row across the runs (min / median / max); the tables show the last run",
+    )
     args = ap.parse_args(argv)
     names = [b.name for b in BENCHES]
     only = args.only.split(",") if args.only else names
@@ -152,23 +162,37 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.workdir) if args.workdir else CACHE_DIR / ("run-quick" if args.quick else "run")
     )
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.repeat < 1:
+        ap.error("--repeat must be >= 1")
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     t0 = time.perf_counter()
-    docs: dict[str, dict[str, Any]] = {}
-    for b in BENCHES:
-        if b.name not in only:
-            continue
-        _log(f"{b.name}: python -m {b.module} ... (log in {workdir / 'logs' / (b.name + '.log')})")
-        docs[b.name] = run_one(b, args.quick, workdir)
-        _log(
-            f"{b.name}: {docs[b.name]['_run']['status']} in {docs[b.name]['_run']['seconds']:.0f} s"
-        )
-    text = render(docs, mode, started, time.perf_counter() - t0)
+    runs: list[dict[str, dict[str, Any]]] = []
+    for rep in range(args.repeat):
+        wd = workdir if args.repeat == 1 else workdir / f"rep{rep + 1}"
+        wd.mkdir(parents=True, exist_ok=True)
+        docs: dict[str, dict[str, Any]] = {}
+        for b in BENCHES:
+            if b.name not in only:
+                continue
+            _log(
+                f"run {rep + 1}/{args.repeat} {b.name}: python -m {b.module} ... "
+                f"(log in {wd / 'logs' / (b.name + '.log')})"
+            )
+            docs[b.name] = run_one(b, args.quick, wd)
+            _log(
+                f"{b.name}: {docs[b.name]['_run']['status']} in "
+                f"{docs[b.name]['_run']['seconds']:.0f} s"
+            )
+        runs.append(docs)
+    docs = runs[-1]
+    text = render(docs, mode, started, time.perf_counter() - t0, runs=runs)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     (workdir / "merged.json").write_text(json.dumps(docs, indent=1, default=str))
+    if len(runs) > 1:
+        (workdir / "runs.json").write_text(json.dumps(runs, indent=1, default=str))
     _log(f"wrote {out} ({time.perf_counter() - t0:.0f} s)")
-    return 0 if all(d["_run"]["status"] == "ok" for d in docs.values()) else 1
+    return 0 if all(d["_run"]["status"] == "ok" for r in runs for d in r.values()) else 1
 
 
 if __name__ == "__main__":

@@ -19,7 +19,15 @@ from typing import Any
 from bench.common import DemoArea
 from bench.ingest.catalog import S1, S2
 
-__all__ = ["DagsterPass", "Plan", "blocks_with_data", "plans", "run_baseline", "run_dagster"]
+__all__ = [
+    "DagsterPass",
+    "Plan",
+    "blocks_with_data",
+    "materialise",
+    "plans",
+    "run_baseline",
+    "run_dagster",
+]
 
 
 @dataclass(frozen=True)
@@ -121,41 +129,53 @@ class DagsterPass:
     """``run: check`` of checks that did not pass (``(warn)`` suffix for warnings)."""
 
 
+def materialise(resources: Any, inst: Any, partitions: list[tuple[str, str]]) -> DagsterPass:
+    """Materialise ``(week, block)`` partitions in an open Dagster instance, as ingest_area does.
+
+    One run per block and range of up to ``RANGE_WEEKS`` weeks (a single-run
+    backfill range), one commit per week; the data directory of ``resources``
+    keeps what it holds (an ingest into a store that already has data).
+    """
+    from pipelines.run import RANGE_WEEKS, materialize_range
+
+    t0 = time.perf_counter()
+    per: list[float] = []
+    failed: list[str] = []
+    failed_checks: list[str] = []
+    by_block: dict[str, list[str]] = {}
+    for w, b in partitions:
+        by_block.setdefault(b, []).append(w)
+    for b, weeks in sorted(by_block.items()):
+        weeks = sorted(set(weeks))
+        for i in range(0, len(weeks), RANGE_WEEKS):
+            chunk = weeks[i : i + RANGE_WEEKS]
+            tp = time.perf_counter()
+            key, ok, checks, *_ = materialize_range(resources, inst, b, chunk[0], chunk[-1])
+            per.append((time.perf_counter() - tp) / len(chunk))
+            failed_checks += [f"{key}: {c}" for c in checks]
+            if not ok:
+                failed.append(key)
+    return DagsterPass(time.perf_counter() - t0, per, failed, failed_checks)
+
+
 def run_dagster(area: DemoArea, plan: Plan, data: Path) -> DagsterPass:
-    """Materialise the plan's partitions through Dagster into ``data``; wall time and per-partition times."""
+    """Materialise the plan's partitions through Dagster into a fresh ``data``; wall time and per-partition times."""
     from dagster import DagsterInstance
 
     from pipelines.partitions import register_area_blocks
     from pipelines.resources import load_area
-    from pipelines.run import RANGE_WEEKS, materialize_range, resources_for
+    from pipelines.run import resources_for
 
     if data.exists():
         shutil.rmtree(data)
     data.mkdir(parents=True)
     t0 = time.perf_counter()
     resources = resources_for(data, area.catalog, area.manifest_path)
-    per: list[float] = []
-    failed: list[str] = []
-    failed_checks: list[str] = []
-    # as pipelines.run.ingest_area does: one run per block and range of up to
-    # RANGE_WEEKS weeks (a single-run backfill range), one commit per week
-    by_block: dict[str, list[str]] = {}
-    for w, b in plan.partitions:
-        by_block.setdefault(b, []).append(w)
     with DagsterInstance.ephemeral() as inst:
         _, bbox = load_area(area.manifest_path)
         register_area_blocks(inst, bbox)
-        for b, weeks in sorted(by_block.items()):
-            weeks = sorted(set(weeks))
-            for i in range(0, len(weeks), RANGE_WEEKS):
-                chunk = weeks[i : i + RANGE_WEEKS]
-                tp = time.perf_counter()
-                key, ok, checks, *_ = materialize_range(resources, inst, b, chunk[0], chunk[-1])
-                per.append((time.perf_counter() - tp) / len(chunk))
-                failed_checks += [f"{key}: {c}" for c in checks]
-                if not ok:
-                    failed.append(key)
-    return DagsterPass(time.perf_counter() - t0, per, failed, failed_checks)
+        dp = materialise(resources, inst, plan.partitions)
+    return DagsterPass(time.perf_counter() - t0, dp.per_partition, dp.failed, dp.failed_checks)
 
 
 def blocks_with_data(data: Path) -> dict[str, dict[str, int]]:

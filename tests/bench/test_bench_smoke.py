@@ -32,37 +32,43 @@ def _run_meta(name: str) -> dict:
 
 
 def _knn_doc(n: int) -> dict:
-    def row(case: str, med: float, pct: float = 10.0) -> dict:
-        return {
-            "n": n,
-            "case": case,
-            "median_ms": med,
-            "min_ms": med * 0.9,
-            "max_ms": med * 1.2,
-            "GBps": 1.0,
-            "pct_bw": pct,
-        }
+    """A knn document as bench_knn writes it: common rows from paired rounds."""
+    from bench.bench_knn import SizeResult, size_rows
+    from bench.paired import paired_samples, share_of_limit
 
+    vals = {
+        "cos_faiss": (10.0, 100.0),
+        "full_faiss": (15.0, 100.0),
+        "inline_faiss": (20.0, 100.0),
+        "ham_faiss": (1.0, 2.0),
+        "rr_cos": (1.5, 10.0),
+        "rr_full": (1.5, 15.0),
+        "rrdef_cos": (1.2, 10.0),
+    }
+    names = {
+        "cos_faiss": "cosine (earthmem, int8)",
+        "full_faiss": "cosine full scan, no pruning (earthmem, int8)",
+        "inline_faiss": "cosine inline float query (earthmem, f32 x int8)",
+        "ham_faiss": "hamming (earthmem)",
+        "rr_cos": "hamming_then_rerank x32 (earthmem)",
+        "rr_full": "hamming_then_rerank x32 (earthmem) vs the unpruned exact scan",
+        "rrdef_cos": "hamming_then_rerank x16 (default)",
+    }
+    share = share_of_limit([7.0, 7.0, 7.0], [10.0, 10.0, 10.0])
+    result = SizeResult(
+        n=n,
+        pairs={k: paired_samples([a / 1e3] * 3, [b / 1e3] * 3) for k, (a, b) in vals.items()},
+        names=names,
+        shares={"cosine": (share, 7.0, 10.0), "full": (share, 7.0, 10.0)},
+        recall={"hamming": 0.4, "rerank x32": 0.97},
+        multiple=32,
+        recall_queries=20,
+        bytes_read=1e6,
+    )
     return {
         "bench": "knn",
-        "bandwidth": {"numba_read_GBps": 30.0, "numpy_sum_GBps": 10.0},
         "machine": {"threads": 2, "faiss": "1.x"},
-        "rows": [
-            row("cosine (earthmem, int8)", 10.0, pct=70.0),
-            row("cosine inline float query (earthmem, f32 x int8)", 20.0),
-            row("hamming (earthmem)", 1.0),
-            row("hamming_then_rerank x32 (earthmem)", 1.5),
-            row("hamming_then_rerank x16 (default)", 1.2),
-            row("cosine baseline: FAISS IndexFlatIP f32", 100.0),
-            row("hamming baseline: FAISS IndexBinaryFlat", 2.0),
-            {
-                "n": n,
-                "case": "summary",
-                "recall_at_10": {"hamming": 0.4, "rerank x32": 0.97},
-                "recall_queries": 20,
-                "chosen_rerank_multiple": 32,
-            },
-        ],
+        "rows": size_rows(result),
         "_run": _run_meta("knn"),
     }
 
@@ -127,7 +133,8 @@ def test_render_pairs_each_row_with_its_baseline_and_judges_targets_at_1e7() -> 
     assert "| 2 (speed-up vs baseline)" in enc
     cos = next(line for line in lines if line.startswith("| find_like cosine: cosine (earthmem"))
     assert "FAISS IndexFlatIP" in cos
-    assert "0.1 (earthmem / FAISS)" in cos
+    assert "0.1 (earthmem / FAISS, per round)" in cos
+    assert "paired, 3 rounds" in cos
     assert "**met**" in cos
     ham = next(line for line in lines if line.startswith("| find_like hamming: hamming (earthmem"))
     assert "**met**" in ham  # 1.0 / 2.0 = 0.5 <= 0.6
@@ -163,7 +170,7 @@ def test_render_pairs_each_row_with_its_baseline_and_judges_targets_at_1e7() -> 
     assert "**met**" not in cos_small
 
 
-def test_flatness_rows_judge_the_marginal_cost_per_scene_not_the_fixed_cost() -> None:
+def test_unpaired_flatness_rows_see_the_marginal_cost_per_scene_not_the_fixed_cost() -> None:
     from bench.bench_ingest import flatness_rows, marginal_costs
 
     # T = 5 s fixed + 0.1 s per read: the raw cost per scene falls, the marginal one is flat
@@ -173,13 +180,14 @@ def test_flatness_rows_judge_the_marginal_cost_per_scene_not_the_fixed_cost() ->
     marginal, raw = flatness_rows(flat_pts, {})
     assert marginal["case"].startswith("cost per scene, marginal")
     assert abs(marginal["ratio"] - 1.0) < 1e-9
-    assert marginal["met"] is True
+    assert marginal["met"] is None  # information: the paired row is the target
+    assert marginal["unpaired_verdict"] is True
     assert raw["met"] is None
     assert raw["ratio"] < 0.5
     assert "1000 scenes: 205.0 s" in marginal["data"]
     # a cost per read that grows with size misses, whatever the fixed cost
     grow_pts = [(sc, r, 5.0 + 0.1 * r + 2e-5 * r * r, 1, 1e4) for sc, r in sizes]
-    assert flatness_rows(grow_pts, {})[0]["met"] is False
+    assert flatness_rows(grow_pts, {})[0]["unpaired_verdict"] is False
     # the largest run's checks count: a block without data misses
     run = {
         "catalog": "c",
@@ -188,10 +196,10 @@ def test_flatness_rows_judge_the_marginal_cost_per_scene_not_the_fixed_cost() ->
         "failed_error_checks": [],
         "blocks_without_data": ["b8.1.1"],
     }
-    assert flatness_rows(flat_pts, run)[0]["met"] is False
+    assert flatness_rows(flat_pts, run)[0]["unpaired_verdict"] is False
     # one step (the quick run): reported, not judged
     one = flatness_rows(flat_pts[:2], {})[0]
-    assert one["met"] is None
+    assert one["unpaired_verdict"] is None
     assert one["ratio"] is None
 
 
@@ -212,7 +220,8 @@ EXPECTED_ROWS = {
     "ingest": [
         "Dagster ingest, ",
         "read + compute + CubeWriter commits without Dagster",
-        "cost per scene",
+        "cost per scene, paired",
+        "cost per scene, marginal",
     ],
 }
 
