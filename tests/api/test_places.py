@@ -97,6 +97,39 @@ def test_where_is_a_sample_feature_answers_from_the_sample(ctx: ServiceContext) 
     assert a["confidence"]["is_high_confidence"] is True
 
 
+def test_where_is_a_qualified_name_resolves_inside_the_qualifier(ctx: ServiceContext) -> None:
+    a = _answer(ctx, "where_is", {"description": "Ranchi, Jharkhand"})
+    assert (a["place"]["name"], a["place"]["country"], a["place"]["admin1"]) == (
+        "Ranchi",
+        "IN",
+        "38",
+    )
+    assert a["place"]["admin1_name"]
+    assert a["confidence"]["is_high_confidence"] is True
+    lake = _answer(ctx, "where_is", {"description": "Kanke Lake, Ranchi"})
+    assert lake["source"] == "sample"
+
+
+def test_where_is_the_router_example_names_the_qualifier_and_the_nearest(
+    ctx: ServiceContext, client: TestClient
+) -> None:
+    with pytest.raises(NotFound) as info:
+        run(ctx, "where_is", {"description": "Ashok Nagar, Ranchi"})
+    err = info.value
+    assert err.code == "place_not_found"
+    assert "Ranchi" in err.details["qualifier"]
+    nearest = err.details["nearest"]
+    assert nearest
+    assert nearest[0]["name"] == "Ashoknagar"
+    assert nearest[0]["km_from_qualifier"] > 500
+    address.parse_cell(nearest[0]["cell64"])
+    r = client.post("/v1/where_is", json={"description": "Ashok Nagar, Ranchi"})
+    assert r.status_code == 404
+    body = r.json()["error"]
+    assert body["code"] == "place_not_found"
+    assert body["details"]["nearest"][0]["name"] == "Ashoknagar"
+
+
 @pytest.mark.parametrize(
     "text",
     [

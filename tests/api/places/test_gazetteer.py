@@ -140,10 +140,108 @@ def test_qualifier_that_rules_out_everything_is_not_found(gaz: Gazetteer) -> Non
 
 
 def test_unknown_qualifier_is_ignored_but_lowers_confidence(gaz: Gazetteer) -> None:
-    result = gaz.resolve("Ranchi, Jharkhand")
+    result = gaz.resolve("Ranchi, Qwzxland")
     assert _ok(result).country == "IN"
     assert not result.is_high_confidence
-    assert "jharkhand" in result.reason
+    assert "qwzxland" in result.reason
+
+
+@pytest.mark.parametrize(
+    "text", ["Ranchi, Jharkhand", "Ranchi, IN-JH", "Ranchi, Jharkhand, India", "Ranchi Jharkhand"]
+)
+def test_admin1_name_outside_the_us_qualifies_with_high_confidence(
+    gaz: Gazetteer, text: str
+) -> None:
+    result = gaz.resolve(text)
+    best = _ok(result)
+    assert (best.name, best.country, best.admin1) == ("Ranchi", "IN", "38")
+    assert normalise_name(best.admin1_name or "") == "jharkhand"
+    assert result.is_high_confidence, result.reason
+
+
+@pytest.mark.parametrize(
+    ("text", "country", "admin1"),
+    [
+        ("Cordoba, Andalusia", "ES", "51"),
+        ("Cordoba, Argentina", "AR", None),
+        ("Lahore, Punjab", "PK", None),
+        ("Ludhiana, Punjab", "IN", None),
+        ("Munich, Bavaria", "DE", "02"),
+        ("Toronto, Ontario", "CA", "08"),
+    ],
+)
+def test_admin1_areas_of_every_country_narrow(
+    gaz: Gazetteer, text: str, country: str, admin1: str | None
+) -> None:
+    best = _ok(gaz.resolve(text))
+    assert best.country == country
+    if admin1 is not None:
+        assert best.admin1 == admin1
+    assert best.admin1_name
+
+
+def test_a_city_qualifier_keeps_only_places_near_it(gaz: Gazetteer) -> None:
+    result = gaz.resolve("Kanke, Ranchi")
+    best = _ok(result)
+    assert best.admin1 == "38"
+    assert _km(best.lat, best.lng, 23.3441, 85.3096) < 50
+    assert result.is_high_confidence
+    assert "ranchi" in result.reason.lower()
+    lake = _ok(gaz.resolve("Kanke Lake, Ranchi"))  # a sample feature near the city
+    assert lake.source == "sample"
+
+
+def test_ashok_nagar_ranchi_is_not_ashoknagar_in_madhya_pradesh(gaz: Gazetteer) -> None:
+    unqualified = _ok(gaz.resolve("Ashok Nagar"))
+    assert _km(unqualified.lat, unqualified.lng, 23.3441, 85.3096) > 500  # the MP town
+    result = gaz.resolve("Ashok Nagar, Ranchi")
+    assert result.status == "not_found"
+    assert result.best is None
+    assert result.qualifier is not None
+    assert "Ranchi" in result.qualifier
+    assert "50 km" in result.qualifier
+    assert result.excluded, result.reason
+    nearest = result.excluded[0]
+    assert nearest.place.id == unqualified.id
+    assert nearest.km is not None
+    assert nearest.km > 500
+    assert "Ashoknagar" in result.reason
+    assert "km" in result.reason
+
+
+def test_a_region_that_rules_everything_out_names_it_and_the_candidates(
+    gaz: Gazetteer,
+) -> None:
+    result = gaz.resolve("Ashok Nagar, Jharkhand")
+    assert result.status == "not_found"
+    assert result.qualifier is not None
+    assert "admin-1" in result.qualifier
+    assert [e.place.country for e in result.excluded] == ["IN"]
+    assert result.excluded[0].km is None  # a region has no point to measure from
+
+
+def test_a_qualifier_place_picks_between_features_of_one_name() -> None:
+    mills = [
+        {"name": "Old Mill", "kind": "town", "lat": 23.36, "lng": 85.33, "id": "mill-ranchi"},
+        {"name": "Old Mill", "kind": "town", "lat": 48.86, "lng": 2.30, "id": "mill-paris"},
+    ]
+    g = Gazetteer(mills)
+    assert not g.resolve("Old Mill").is_high_confidence
+    assert _ok(g.resolve("Old Mill, Ranchi")).id == "sample:mill-ranchi"
+    assert _ok(g.resolve("Old Mill, Paris")).id == "sample:mill-paris"
+    far = g.resolve("Old Mill, Lyon")  # a city, not a region
+    assert far.status == "not_found"
+    assert [e.place.id for e in far.excluded] == [
+        "sample:mill-paris",
+        "sample:mill-ranchi",
+    ]  # nearest first
+    assert all(e.km is not None and e.km > 300 for e in far.excluded)
+
+
+def test_an_admin1_area_alone_is_not_a_place(gaz: Gazetteer) -> None:
+    result = gaz.resolve("Jharkhand")
+    assert result.status == "not_found"
+    assert "admin-1 area" in result.reason
 
 
 def test_springfield_is_ambiguous(gaz: Gazetteer) -> None:
