@@ -50,7 +50,7 @@ import numpy.typing as npt
 
 from api.charts import ChartStore
 from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, from_store_error
-from api.memory.auth import RateLimiter
+from api.limiter import RateLimiter
 from api.receipts import Signer
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column, CubeReader
 from store.cube.cache import SingleFlight

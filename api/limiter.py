@@ -12,6 +12,10 @@ ends the process gives freed heap pages back to the system (glibc
 ``malloc_trim``), so a burst of large requests does not leave the server
 holding their memory.
 
+Memory writes are also rate limited per token by a :class:`RateLimiter` (a token
+bucket per process: each ``earthmem serve`` worker keeps its own): beyond the rate
+a write answers 429 ``rate_limited`` with ``retry_after`` seconds.
+
 Limits come from the environment when the process starts:
 ``EARTHMEM_HEAVY_CONCURRENCY`` (default 2), ``EARTHMEM_HEAVY_QUEUE`` (default 4)
 and ``EARTHMEM_HEAVY_WAIT_S`` (default 10).
@@ -29,9 +33,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from api.errors import Busy
+from api.errors import ApiError, Busy
 
-__all__ = ["HEAVY", "Limiter", "release_memory"]
+__all__ = [
+    "DEFAULT_WRITE_BURST",
+    "DEFAULT_WRITE_RATE",
+    "HEAVY",
+    "Limiter",
+    "RateLimiter",
+    "release_memory",
+]
+
+DEFAULT_WRITE_RATE = 50.0
+"""Memory writes per second a token may sustain (per server process)."""
+DEFAULT_WRITE_BURST = 200
+"""Memory writes a token may make at once before the rate applies."""
 
 _ALPHA = 0.3  # weight of the latest duration in the running mean
 
@@ -165,3 +181,36 @@ HEAVY = Limiter(
     _env_float("EARTHMEM_HEAVY_WAIT_S", 10.0),
 )
 """The gate of the heavy primitives in this process."""
+
+
+class RateLimiter:
+    """Token buckets per key (thread-safe): memory writes per token."""
+
+    def __init__(self, rate: float = DEFAULT_WRITE_RATE, burst: int = DEFAULT_WRITE_BURST) -> None:
+        self.rate = float(rate)
+        self.burst = int(burst)
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, key: str) -> None:
+        """Spend one unit of ``key``'s bucket.
+
+        Raises:
+            ApiError: 429 ``rate_limited`` with ``details.retry_after`` (seconds).
+        """
+        now = time.monotonic()
+        with self._lock:
+            level, last = self._buckets.get(key, (float(self.burst), now))
+            level = min(float(self.burst), level + (now - last) * self.rate)
+            if level < 1.0:
+                wait = (1.0 - level) / self.rate
+                self._buckets[key] = (level, now)
+                raise ApiError(
+                    "rate_limited",
+                    f"write rate above {self.rate:g}/s for this token; retry in {wait:.2f} s",
+                    429,
+                    {"retry_after": round(wait, 3)},
+                )
+            self._buckets[key] = (level - 1.0, now)
+            if len(self._buckets) > 10_000:
+                self._buckets.pop(next(iter(self._buckets)))

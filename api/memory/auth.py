@@ -7,9 +7,7 @@ usable token. A token belongs to one project and carries ``read`` or
 the old). Another project's items are invisible to it: they are absent, never
 "forbidden".
 
-Writes are rate limited per token (a token bucket per process: each
-``earthmem serve`` worker keeps its own): beyond the rate a write answers 429
-``rate_limited`` with ``retry_after`` seconds.
+Writes are rate limited per token (:class:`api.limiter.RateLimiter`).
 """
 
 from __future__ import annotations
@@ -18,8 +16,6 @@ import base64
 import datetime as dt
 import re
 import secrets
-import threading
-import time
 from dataclasses import dataclass
 
 import blake3
@@ -29,20 +25,12 @@ from store.memory.interface import MemoryStore
 from store.memory.model import Token
 
 __all__ = [
-    "DEFAULT_WRITE_BURST",
-    "DEFAULT_WRITE_RATE",
     "Caller",
-    "RateLimiter",
     "authenticate",
     "hash_token",
     "issue_token",
     "parse_expiry",
 ]
-
-DEFAULT_WRITE_RATE = 50.0
-"""Writes per second a token may sustain (per server process)."""
-DEFAULT_WRITE_BURST = 200
-"""Writes a token may make at once before the rate applies."""
 
 _TOKEN = re.compile(r"^em_([0-9a-z]{12})_([A-Z2-7]{52})$")
 _PROJECT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -155,36 +143,3 @@ def authenticate(
             403,
         )
     return Caller(record.project, record.actor, record.can, record.id)
-
-
-class RateLimiter:
-    """Token buckets per key (thread-safe)."""
-
-    def __init__(self, rate: float = DEFAULT_WRITE_RATE, burst: int = DEFAULT_WRITE_BURST) -> None:
-        self.rate = float(rate)
-        self.burst = int(burst)
-        self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[float, float]] = {}
-
-    def take(self, key: str) -> None:
-        """Spend one unit of ``key``'s bucket.
-
-        Raises:
-            ApiError: 429 ``rate_limited`` with ``details.retry_after`` (seconds).
-        """
-        now = time.monotonic()
-        with self._lock:
-            level, last = self._buckets.get(key, (float(self.burst), now))
-            level = min(float(self.burst), level + (now - last) * self.rate)
-            if level < 1.0:
-                wait = (1.0 - level) / self.rate
-                self._buckets[key] = (level, now)
-                raise ApiError(
-                    "rate_limited",
-                    f"write rate above {self.rate:g}/s for this token; retry in {wait:.2f} s",
-                    429,
-                    {"retry_after": round(wait, 3)},
-                )
-            self._buckets[key] = (level - 1.0, now)
-            if len(self._buckets) > 10_000:
-                self._buckets.pop(next(iter(self._buckets)))
