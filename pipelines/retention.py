@@ -3,7 +3,8 @@
 One documented policy, applied by ``earthmem gc`` and by the weekly ``gc`` job
 (:data:`pipelines.automation.gc_schedule`), with one window ``keep_days``:
 
-* the cube: :func:`store.retention.collect_cube` (snapshots younger than the window,
+* the cube: :func:`store.retention.collect_cube` (snapshots younger than the window, the
+  snapshots memories cite (tagged ``earthmem-cited-<id>`` first: :func:`pin_cited_snapshots`),
   the branch tip and tagged snapshots stay; the rest is expired and collected);
 * Dagster: finished runs (success, failure, cancelled) created before the window are
   deleted with their events, except every run holding the latest materialisation of
@@ -15,6 +16,7 @@ One documented policy, applied by ``earthmem gc`` and by the weekly ``gc`` job
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +30,22 @@ from dagster import (
 )
 
 from pipelines.instance import fail_dead_runs
+from store.memory import DEFAULT_FILE, MEMORY_URL_ENV, default_url, open_store
+from store.memory.model import STATUSES, ItemFilter
 from store.retention import DEFAULT_KEEP_DAYS, CubeCollection, collect_cube
-from store.snapshots import CUBE_DIRNAME
+from store.snapshots import CUBE_DIRNAME, cube_location, open_repository, open_storage
 
-__all__ = ["DEFAULT_KEEP_DAYS", "Collection", "collect", "prune_runs"]
+__all__ = [
+    "CITED_TAG_PREFIX",
+    "DEFAULT_KEEP_DAYS",
+    "Collection",
+    "cited_snapshots",
+    "collect",
+    "pin_cited_snapshots",
+    "prune_runs",
+]
+
+_LOG = logging.getLogger("earthmem.retention")
 
 FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 
@@ -102,8 +116,64 @@ def collect(
         raise ValueError(f"keep_days must be a number of days >= 0, got {keep_days!r}")
     now = dt.datetime.now(dt.UTC)
     has_cube = (Path(data_dir) / CUBE_DIRNAME).exists()
+    if has_cube and not dry_run:
+        pin_cited_snapshots(data_dir)
     cube = collect_cube(data_dir, keep_days, dry_run=dry_run, now=now) if has_cube else None
     deleted, kept = (
         prune_runs(instance, keep_days, dry_run=dry_run, now=now) if instance else (0, 0)
     )
     return Collection(cube, deleted, kept)
+
+
+CITED_TAG_PREFIX = "earthmem-cited-"
+"""Tags that pin the snapshots memories cite (retention keeps tagged snapshots)."""
+
+
+def cited_snapshots(data_dir: str | os.PathLike[str], memory_url: str | None = None) -> set[str]:
+    """Cube snapshot ids that memories cite: their fact evidence, cited answers and claim checks."""
+    url = memory_url or os.environ.get(MEMORY_URL_ENV) or default_url(data_dir)
+    if url == default_url(data_dir) and not (Path(data_dir) / DEFAULT_FILE).exists():
+        return set()
+    store = open_store(url)
+    cited: set[str] = set()
+    try:
+        every = ItemFilter(statuses=STATUSES)
+        for project in store.projects():
+            cursor: str | None = None
+            while True:
+                page = store.list_items(project, every, limit=500, cursor=cursor)
+                for item in page.items:
+                    for ev in item.evidence:
+                        sid = ev.get("snapshot_id")
+                        if isinstance(sid, str) and not sid.startswith("memory:"):
+                            cited.add(sid)
+                    sid = (item.claim or {}).get("snapshot_id")
+                    if isinstance(sid, str):
+                        cited.add(sid)
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
+    finally:
+        store.close()
+    return cited
+
+
+def pin_cited_snapshots(data_dir: str | os.PathLike[str], memory_url: str | None = None) -> int:
+    """Tag every snapshot memories cite (once), so that retention keeps it; returns tags added."""
+    cited = cited_snapshots(data_dir, memory_url)
+    if not cited:
+        return 0
+    repo = open_repository(open_storage(cube_location(data_dir)))
+    tags = set(repo.list_tags())
+    added = 0
+    for sid in sorted(cited):
+        tag = f"{CITED_TAG_PREFIX}{sid}"
+        if tag in tags:
+            continue
+        try:
+            repo.create_tag(tag, sid)
+        except Exception as exc:  # an id the repository never had: nothing to keep
+            _LOG.warning("memory cites snapshot %s, which the cube does not hold: %s", sid, exc)
+            continue
+        added += 1
+    return added

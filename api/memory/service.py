@@ -129,7 +129,12 @@ def _write(ctx: ServiceContext, caller: Caller, args: MemoryCreateIn, name: str)
         valid_from=valid_from,
         valid_to=valid_to,
         claim=(
-            {**check.claim, "overpasses": check.overpasses, "reason": check.reason}
+            {
+                **check.claim,
+                "overpasses": check.overpasses,
+                "reason": check.reason,
+                "snapshot_id": check.snapshot_id,
+            }
             if check
             else None
         ),

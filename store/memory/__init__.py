@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from store.errors import MemoryBackendUnavailable
@@ -26,7 +27,7 @@ MEMORY_URL_ENV = URL_ENV
 """Alias of :data:`URL_ENV`."""
 
 
-def default_url(data_dir: str | Path) -> str:
+def default_url(data_dir: str | os.PathLike[str]) -> str:
     """``sqlite:///<data_dir>/memory.sqlite`` (absolute): the embedded default."""
     return f"sqlite:///{(Path(data_dir).resolve() / DEFAULT_FILE).as_posix()}"
 
