@@ -107,10 +107,11 @@ def test_area_answers_during_an_ingest_match_their_snapshot(
         snap = answer["snapshot_id"]
         if snap not in fresh:
             reader = CubeReader(data, snapshot_id=snap)
+            fresh_ctx = ServiceContext(data, signer=ctx.signer)
+            cand = fresh_ctx.overpasses(reader, "s2", shape.box, t0, t1)
             out, facts, _ = area_mod._series(
-                ServiceContext(data, signer=ctx.signer), reader, "indices.ndvi", shape,
-                t0, t1, 24, 0.4,
-            )  # fmt: skip
+                fresh_ctx, reader, "indices.ndvi", shape, cand, 24, 0.4, True
+            )
             fresh[snap] = (
                 [(s["tslot"], s["median"], s["n_clear"]) for s in out["scenes"]],
                 [(e["tslot"], e["reason"]) for e in out["excluded"]],

@@ -22,6 +22,7 @@ def test_assets_checks_and_automation_are_defined() -> None:
         "geotessera_embeddings",
         "geotessera_year_table",
         "geotessera_multi_year",
+        "memory_rechecks",
     }
     checks = {c.name for c in graph.asset_check_keys}
     assert {

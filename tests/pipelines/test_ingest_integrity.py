@@ -25,7 +25,6 @@ from pipelines.partitions import week_key_of, week_t0
 from pipelines.resources import AreaResource
 from pipelines.run import IngestReport, ingest_area
 from store.cube import CubeReader
-from store.inventory import Inventory
 from store.tslot import day_slot
 
 END = date(2023, 12, 31)
@@ -78,7 +77,7 @@ def _ndvi(data: Path, day: int) -> np.ndarray:
 def _week_rows(data: Path) -> list[dict[str, Any]]:
     """The week's S2 inventory rows, without the commit-dependent columns."""
     t0 = week_t0(WEEK)
-    rows = Inventory(data).table().to_pylist()
+    rows = CubeReader(data).inventory.table().to_pylist()
     return [
         {k: v for k, v in r.items() if k not in ("snapshot_id", "written_at")}
         for r in rows
@@ -177,7 +176,7 @@ def test_unreadable_scene_on_a_fresh_store_is_a_reported_skip(copy: Copy) -> Non
 
 
 def _week_rows_all(data: Path) -> list[dict[str, Any]]:
-    return [r for r in Inventory(data).table().to_pylist() if r["band"] == "s2"]
+    return [r for r in CubeReader(data).inventory.table().to_pylist() if r["band"] == "s2"]
 
 
 # ----------------------------------------------------------------- item 2: duplicate ids

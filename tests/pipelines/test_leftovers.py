@@ -1,5 +1,7 @@
-"""A kill mid k-NN table write and mid inventory write leaves temporaries and STARTED runs;
-the next ingest removes the temporaries and marks the killed runs failed."""
+"""Kills mid k-NN table write leave temporaries and STARTED runs; the next ingest removes the
+temporaries and marks the killed runs failed. (The scene inventory is written inside the cube
+transaction now: a kill there leaves only uncommitted chunk objects, which icechunk's garbage
+collection removes; the legacy Parquet inventory's temporaries are swept by the same rule.)"""
 
 from __future__ import annotations
 
@@ -109,13 +111,13 @@ def test_a_rerun_cleans_what_killed_writers_left_and_fails_their_runs(
 ) -> None:
     data = tmp_path / "data"
     with instance_for_test() as inst:  # a persistent instance (DAGSTER_HOME), as the CLI uses
-        _kill_when_stopped("inventory", data, tiny_sample_dir)
+        _kill_when_stopped("knn", data, tiny_sample_dir)
         left = _temporaries(data)
-        assert any(p.startswith("inventory/.tmp-") for p in left), left
+        assert any(p.startswith("knn/geotessera/.2023.tmp-") for p in left), left
         [first] = inst.get_runs()
         assert first.status == DagsterRunStatus.STARTED
         assert OWNER_TAG in first.tags
-        # the second ingest marks the first's run failed and sweeps its inventory temporary
+        # the second ingest marks the first's run failed and sweeps the first's temporaries
         _kill_when_stopped("knn", data, tiny_sample_dir)
         left = _temporaries(data)
         assert left, left
