@@ -11,8 +11,12 @@ signed answer (``model_dump(mode="json")``). Tools:
 * ``earthmem_intent``: the intent router (:func:`api.intent.run_intent`).
 
 All tools are annotated read-only, idempotent and closed-world. A failing
-call is a tool result with ``isError`` whose structured content (and text) is
-``{"error": {code, message, details?}}``, the same body and code REST sends.
+call is a tool result with ``isError`` whose one text content is the JSON
+``{"error": {code, message, details?}}``, the same body and code REST sends, and
+which carries no structured content: clients validate structured content
+against the tool's output schema (the answer's), which an error cannot match.
+Arguments nested deeper than :data:`api.jsonbody.MAX_JSON_DEPTH` are the
+``json_too_deep`` error, as over REST.
 An answer carrying ``chart_png_base64`` also gets the chart as image content.
 
 Transports: stdio (:func:`run_stdio`, ``earthmem mcp``) and streamable HTTP
@@ -45,6 +49,7 @@ from api.dispatch import (
     service_version,
 )
 from api.intent import INTENT_TYPES, IntentAnswer, IntentRequest, intent_table
+from api.jsonbody import check_depth
 
 __all__ = [
     "INTENT_TOOL",
@@ -52,6 +57,7 @@ __all__ = [
     "TOOL_PREFIX",
     "StreamableHttpEndpoint",
     "build_server",
+    "error_result",
     "run_stdio",
     "tool_result",
 ]
@@ -126,12 +132,9 @@ def _tools() -> list[types.Tool]:
     return tools
 
 
-def _error_result(body: Mapping[str, Any]) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(body))],
-        structured_content=dict(body),
-        is_error=True,
-    )
+def error_result(body: Mapping[str, Any]) -> types.CallToolResult:
+    """A failed tool call: ``isError`` and the error body as JSON text, no structured content."""
+    return types.CallToolResult(content=[types.TextContent(text=json.dumps(body))], is_error=True)
 
 
 def tool_result(answer: Mapping[str, Any]) -> types.CallToolResult:
@@ -147,6 +150,7 @@ def tool_result(answer: Mapping[str, Any]) -> types.CallToolResult:
 
 
 def _run_tool(provider: ContextProvider, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    check_depth(arguments)
     ctx = provider.get()
     if name == INTENT_TOOL:
         return run_intent(ctx, arguments)
@@ -179,7 +183,7 @@ def build_server(source: Any) -> Server[Any]:
             name.startswith(TOOL_PREFIX) and name.removeprefix(TOOL_PREFIX) in PRIMITIVES
         )
         if not known:
-            return _error_result(
+            return error_result(
                 {
                     "error": {
                         "code": "unknown_tool",
@@ -197,8 +201,8 @@ def build_server(source: Any) -> Server[Any]:
             described = describe_error(exc)
             if described is None:
                 log.exception("tool %s failed", name)
-                return _error_result({"error": {"code": "internal", "message": "internal error"}})
-            return _error_result(described[1])
+                return error_result({"error": {"code": "internal", "message": "internal error"}})
+            return error_result(described[1])
         return tool_result(answer)
 
     def input_schema(name: str) -> dict[str, Any] | None:
@@ -219,10 +223,14 @@ def build_server(source: Any) -> Server[Any]:
 
 
 async def run_stdio(server: Server[Any]) -> None:
-    """Serve ``server`` over this process's stdin/stdout until stdin closes."""
-    from mcp.server.stdio import stdio_server
+    """Serve ``server`` over this process's stdin/stdout until stdin closes.
 
-    async with stdio_server() as (read_stream, write_stream):
+    Every line gets an answer: one that is not a JSON-RPC message gets a JSON-RPC
+    error (:mod:`api.mcp_stdio`) instead of silence.
+    """
+    from api.mcp_stdio import checked_stdio_server
+
+    async with checked_stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

@@ -59,6 +59,7 @@ from api.dispatch import (
 )
 from api.errors import ApiError, NotFound
 from api.intent import INTENT_TYPES, IntentAnswer, IntentRequest
+from api.jsonbody import load_json
 from api.mcp_server import StreamableHttpEndpoint, build_server
 from store.errors import StoreError
 
@@ -303,7 +304,7 @@ def create_app(
     async def intent(request: Request) -> Response:
         raw = await request.body()
         try:
-            payload = json.loads(raw)
+            payload = load_json(raw)  # TooDeep goes to the ApiError handler (400)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             return simple_error(
                 422, "invalid_argument", f"the request body is not valid JSON: {exc}"

@@ -50,6 +50,13 @@ def _text(result: Any) -> str:
     return block.text
 
 
+def _err(result: Any) -> dict[str, Any]:
+    """The error body of a failed call: JSON text, and no structured content to mis-validate."""
+    assert result.is_error
+    assert result.structured_content is None
+    return json.loads(_text(result))["error"]
+
+
 def _with_client(
     ctx: FakeContext, body: Callable[[Client], Awaitable[None]], mode: str = "legacy"
 ) -> None:
@@ -108,20 +115,20 @@ def test_bad_input_is_a_tool_error_with_the_rest_code(ctx: FakeContext) -> None:
     async def body(client: Client) -> None:
         bad = await client.call_tool(f"earthmem_{CELL_TOOL}", {"cell": "zz.top"})
         assert bad.is_error
-        assert bad.structured_content["error"]["code"] == "invalid_cell"
+        assert _err(bad)["code"] == "invalid_cell"
         assert json.loads(_text(bad))["error"]["code"] == "invalid_cell"
         missing = await client.call_tool(f"earthmem_{CELL_TOOL}", {})
         assert missing.is_error
-        assert missing.structured_content["error"]["code"] == "invalid_argument"
+        assert _err(missing)["code"] == "invalid_argument"
         gone = await client.call_tool(f"earthmem_{CELL_TOOL}", {"cell": CELL, "missing": True})
-        assert gone.structured_content["error"] == {
+        assert _err(gone) == {
             "code": "no_observation",
             "message": "nothing stored there",
             "details": {"nearest_before": 5},
         }
         unknown = await client.call_tool("earthmem_teleport", {})
         assert unknown.is_error
-        assert unknown.structured_content["error"]["code"] == "unknown_tool"
+        assert _err(unknown)["code"] == "unknown_tool"
 
     _with_client(ctx, body)
 
@@ -147,8 +154,8 @@ def test_intent_tool_envelope_and_plan(ctx: FakeContext) -> None:
         assert env.structured_content["intents"]["find_like"]["needs"] == ["key"]
         missing = await client.call_tool(INTENT_TOOL, {"type": "confirm", "cell": CELL})
         assert missing.is_error
-        assert missing.structured_content["error"]["code"] == "missing_fields"
-        assert missing.structured_content["error"]["details"]["missing"] == ["claim"]
+        assert _err(missing)["code"] == "missing_fields"
+        assert _err(missing)["details"]["missing"] == ["claim"]
 
     _with_client(ctx, body)
 
@@ -318,13 +325,13 @@ def test_real_tools_answer_over_an_in_memory_session(store: Any) -> None:
                     {"cell": "nope", "band": "indices.ndvi", "window": [1, 2]},
                 )
                 assert bad.is_error
-                assert bad.structured_content["error"]["code"] == "invalid_cell"
+                assert _err(bad)["code"] == "invalid_cell"
                 gap = await client.call_tool(
                     "earthmem_did_change",
                     {"cell": cell, "band": "indices.ndvi", "window": [window[0] + 1, window[1]]},
                 )
                 assert gap.is_error
-                assert gap.structured_content["error"]["code"] == "no_observation"
+                assert _err(gap)["code"] == "no_observation"
                 near = await client.call_tool(
                     "earthmem_find_similar", {"cell64": cell, "k": 3, "mode": "hamming_then_rerank"}
                 )
