@@ -20,7 +20,7 @@ Arguments nested deeper than :data:`api.jsonbody.MAX_JSON_DEPTH` are the
 An answer carrying ``chart_png_base64`` also gets the chart as image content.
 
 Transports: stdio (:func:`run_stdio`, ``earthmem mcp``) and streamable HTTP
-(:class:`StreamableHttpEndpoint`, mounted at ``/mcp`` by :mod:`api.rest`).
+(:class:`api.mcp_http.StreamableHttpEndpoint`, mounted at ``/mcp`` by :mod:`api.rest`).
 """
 
 from __future__ import annotations
@@ -28,16 +28,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import Receive, Scope, Send
 
 from api.dispatch import (
     PRIMITIVES,
@@ -55,7 +51,6 @@ __all__ = [
     "INTENT_TOOL",
     "SERVER_NAME",
     "TOOL_PREFIX",
-    "StreamableHttpEndpoint",
     "build_server",
     "error_result",
     "run_stdio",
@@ -232,90 +227,3 @@ async def run_stdio(server: Server[Any]) -> None:
 
     async with checked_stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
-
-
-def local_security(host: str) -> TransportSecuritySettings | None:
-    """DNS-rebinding protection for loopback hosts (Host/Origin must be loopback)."""
-    if host in ("127.0.0.1", "localhost", "::1"):
-        return TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-        )
-    return None
-
-
-class StreamableHttpEndpoint:
-    """ASGI endpoint serving MCP streamable HTTP, with a re-enterable lifespan.
-
-    The SDK's session manager runs once per instance, inside an app lifespan.
-    This endpoint makes a fresh manager each time :meth:`run` is entered (so an
-    app can start, stop and start again, as test clients do) and answers 503
-    while no manager runs. Mount it as a plain route (no ``Mount``, which would
-    redirect ``/mcp`` to ``/mcp/``) and enter :meth:`run` in the app lifespan.
-
-    Args:
-        server: The MCP server.
-        host: The host the HTTP server binds; loopback hosts enable the SDK's
-            DNS-rebinding protection (Host/Origin must be loopback).
-        max_body_bytes: Largest request body accepted (413 above).
-        stateless: Serve without sessions, every request standing alone (needed when
-            several worker processes share the port: a session made in one worker
-            would be unknown to the others).
-    """
-
-    def __init__(
-        self,
-        server: Server[Any],
-        *,
-        host: str = "127.0.0.1",
-        max_body_bytes: int = 256 * 1024,
-        stateless: bool = False,
-    ) -> None:
-        self.server = server
-        self.host = host
-        self.max_body_bytes = max_body_bytes
-        self.stateless = stateless
-        self._manager: StreamableHTTPSessionManager | None = None
-
-    @asynccontextmanager
-    async def run(self) -> AsyncIterator[None]:
-        """Run a session manager for the duration of the context (the app lifespan)."""
-        manager = StreamableHTTPSessionManager(
-            app=self.server,
-            security_settings=local_security(self.host),
-            max_request_body_size=self.max_body_bytes,
-            stateless=self.stateless,
-            max_sessions=1000,  # stateful sessions only
-        )
-        async with manager.run():
-            self._manager = manager
-            try:
-                yield
-            finally:
-                self._manager = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        manager = self._manager
-        if manager is None:
-            body = json.dumps(
-                {
-                    "error": {
-                        "code": "mcp_not_running",
-                        "message": "the MCP session manager is not running",
-                    }
-                }
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 503,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        await manager.handle_request(scope, receive, send)

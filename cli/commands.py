@@ -72,6 +72,13 @@ def register(sub: Any) -> None:
         default=True,
         help="log every request (default: on)",
     )
+    serve.add_argument(
+        "--read-timeout",
+        type=float,
+        default=None,
+        help="seconds a client has to send a whole request (head and body) before the "
+        "connection is closed (default: 10)",
+    )
     serve.set_defaults(handler=_serve)
 
     mcp = sub.add_parser("mcp", help="serve MCP over stdio (for agent hosts)")
@@ -130,6 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.rest import ENV_DATA, ENV_HOST, ENV_MCP_STATELESS, create_app
+    from cli.serving import READ_TIMEOUT_SECONDS, uvicorn_options
 
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
@@ -144,12 +152,16 @@ def _serve(args: argparse.Namespace) -> int:
         f"{workers} worker{'s' if workers > 1 else ''})",
         file=sys.stderr,
     )
-    options: dict[str, Any] = {
-        "host": args.host,
-        "port": args.port,
-        "log_level": "info",
-        "access_log": args.access_log,
-    }
+    if args.read_timeout is not None and not args.read_timeout > 0:
+        raise InvalidArgument(
+            f"--read-timeout must be above 0, got {args.read_timeout}", code="invalid_argument"
+        )
+    options = uvicorn_options(
+        args.host,
+        args.port,
+        access_log=args.access_log,
+        read_timeout=args.read_timeout or READ_TIMEOUT_SECONDS,
+    )
     if workers == 1:
         uvicorn.run(create_app(ctx, host=args.host, warm=True), **options)
         return 0

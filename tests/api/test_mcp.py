@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import sys
-import threading
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +12,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
 
@@ -29,6 +25,7 @@ from tests.api.adapter_helpers import (
     CHART_TOOL,
     PNG,
     FakeContext,
+    UvicornThread,
     bracket,
     clearing_cell,
     registered_test_primitives,
@@ -183,33 +180,6 @@ def test_stdio_transport_lists_tools(tmp_path: Path) -> None:
     anyio.run(main)
 
 
-class _Server:
-    """uvicorn on 127.0.0.1 (ephemeral port) in a thread, stopped on exit."""
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            assert self.thread.is_alive(), "uvicorn exited"
-            time.sleep(0.02)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
-
-
 def _sse_json(resp: httpx.Response) -> dict[str, Any]:
     if resp.headers["content-type"].startswith("application/json"):
         return resp.json()
@@ -219,7 +189,7 @@ def _sse_json(resp: httpx.Response) -> dict[str, Any]:
 
 def test_streamable_http_on_the_rest_app_over_uvicorn(ctx: FakeContext) -> None:
     app = create_app(ctx)
-    with _Server(app) as base, httpx.Client(base_url=base, timeout=10) as http:
+    with UvicornThread(app) as base, httpx.Client(base_url=base, timeout=10) as http:
         headers = {"accept": "application/json, text/event-stream"}
         init = http.post(
             "/mcp",
