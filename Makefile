@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DATA ?= data
 export DAGSTER_HOME ?= $(CURDIR)/$(DATA)/dagster_home
 
-.PHONY: setup run test lint typecheck check bench bench-quick lock serve dagster clean
+.PHONY: setup run test pytest clients clients-test fuzz lint typecheck check bench bench-quick lock serve dagster clean
 
 $(BIN)/earthmem: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,11 +20,28 @@ setup: $(BIN)/earthmem  ## create .venv from the lock file
 run: setup  ## build the demo sample area, ingest it through Dagster, answer example queries
 	$(BIN)/python -m cli.demo --data $(DATA)
 
-test: setup  ## lint, type-check and run the test suite (offline)
+test: setup  ## lint, type-check and run the test suite (offline; outside clients if installed)
 	$(BIN)/ruff check store pipelines api cli tests bench
 	$(BIN)/ruff format --check store pipelines api cli tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+pytest: setup  ## the test suite without the outside clients (CI runs those as their own stage)
+	$(BIN)/pytest -q -m "not clients and not fuzz"
+
+CLIENTS := tests/clients
+EARTHMEM_FUZZ_SECONDS ?= 900
+
+$(CLIENTS)/node_modules/.package-lock.json: $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
+	cd $(CLIENTS) && npm ci --no-audit --no-fund
+
+clients: $(CLIENTS)/node_modules/.package-lock.json  ## install the pinned outside clients (MCP Inspector CLIs, node 22)
+
+clients-test: setup clients  ## the outside clients against a live server: Inspector CLI over stdio/HTTP, schemathesis
+	EARTHMEM_FUZZ_SECONDS=$(EARTHMEM_FUZZ_SECONDS) $(BIN)/pytest -v -rA -m "clients or fuzz" $(CLIENTS)
+
+fuzz: setup  ## a longer schemathesis run (EARTHMEM_FUZZ_SECONDS, default 900) against a live server
+	EARTHMEM_FUZZ_SECONDS=$(EARTHMEM_FUZZ_SECONDS) $(BIN)/pytest -v -rA -s -m fuzz $(CLIENTS)
 
 lint: setup
 	$(BIN)/ruff check store pipelines api cli tests bench

@@ -1,7 +1,9 @@
 """ASGI layers in front of the REST app: the body cap, JSON bodies, the primitive fast path.
 
 * :class:`BodySizeLimit` refuses request bodies above ``max_bytes`` with 413
-  before anything parses them.
+  before anything parses them, and ``POST /v1/...`` JSON bodies nested deeper
+  than :data:`api.jsonbody.MAX_JSON_DEPTH` with 400 ``json_too_deep`` (on every
+  route, before FastAPI's own parser, which would let ``RecursionError`` out).
 * :class:`FastPrimitiveRoutes` sits in front of FastAPI's middleware stack.
   Every ``POST /v1/...`` body is JSON whatever ``Content-Type`` the client
   declared (``curl -d`` sends ``application/x-www-form-urlencoded``): the
@@ -17,7 +19,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response
@@ -27,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.dispatch import PRIMITIVES, ContextProvider, Primitive, call_primitive, describe_error
 from api.errors import ApiError
+from api.jsonbody import TooDeep, load_json
 from store.errors import StoreError
 
 __all__ = [
@@ -89,7 +91,9 @@ class BodySizeLimit:
     """ASGI middleware refusing HTTP request bodies larger than ``max_bytes`` with 413.
 
     Checks ``Content-Length`` first, then counts streamed (chunked) bytes while
-    buffering at most ``max_bytes`` before handing the body on.
+    buffering at most ``max_bytes`` before handing the body on. A ``POST /v1/...``
+    body that is JSON nested too deep is refused here with 400 ``json_too_deep``;
+    any other body (JSON or not) goes on to the route, which reports its errors.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
@@ -131,6 +135,9 @@ class BodySizeLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        if body and scope["path"].startswith("/v1/") and _too_deep(body):
+            await json_error(400, {"error": TooDeep().to_dict()})(scope, receive, send)
+            return
         await self.app(
             scope,
             _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
@@ -142,6 +149,16 @@ class BodySizeLimit:
             413, "payload_too_large", f"request body larger than {self.max_bytes} bytes"
         )
         await response(scope, receive, send)
+
+
+def _too_deep(body: bytes) -> bool:
+    try:
+        load_json(body)
+    except TooDeep:
+        return True
+    except ValueError:
+        return False
+    return False
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
@@ -241,8 +258,8 @@ def parse_body(prim: Primitive, body: bytes) -> BaseModel | None:
     if not body:
         return None
     try:
-        payload = json.loads(body)
-    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        payload = load_json(body)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError, TooDeep: the route answers
         return None
     if not isinstance(payload, dict):
         return None

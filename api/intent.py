@@ -17,9 +17,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.errors import ApiError, InvalidArgument
+from api.models.common import CELL_SCHEMA, KEY_SCHEMA, BBox, TSlot
 
 __all__ = [
     "INTENTS",
@@ -147,7 +148,7 @@ class IntentRequest(BaseModel):
     reads the raw object, so a field of another intent never fails validation.
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     type: str | None = Field(
         None,
@@ -165,19 +166,26 @@ class IntentRequest(BaseModel):
         None,
         description="cell64. Required by did_change and confirm; optional for what_is_here and "
         "ask; find_like accepts it as an alias of `key`.",
+        json_schema_extra=CELL_SCHEMA,
     )
     lat: float | None = Field(None, description="ask: latitude, paired with `lng`.")
     lng: float | None = Field(None, description="ask: longitude, paired with `lat`.")
-    a: str | None = Field(None, description="is_like: cell64 of the first place.")
-    b: str | None = Field(None, description="is_like: cell64 of the second place.")
+    a: str | None = Field(
+        None, description="is_like: cell64 of the first place.", json_schema_extra=CELL_SCHEMA
+    )
+    b: str | None = Field(
+        None, description="is_like: cell64 of the second place.", json_schema_extra=CELL_SCHEMA
+    )
     band: str | None = Field(None, description='did_change: the band, e.g. "indices.ndvi".')
-    window: list[int] | None = Field(
+    window: list[TSlot] | None = Field(
         None,
         description="did_change: [start, end] tslots (day slots since 1970-01-01 for "
         "S2/S1/indices); list valid ones with the trajectory primitive.",
     )
     key: str | None = Field(
-        None, description="find_like: a cell64, or 'inline:[x, ...]' (a literal vector)."
+        None,
+        description="find_like: a cell64, or 'inline:[x, ...]' (a literal vector).",
+        json_schema_extra=KEY_SCHEMA,
     )
     k: int | None = Field(None, description="find_like: how many neighbours (1..1000).")
     filter: dict[str, Any] | None = Field(
@@ -191,7 +199,9 @@ class IntentRequest(BaseModel):
     geometry: dict[str, Any] | None = Field(
         None, description="area_over_time: a GeoJSON Polygon or MultiPolygon."
     )
-    bbox: Any = Field(None, description="area_over_time: {min_lat, min_lng, max_lat, max_lng}.")
+    bbox: BBox = Field(
+        None, description="area_over_time: {min_lat, min_lng, max_lat, max_lng} or a 4-list."
+    )
     areas: list[dict[str, Any]] | None = Field(
         None, description="area_over_time: up to 6 {id, geometry | bbox}, one chart line each."
     )
@@ -222,6 +232,14 @@ class IntentRow(BaseModel):
     answers: str = Field(description="What the answer holds.")
 
 
+class FieldError(BaseModel):
+    """One field sent with the wrong type."""
+
+    loc: list[str | int] = Field(description="Where: the field, then any index or key in it.")
+    msg: str = Field(description="What is wrong.")
+    type: str = Field(description="pydantic's error type, e.g. int_type, string_type.")
+
+
 class IntentAnswer(BaseModel):
     """The router's answer: the plan it ran and the primitive's answer, or an envelope."""
 
@@ -240,6 +258,11 @@ class IntentAnswer(BaseModel):
     valid_types: list[str] | None = Field(None, description="The valid intent types.")
     intents: dict[str, IntentRow] | None = Field(
         None, description="Each intent's fields (needs, one_of, optional)."
+    )
+    type_errors: list[FieldError] | None = Field(
+        None,
+        description="needs_intent_type: fields sent with the wrong type for every intent "
+        "that reads them (fix these too before sending the intent again).",
     )
 
 
@@ -372,4 +395,21 @@ def _needs_intent_type(
         "received_type": _plain(kind),
         "valid_types": list(INTENT_TYPES),
         "intents": intent_table(served),
+        "type_errors": _type_errors({"type": kind, **present}),
     }
+
+
+def _type_errors(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The fields of ``payload`` whose type no intent accepts (checked against IntentRequest)."""
+    try:
+        IntentRequest.model_validate(dict(payload))
+    except ValidationError as exc:
+        return [
+            {
+                "loc": [p if isinstance(p, int) else str(p) for p in err["loc"]],
+                "msg": str(err["msg"]),
+                "type": str(err["type"]),
+            }
+            for err in exc.errors(include_url=False)[:50]
+        ]
+    return []

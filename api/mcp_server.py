@@ -11,12 +11,16 @@ signed answer (``model_dump(mode="json")``). Tools:
 * ``earthmem_intent``: the intent router (:func:`api.intent.run_intent`).
 
 Cube tools are annotated read-only, idempotent and closed-world; memory writes are
-not read-only (idempotent by ``operation_id``). A failing call is a tool result with ``isError`` whose structured content (and text) is
-``{"error": {code, message, details?}}``, the same body and code REST sends.
+not read-only (idempotent by ``operation_id``). A failing call is a tool result with
+``isError`` whose one text content is the JSON ``{"error": {code, message, details?}}``,
+the same body and code REST sends, and which carries no structured content: clients
+validate structured content against the tool's output schema (the answer's), which an
+error cannot match. Arguments nested deeper than :data:`api.jsonbody.MAX_JSON_DEPTH`
+are the ``json_too_deep`` error, as over REST.
 An answer carrying ``chart_png_base64`` also gets the chart as image content.
 
 Transports: stdio (:func:`run_stdio`, ``earthmem mcp``) and streamable HTTP
-(:class:`StreamableHttpEndpoint`, mounted at ``/mcp`` by :mod:`api.rest`).
+(:class:`api.mcp_http.StreamableHttpEndpoint`, mounted at ``/mcp`` by :mod:`api.rest`).
 """
 
 from __future__ import annotations
@@ -24,16 +28,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import Receive, Scope, Send
 
 from api.asgi import bearer_token
 from api.dispatch import (
@@ -46,13 +46,14 @@ from api.dispatch import (
     service_version,
 )
 from api.intent import INTENT_TYPES, IntentAnswer, IntentRequest, intent_table
+from api.jsonbody import check_depth
 
 __all__ = [
     "INTENT_TOOL",
     "SERVER_NAME",
     "TOOL_PREFIX",
-    "StreamableHttpEndpoint",
     "build_server",
+    "error_result",
     "run_stdio",
     "tool_result",
 ]
@@ -131,12 +132,9 @@ def _tools() -> list[types.Tool]:
     return tools
 
 
-def _error_result(body: Mapping[str, Any]) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(body))],
-        structured_content=dict(body),
-        is_error=True,
-    )
+def error_result(body: Mapping[str, Any]) -> types.CallToolResult:
+    """A failed tool call: ``isError`` and the error body as JSON text, no structured content."""
+    return types.CallToolResult(content=[types.TextContent(text=json.dumps(body))], is_error=True)
 
 
 def tool_result(answer: Mapping[str, Any]) -> types.CallToolResult:
@@ -154,6 +152,7 @@ def tool_result(answer: Mapping[str, Any]) -> types.CallToolResult:
 def _run_tool(
     provider: ContextProvider, name: str, arguments: Mapping[str, Any], token: str | None
 ) -> dict[str, Any]:
+    check_depth(arguments)
     ctx = provider.get()
     if name == INTENT_TOOL:
         return run_intent(ctx, arguments, token=token)
@@ -197,7 +196,7 @@ def build_server(source: Any, *, token: str | None = None) -> Server[Any]:
             name.startswith(TOOL_PREFIX) and name.removeprefix(TOOL_PREFIX) in PRIMITIVES
         )
         if not known:
-            return _error_result(
+            return error_result(
                 {
                     "error": {
                         "code": "unknown_tool",
@@ -215,8 +214,8 @@ def build_server(source: Any, *, token: str | None = None) -> Server[Any]:
             described = describe_error(exc)
             if described is None:
                 log.exception("tool %s failed", name)
-                return _error_result({"error": {"code": "internal", "message": "internal error"}})
-            return _error_result(described[1])
+                return error_result({"error": {"code": "internal", "message": "internal error"}})
+            return error_result(described[1])
         return tool_result(answer)
 
     def input_schema(name: str) -> dict[str, Any] | None:
@@ -237,95 +236,12 @@ def build_server(source: Any, *, token: str | None = None) -> Server[Any]:
 
 
 async def run_stdio(server: Server[Any]) -> None:
-    """Serve ``server`` over this process's stdin/stdout until stdin closes."""
-    from mcp.server.stdio import stdio_server
+    """Serve ``server`` over this process's stdin/stdout until stdin closes.
 
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
-
-
-def local_security(host: str) -> TransportSecuritySettings | None:
-    """DNS-rebinding protection for loopback hosts (Host/Origin must be loopback)."""
-    if host in ("127.0.0.1", "localhost", "::1"):
-        return TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-        )
-    return None
-
-
-class StreamableHttpEndpoint:
-    """ASGI endpoint serving MCP streamable HTTP, with a re-enterable lifespan.
-
-    The SDK's session manager runs once per instance, inside an app lifespan.
-    This endpoint makes a fresh manager each time :meth:`run` is entered (so an
-    app can start, stop and start again, as test clients do) and answers 503
-    while no manager runs. Mount it as a plain route (no ``Mount``, which would
-    redirect ``/mcp`` to ``/mcp/``) and enter :meth:`run` in the app lifespan.
-
-    Args:
-        server: The MCP server.
-        host: The host the HTTP server binds; loopback hosts enable the SDK's
-            DNS-rebinding protection (Host/Origin must be loopback).
-        max_body_bytes: Largest request body accepted (413 above).
-        stateless: Serve without sessions, every request standing alone (needed when
-            several worker processes share the port: a session made in one worker
-            would be unknown to the others).
+    Every line gets an answer: one that is not a JSON-RPC message gets a JSON-RPC
+    error (:mod:`api.mcp_stdio`) instead of silence.
     """
+    from api.mcp_stdio import checked_stdio_server
 
-    def __init__(
-        self,
-        server: Server[Any],
-        *,
-        host: str = "127.0.0.1",
-        max_body_bytes: int = 256 * 1024,
-        stateless: bool = False,
-    ) -> None:
-        self.server = server
-        self.host = host
-        self.max_body_bytes = max_body_bytes
-        self.stateless = stateless
-        self._manager: StreamableHTTPSessionManager | None = None
-
-    @asynccontextmanager
-    async def run(self) -> AsyncIterator[None]:
-        """Run a session manager for the duration of the context (the app lifespan)."""
-        manager = StreamableHTTPSessionManager(
-            app=self.server,
-            security_settings=local_security(self.host),
-            max_request_body_size=self.max_body_bytes,
-            stateless=self.stateless,
-            max_sessions=1000,  # stateful sessions only
-        )
-        async with manager.run():
-            self._manager = manager
-            try:
-                yield
-            finally:
-                self._manager = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        manager = self._manager
-        if manager is None:
-            body = json.dumps(
-                {
-                    "error": {
-                        "code": "mcp_not_running",
-                        "message": "the MCP session manager is not running",
-                    }
-                }
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 503,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        await manager.handle_request(scope, receive, send)
+    async with checked_stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -66,7 +66,9 @@ from api.dispatch import (
 )
 from api.errors import ApiError, NotFound
 from api.intent import INTENT_TYPES, IntentAnswer, IntentRequest
-from api.mcp_server import StreamableHttpEndpoint, build_server
+from api.jsonbody import load_json
+from api.mcp_http import SessionTable, StreamableHttpEndpoint
+from api.mcp_server import build_server
 from store.errors import StoreError
 
 __all__ = [
@@ -224,6 +226,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     mount_mcp: bool = True,
     mcp_stateless: bool = False,
+    mcp_sessions: SessionTable | None = None,
     warm: bool = False,
 ) -> FastAPI:
     """The earthmem HTTP app: REST routes for every registered primitive, plus MCP at ``/mcp``.
@@ -240,6 +243,8 @@ def create_app(
             runs in the app lifespan).
         mcp_stateless: Serve MCP without sessions (needed when several worker
             processes share the port).
+        mcp_sessions: The bounds of stateful MCP sessions (default:
+            :class:`api.mcp_http.SessionTable` with the documented constants).
         warm: At start, create the context and open what a first query needs
             (:meth:`api.context.ServiceContext.warm`) on a background thread, so the
             first request does not pay for it (``earthmem serve`` does).
@@ -254,6 +259,7 @@ def create_app(
             host=host,
             max_body_bytes=max_body_bytes,
             stateless=mcp_stateless,
+            sessions=mcp_sessions,
         )
         if mount_mcp
         else None
@@ -316,7 +322,7 @@ def create_app(
     async def intent(request: Request) -> Response:
         raw = await request.body()
         try:
-            payload = json.loads(raw)
+            payload = load_json(raw)  # TooDeep goes to the ApiError handler (400)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             return simple_error(
                 422, "invalid_argument", f"the request body is not valid JSON: {exc}"
@@ -407,7 +413,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404:
             message = f"no route {request.method} {request.url.path}"
-        return json_error(exc.status_code, {"error": {"code": code, "message": message}})
+        response = json_error(exc.status_code, {"error": {"code": code, "message": message}})
+        response.headers.update(exc.headers or {})  # 405 keeps its Allow
+        return response
 
     async def internal(request: Request, exc: Exception) -> Response:
         return simple_error(500, "internal", "internal error")

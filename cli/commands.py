@@ -79,6 +79,13 @@ def register(sub: Any) -> None:
         "most once per this many seconds; 0 checks on every request "
         "(default: $EARTHMEM_REFRESH_SECONDS or 1)",
     )
+    serve.add_argument(
+        "--read-timeout",
+        type=float,
+        default=None,
+        help="seconds a client has to send a whole request (head and body) before the "
+        "connection is closed (default: 10)",
+    )
     serve.set_defaults(handler=_serve)
 
     mcp = sub.add_parser("mcp", help="serve MCP over stdio (for agent hosts)")
@@ -141,6 +148,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from api.context import ENV_REFRESH_SECONDS, refresh_seconds
     from api.rest import ENV_DATA, ENV_HOST, ENV_MCP_STATELESS, create_app
+    from cli.serving import READ_TIMEOUT_SECONDS, uvicorn_options
 
     if args.refresh_seconds is not None:  # every worker's context reads it from the environment
         os.environ[ENV_REFRESH_SECONDS] = repr(refresh_seconds(args.refresh_seconds))
@@ -159,12 +167,16 @@ def _serve(args: argparse.Namespace) -> int:
         f"{refresh:g} s)",
         file=sys.stderr,
     )
-    options: dict[str, Any] = {
-        "host": args.host,
-        "port": args.port,
-        "log_level": "info",
-        "access_log": args.access_log,
-    }
+    if args.read_timeout is not None and not args.read_timeout > 0:
+        raise InvalidArgument(
+            f"--read-timeout must be above 0, got {args.read_timeout}", code="invalid_argument"
+        )
+    options = uvicorn_options(
+        args.host,
+        args.port,
+        access_log=args.access_log,
+        read_timeout=args.read_timeout or READ_TIMEOUT_SECONDS,
+    )
     if workers == 1:
         uvicorn.run(create_app(ctx, host=args.host, warm=True), **options)
         return 0

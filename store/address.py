@@ -33,6 +33,7 @@ import numpy.typing as npt
 from store.errors import InvalidCell, InvalidLatitude, InvalidLongitude
 
 __all__ = [
+    "CELL64_PATTERN",
     "HEADER",
     "LAT_MAX_Q",
     "LAT_STEP",
@@ -87,6 +88,14 @@ NEIGHBOUR_ORDER = ("NW", "N", "NE", "W", "C", "E", "SW", "S", "SE")
 _CONSONANTS = "bcdfghjklmnpqrstvwxyz"
 _VOWELS = "aeiouAEIOU"
 _CVCV_COUNT = len(_CONSONANTS) * len(_VOWELS) * len(_CONSONANTS) * len(_VOWELS)  # 44,100
+
+_LANE = "(?:[b-df-hj-np-tv-z][aeiouAEIOU][b-df-hj-np-tv-z][aeiouAEIOU]|z[0-9a-f]{4})"
+CELL64_PATTERN = rf"^{_LANE}\.{_LANE}\.{_LANE}\.{_LANE}$"
+"""Regular expression every cell64 text matches (four lane tokens; published in the API schemas).
+
+Necessary, not sufficient: :func:`parse_cell` also rejects lanes that decode to
+no geo cell (header bits, lattice range, non-canonical folds).
+"""
 
 
 # --------------------------------------------------------------------------- alphabet

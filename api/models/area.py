@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.models.common import INPUT_CONFIG, OUTPUT_CONFIG, Fact, Signed
+from api.models.common import INPUT_CONFIG, OUTPUT_CONFIG, BBox, Fact, Signed
 
 __all__ = [
     "AnomalyOut",
@@ -30,7 +30,7 @@ class AreaIn(BaseModel):
     geometry: dict[str, Any] | None = Field(
         None, description="GeoJSON Polygon or MultiPolygon (lng, lat)."
     )
-    bbox: Any = Field(
+    bbox: BBox = Field(
         None,
         description="{min_lat, min_lng, max_lat, max_lng} or [min_lat, min_lng, max_lat, max_lng].",
     )
@@ -42,7 +42,10 @@ class AreaOverTimeIn(BaseModel):
     model_config = INPUT_CONFIG
 
     geometry: dict[str, Any] | None = Field(None, description="GeoJSON Polygon or MultiPolygon.")
-    bbox: Any = Field(None, description="{min_lat, min_lng, max_lat, max_lng} or a 4-list.")
+    bbox: BBox = Field(
+        None,
+        description="{min_lat, min_lng, max_lat, max_lng} or [min_lat, min_lng, max_lat, max_lng].",
+    )
     areas: list[AreaIn] | None = Field(None, description="Up to 6 areas on one chart.")
     start_date: str = Field(description="YYYY-MM-DD (inclusive).")
     end_date: str = Field(description="YYYY-MM-DD (inclusive).")

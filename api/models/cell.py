@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from api.models.common import INPUT_CONFIG, OUTPUT_CONFIG, Claim, Fact, Signed
+from api.models.common import CELL_SCHEMA, INPUT_CONFIG, OUTPUT_CONFIG, Claim, Fact, Signed, TSlot
 
 __all__ = [
     "ChangeEnd",
@@ -32,9 +32,9 @@ class DidChangeIn(BaseModel):
 
     model_config = INPUT_CONFIG
 
-    cell: str = Field(description="cell64 of the cell.")
+    cell: str = Field(description="cell64 of the cell.", json_schema_extra=CELL_SCHEMA)
     band: str = Field(description="Scalar band, e.g. 'indices.ndvi', 's1.vh' (or 'ndvi', 'vh').")
-    window: list[int] = Field(
+    window: list[TSlot] = Field(
         description="Exactly two increasing tslots [t0, t1] (day slots: floor(unix_s/86400)). "
         "Get valid tslots from trajectory.",
         json_schema_extra={"minItems": 2, "maxItems": 2},
@@ -101,9 +101,9 @@ class TrajectoryIn(BaseModel):
 
     model_config = INPUT_CONFIG
 
-    cell: str = Field(description="cell64 of the cell.")
+    cell: str = Field(description="cell64 of the cell.", json_schema_extra=CELL_SCHEMA)
     band: str = Field(description="Scalar band, e.g. 'indices.ndvi' (or 'ndvi').")
-    window: list[int] | None = Field(
+    window: list[TSlot] | None = Field(
         None,
         description="Optional [t0, t1] (inclusive, increasing day slots).",
         json_schema_extra={"minItems": 2, "maxItems": 2},
@@ -153,7 +153,9 @@ class ConfirmIn(BaseModel):
     model_config = INPUT_CONFIG
 
     claim: Claim = Field(description="The claim to test.")
-    cell: str = Field(description="cell64 where the claim is tested.")
+    cell: str = Field(
+        description="cell64 where the claim is tested.", json_schema_extra=CELL_SCHEMA
+    )
 
 
 class ConfirmBody(BaseModel):

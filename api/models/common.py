@@ -10,21 +10,68 @@ it after a JSON round trip.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from store.address import CELL64_PATTERN
+from store.tslot import MAX_DAY_SLOT
 
 __all__ = [
+    "BBOX_SCHEMA",
+    "CELL_SCHEMA",
     "INPUT_CONFIG",
+    "KEY_SCHEMA",
     "OUTPUT_CONFIG",
+    "BBox",
     "Claim",
     "Fact",
     "Receipt",
     "Signed",
+    "TSlot",
 ]
 
-INPUT_CONFIG = ConfigDict(extra="forbid", populate_by_name=True)
-"""Config of argument models: unknown fields refused, aliases and names both accepted."""
+INPUT_CONFIG = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+"""Config of argument models: unknown fields refused, aliases and names both accepted, no
+coercion (``"10"`` is not an int, ``1`` not a bool; an int is accepted for a float)."""
+
+CELL_SCHEMA: dict[str, Any] = {"pattern": CELL64_PATTERN}
+"""JSON-schema keywords of a cell64 argument (checked in full by ``store.address``, whose
+``invalid_cell`` answers a text that fits the pattern but names no geo cell)."""
+
+KEY_SCHEMA: dict[str, Any] = {"pattern": "^(?:" + CELL64_PATTERN[1:-1] + "|inline:.*)$"}
+"""JSON-schema keywords of a find_similar key: a cell64 or ``inline:[x, ...]``."""
+
+TSlot = Annotated[int, Field(ge=0, le=MAX_DAY_SLOT)]
+"""A tslot argument: one range for every tslot sent (day slots ``0..MAX_DAY_SLOT``; year slots
+are the small ones in it)."""
+
+_LAT = {"type": "number", "minimum": -90, "maximum": 90}
+_LNG = {"type": "number", "minimum": -180, "maximum": 180}
+BBOX_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {"min_lat": _LAT, "min_lng": _LNG, "max_lat": _LAT, "max_lng": _LNG},
+            "required": ["min_lat", "min_lng", "max_lat", "max_lng"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "array",
+            "prefixItems": [_LAT, _LNG, _LAT, _LNG],
+            "items": False,
+            "minItems": 4,
+            "maxItems": 4,
+            "description": "[min_lat, min_lng, max_lat, max_lng]",
+        },
+        {"type": "null"},
+    ]
+}
+"""The published shape of a bbox argument (the area code validates it; the schema lets a
+client check before sending). A box may cross the antimeridian (min_lng > max_lng)."""
+
+BBox = Annotated[Any, WithJsonSchema(BBOX_SCHEMA)]
+"""A bbox argument: validated by the area code, published as :data:`BBOX_SCHEMA`."""
 
 OUTPUT_CONFIG = ConfigDict(extra="forbid")
 """Config of answer models and their parts: unknown fields refused."""
@@ -79,8 +126,8 @@ class Claim(BaseModel):
     value: Any = Field(
         None, description="Comparison value (a list for in/ni; unused by exists/absent)."
     )
-    tslot: int | None = Field(None, description="Evaluate at this tslot only.")
-    window: list[int] | None = Field(
+    tslot: TSlot | None = Field(None, description="Evaluate at this tslot only.")
+    window: list[TSlot] | None = Field(
         None, description="Evaluate over the facts with t0 <= tslot <= t1 (two increasing ints)."
     )
     agg: str | None = Field(

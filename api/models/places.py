@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.models.common import INPUT_CONFIG, OUTPUT_CONFIG, Fact, Receipt, Signed
+from api.models.common import CELL_SCHEMA, INPUT_CONFIG, OUTPUT_CONFIG, Fact, Receipt, Signed
 
 __all__ = [
     "AlternativeOut",
@@ -263,7 +263,9 @@ class WhatIsHereIn(BaseModel):
 
     model_config = INPUT_CONFIG
 
-    cell: str | None = Field(None, description="cell64 (skips geocoding).")
+    cell: str | None = Field(
+        None, description="cell64 (skips geocoding).", json_schema_extra=CELL_SCHEMA
+    )
     place: str | None = Field(None, description="A place name, e.g. 'Kanke Lake'.")
     description: str | None = Field(
         None, description="Free text; used as the place when `cell` and `place` are absent."
@@ -305,7 +307,9 @@ class AskIn(BaseModel):
 
     description: str = Field(description="The question, verbatim (at most 1000 characters).")
     place: str | None = Field(None, description="A place name pinning the location.")
-    cell: str | None = Field(None, description="A cell64 pinning the location (wins).")
+    cell: str | None = Field(
+        None, description="A cell64 pinning the location (wins).", json_schema_extra=CELL_SCHEMA
+    )
     lat: float | None = Field(None, description="Latitude, with lng, pinning the location.")
     lng: float | None = Field(None, description="Longitude, with lat.")
 

@@ -6,7 +6,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from api.models.common import INPUT_CONFIG, OUTPUT_CONFIG, Claim, Fact, Signed
+from api.models.common import (
+    CELL_SCHEMA,
+    INPUT_CONFIG,
+    KEY_SCHEMA,
+    OUTPUT_CONFIG,
+    Claim,
+    Fact,
+    Signed,
+    TSlot,
+)
 
 __all__ = [
     "FilterStats",
@@ -28,10 +37,11 @@ class FindSimilarIn(BaseModel):
 
     key: str | None = Field(
         None,
+        json_schema_extra=KEY_SCHEMA,
         description="cell64, or 'inline:[x, y, ...]' (dimension of the band). Aliases: cell, cell64.",
     )
-    cell: str | None = Field(None, description="Alias for key.")
-    cell64: str | None = Field(None, description="Alias for key.")
+    cell: str | None = Field(None, description="Alias for key.", json_schema_extra=CELL_SCHEMA)
+    cell64: str | None = Field(None, description="Alias for key.", json_schema_extra=CELL_SCHEMA)
     k: int = Field(
         10,
         description="Neighbours to return, 1..1000.",
@@ -50,7 +60,7 @@ class FindSimilarIn(BaseModel):
         None,
         description="Claim every returned cell must satisfy; cells with no fact for its band are dropped.",
     )
-    as_of_tslot: int | None = Field(
+    as_of_tslot: TSlot | None = Field(
         None,
         description="Use the latest vintage at or before this year slot (year - 1970; day slots accepted).",
     )
@@ -124,8 +134,8 @@ class IsLikeIn(BaseModel):
 
     model_config = INPUT_CONFIG
 
-    a: str = Field(description="cell64 of the first place.")
-    b: str = Field(description="cell64 of the second place.")
+    a: str = Field(description="cell64 of the first place.", json_schema_extra=CELL_SCHEMA)
+    b: str = Field(description="cell64 of the second place.", json_schema_extra=CELL_SCHEMA)
 
 
 class VintageSimilarity(BaseModel):

@@ -8,10 +8,14 @@ present, on the real primitives over the tiny sample (``tiny_store``).
 from __future__ import annotations
 
 import base64
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import uvicorn
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.charts import ChartStore
@@ -129,3 +133,32 @@ def bracket(valid_tslots: list[int], day: str) -> list[int]:
     before = [s for s in valid_tslots if s < t]
     after = [s for s in valid_tslots if s >= t]
     return [before[-1], after[0]]
+
+
+class UvicornThread:
+    """uvicorn on 127.0.0.1 (ephemeral port) in a thread, stopped on exit."""
+
+    def __init__(self, app: Any, **config: Any) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="on", **config)
+        )
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            assert self.thread.is_alive(), "uvicorn exited"
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()

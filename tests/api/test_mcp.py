@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import sys
-import threading
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +12,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
 
@@ -29,6 +25,7 @@ from tests.api.adapter_helpers import (
     CHART_TOOL,
     PNG,
     FakeContext,
+    UvicornThread,
     bracket,
     clearing_cell,
     registered_test_primitives,
@@ -48,6 +45,13 @@ def _text(result: Any) -> str:
     block = result.content[0]
     assert isinstance(block, TextContent)
     return block.text
+
+
+def _err(result: Any) -> dict[str, Any]:
+    """The error body of a failed call: JSON text, and no structured content to mis-validate."""
+    assert result.is_error
+    assert result.structured_content is None
+    return json.loads(_text(result))["error"]
 
 
 def _with_client(
@@ -113,20 +117,20 @@ def test_bad_input_is_a_tool_error_with_the_rest_code(ctx: FakeContext) -> None:
     async def body(client: Client) -> None:
         bad = await client.call_tool(f"earthmem_{CELL_TOOL}", {"cell": "zz.top"})
         assert bad.is_error
-        assert bad.structured_content["error"]["code"] == "invalid_cell"
+        assert _err(bad)["code"] == "invalid_cell"
         assert json.loads(_text(bad))["error"]["code"] == "invalid_cell"
         missing = await client.call_tool(f"earthmem_{CELL_TOOL}", {})
         assert missing.is_error
-        assert missing.structured_content["error"]["code"] == "invalid_argument"
+        assert _err(missing)["code"] == "invalid_argument"
         gone = await client.call_tool(f"earthmem_{CELL_TOOL}", {"cell": CELL, "missing": True})
-        assert gone.structured_content["error"] == {
+        assert _err(gone) == {
             "code": "no_observation",
             "message": "nothing stored there",
             "details": {"nearest_before": 5},
         }
         unknown = await client.call_tool("earthmem_teleport", {})
         assert unknown.is_error
-        assert unknown.structured_content["error"]["code"] == "unknown_tool"
+        assert _err(unknown)["code"] == "unknown_tool"
 
     _with_client(ctx, body)
 
@@ -152,8 +156,8 @@ def test_intent_tool_envelope_and_plan(ctx: FakeContext) -> None:
         assert env.structured_content["intents"]["find_like"]["needs"] == ["key"]
         missing = await client.call_tool(INTENT_TOOL, {"type": "confirm", "cell": CELL})
         assert missing.is_error
-        assert missing.structured_content["error"]["code"] == "missing_fields"
-        assert missing.structured_content["error"]["details"]["missing"] == ["claim"]
+        assert _err(missing)["code"] == "missing_fields"
+        assert _err(missing)["details"]["missing"] == ["claim"]
 
     _with_client(ctx, body)
 
@@ -181,33 +185,6 @@ def test_stdio_transport_lists_tools(tmp_path: Path) -> None:
     anyio.run(main)
 
 
-class _Server:
-    """uvicorn on 127.0.0.1 (ephemeral port) in a thread, stopped on exit."""
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            assert self.thread.is_alive(), "uvicorn exited"
-            time.sleep(0.02)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
-
-
 def _sse_json(resp: httpx.Response) -> dict[str, Any]:
     if resp.headers["content-type"].startswith("application/json"):
         return resp.json()
@@ -217,7 +194,7 @@ def _sse_json(resp: httpx.Response) -> dict[str, Any]:
 
 def test_streamable_http_on_the_rest_app_over_uvicorn(ctx: FakeContext) -> None:
     app = create_app(ctx)
-    with _Server(app) as base, httpx.Client(base_url=base, timeout=10) as http:
+    with UvicornThread(app) as base, httpx.Client(base_url=base, timeout=10) as http:
         headers = {"accept": "application/json, text/event-stream"}
         init = http.post(
             "/mcp",
@@ -323,13 +300,13 @@ def test_real_tools_answer_over_an_in_memory_session(store: Any) -> None:
                     {"cell": "nope", "band": "indices.ndvi", "window": [1, 2]},
                 )
                 assert bad.is_error
-                assert bad.structured_content["error"]["code"] == "invalid_cell"
+                assert _err(bad)["code"] == "invalid_cell"
                 gap = await client.call_tool(
                     "earthmem_did_change",
                     {"cell": cell, "band": "indices.ndvi", "window": [window[0] + 1, window[1]]},
                 )
                 assert gap.is_error
-                assert gap.structured_content["error"]["code"] == "no_observation"
+                assert _err(gap)["code"] == "no_observation"
                 near = await client.call_tool(
                     "earthmem_find_similar", {"cell64": cell, "k": 3, "mode": "hamming_then_rerank"}
                 )

@@ -471,7 +471,8 @@ _GOOD_BBOX = {"min_lat": 23.359, "min_lng": 85.329, "max_lat": 23.361, "max_lng"
         ("did_change", {"cell": "nope", "band": "ndvi", "window": [1, 2]}, "invalid_cell"),
         ("did_change", {"cell": "C", "band": "ndvi", "window": [5, 2]}, "invalid_window"),
         ("did_change", {"cell": "C", "band": "ndvi", "window": [1, 2, 3]}, "invalid_window"),
-        ("did_change", {"cell": "C", "band": "ndvi", "window": [1, 70000]}, "invalid_window"),
+        # Out of the tslot range: the one rule of every tslot argument (api.models.common.TSlot).
+        ("did_change", {"cell": "C", "band": "ndvi", "window": [1, 70000]}, "invalid_argument"),
         ("did_change", {"cell": "C", "band": "temperature", "window": [1, 2]}, "unknown_band"),
         ("did_change", {"cell": "C", "band": "ndvi", "window": ["a", "b"]}, "invalid_argument"),
         ("trajectory", {"cell": 12, "band": "ndvi"}, "invalid_argument"),

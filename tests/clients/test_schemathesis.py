@@ -1,0 +1,75 @@
+"""schemathesis against a live ``earthmem serve``: no 5xx, every response fits the OpenAPI schema.
+
+Bounded by ``EARTHMEM_FUZZ_SECONDS`` (``.ci/run`` gives it a couple of minutes;
+``make fuzz`` runs longer). Without that variable and outside CI it is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.clients.conftest import live_server
+
+pytestmark = pytest.mark.fuzz
+
+CI_SECONDS = 150
+
+
+def _budget() -> int:
+    seconds = os.environ.get("EARTHMEM_FUZZ_SECONDS")
+    if seconds:
+        return int(seconds)
+    if os.environ.get("CI") == "true":
+        return CI_SECONDS
+    pytest.skip("set EARTHMEM_FUZZ_SECONDS (or run `make fuzz`) for the schemathesis run")
+
+
+def _schemathesis() -> str:
+    exe = Path(sys.executable).with_name("schemathesis")
+    found = str(exe) if exe.is_file() else shutil.which("schemathesis")
+    if found is None:
+        message = "schemathesis is not installed (it is in the dev extra of pyproject.toml)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["1-worker", "2-workers"])
+def test_generated_requests_get_no_5xx_and_fit_the_schema(
+    workers: int, data_dir: Path, tmp_path: Path
+) -> None:
+    budget = _budget()
+    exe = _schemathesis()
+    with live_server(data_dir, workers) as base:
+        proc = subprocess.run(
+            [
+                exe,
+                "run",
+                f"{base}/openapi.json",
+                "--checks",
+                "not_a_server_error,response_schema_conformance",
+                "--max-time",
+                str(budget // 2),  # the two worker counts share the budget
+                "--request-timeout",
+                "60",
+                "--report",
+                "junit",
+                "--report-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=budget + 300,  # a bound for a hung run, not a speed goal
+        )
+    summary = proc.stdout[-4000:]
+    print(summary)
+    assert proc.returncode == 0, summary + proc.stderr[-2000:]
+    assert "generated" in summary
