@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import anyio
 
 from api.errors import InvalidArgument
 
-__all__ = ["DATA_ENV", "default_data_dir", "register"]
+__all__ = ["DATA_ENV", "default_data_dir", "print_answer", "register"]
 
 DATA_ENV = "EARTHMEM_DATA"
 """Environment variable naming the default data directory."""
@@ -260,7 +261,7 @@ def _mcp(args: argparse.Namespace) -> int:
 
 def _intent(args: argparse.Namespace) -> int:
     # Deferred: the dispatch loads pydantic and every query module (start-up time).
-    from api.dispatch import describe_error, run_intent
+    from api.dispatch import run_intent
 
     text = sys.stdin.read() if args.payload == "-" else args.payload
     try:
@@ -270,8 +271,17 @@ def _intent(args: argparse.Namespace) -> int:
     if not isinstance(payload, dict):
         raise InvalidArgument("the intent must be a JSON object with a `type`")
     ctx = _context(args.data)
+    return print_answer(lambda: run_intent(ctx, payload))
+
+
+def print_answer(call: Callable[[], Any]) -> int:
+    """Run a dispatch call; print its JSON answer (status 0) or its typed error in one line
+    on stderr (status 2). Errors that are not typed propagate (a bug, not bad input)."""
+    # Deferred: the dispatch loads pydantic and every query module (start-up time).
+    from api.dispatch import describe_error
+
     try:
-        answer = run_intent(ctx, payload)
+        answer = call()
     except Exception as exc:
         described = describe_error(exc)
         if described is None:

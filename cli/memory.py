@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from api.errors import InvalidArgument
+from cli.commands import default_data_dir, print_answer
 
 __all__ = ["ARCHIVE_VERSION", "TOKEN_ENV", "register"]
 
@@ -104,8 +105,6 @@ def register(sub: Any) -> None:
 
 
 def _data_dir(args: argparse.Namespace) -> str:
-    from cli.commands import default_data_dir
-
     return args.data or default_data_dir()
 
 
@@ -196,24 +195,14 @@ def _read_json(text: str, what: str) -> Any:
 def _memory_call(args: argparse.Namespace) -> int:
     # Deferred: the dispatch loads pydantic and every query module (start-up time).
     from api.context import ServiceContext
-    from api.dispatch import call_primitive, describe_error
+    from api.dispatch import call_primitive
 
     payload = _read_json(args.args, "the arguments")
     if not isinstance(payload, dict):
         raise InvalidArgument("the arguments must be a JSON object")
     ctx = ServiceContext(_data_dir(args), memory_url=args.memory_url)
     token = args.token or os.environ.get(TOKEN_ENV)
-    try:
-        answer = call_primitive(ctx, f"memory_{args.verb}", payload, token=token)
-    except Exception as exc:
-        described = describe_error(exc)
-        if described is None:
-            raise
-        err = described[1]["error"]
-        print(f"earthmem: error [{err['code']}]: {err['message']}", file=sys.stderr)
-        return 2
-    print(json.dumps(answer, indent=2))
-    return 0
+    return print_answer(lambda: call_primitive(ctx, f"memory_{args.verb}", payload, token=token))
 
 
 def _audit(args: argparse.Namespace) -> int:

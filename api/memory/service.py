@@ -78,6 +78,18 @@ def _answer(
     return MemoryAnswer.model_validate(signed)
 
 
+def _caller_meta(ctx: ServiceContext, caller: Caller, name: str, args: Any) -> WriteMeta:
+    """A write by the caller itself (rate limited; its operation and request ids)."""
+    ctx.write_limiter.take(caller.token_id)
+    return WriteMeta(
+        actor=caller.actor,
+        at=_now(),
+        operation_id=args.operation_id,
+        request_digest=request_digest(name, args),
+        request_id=args.request_id,
+    )
+
+
 def _sign_head(ctx: ServiceContext) -> Any:
     return lambda head: head_signature(ctx.signer, head)
 
@@ -276,14 +288,7 @@ def memory_list(ctx: ServiceContext, args: MemoryListIn, caller: Caller) -> Memo
 )
 def memory_relate(ctx: ServiceContext, args: MemoryRelateIn, caller: Caller) -> MemoryAnswer:
     """memory_relate."""
-    ctx.write_limiter.take(caller.token_id)
-    meta = WriteMeta(
-        actor=caller.actor,
-        at=_now(),
-        operation_id=args.operation_id,
-        request_digest=request_digest("memory_relate", args),
-        request_id=args.request_id,
-    )
+    meta = _caller_meta(ctx, caller, "memory_relate", args)
     try:
         written = ctx.memory().relate(
             caller.project, args.src_id, args.dst_id, args.kind, meta, sign_head=_sign_head(ctx)
@@ -330,14 +335,7 @@ def memory_history(ctx: ServiceContext, args: MemoryHistoryIn, caller: Caller) -
 )
 def memory_delete(ctx: ServiceContext, args: MemoryDeleteIn, caller: Caller) -> MemoryAnswer:
     """memory_delete."""
-    ctx.write_limiter.take(caller.token_id)
-    meta = WriteMeta(
-        actor=caller.actor,
-        at=_now(),
-        operation_id=args.operation_id,
-        request_digest=request_digest("memory_delete", args),
-        request_id=args.request_id,
-    )
+    meta = _caller_meta(ctx, caller, "memory_delete", args)
     try:
         written = ctx.memory().change(
             caller.project,
