@@ -8,9 +8,9 @@ A primitive declares its cost class with its description (:mod:`api.registry`):
 wait (each up to ``wait_s`` seconds) and any other is refused at once with a
 typed :class:`~api.errors.Busy` (503, ``retry_after``). The gate is per
 process (each server worker has its own). After the last running heavy call
-ends the process gives freed heap pages back to the system (glibc
-``malloc_trim``), so a burst of large requests does not leave the server
-holding their memory.
+ends, if it ran for at least :data:`TRIM_AFTER_S`, the process gives freed heap
+pages back to the system (glibc ``malloc_trim``), so a burst of large requests
+does not leave the server holding their memory.
 
 Memory writes are also rate limited per token by a :class:`RateLimiter` (a token
 bucket per process: each ``earthmem serve`` worker keeps its own): beyond the rate
@@ -50,6 +50,10 @@ DEFAULT_WRITE_BURST = 200
 """Memory writes a token may make at once before the rate applies."""
 
 _ALPHA = 0.3  # weight of the latest duration in the running mean
+
+TRIM_AFTER_S = 0.05
+"""Heap pages are given back only after a heavy call that ran this long (short calls allocate
+little, and trimming after each would cost every small request)."""
 
 
 class Limiter:
@@ -136,7 +140,7 @@ class Limiter:
                 self._mean_s = (1 - _ALPHA) * self._mean_s + _ALPHA * took
                 last = self._running == 0
                 self._cond.notify()
-            if last and self.trim:
+            if last and self.trim and took >= TRIM_AFTER_S:
                 release_memory()
 
 
