@@ -210,7 +210,7 @@ def _run(prim: Primitive, ctx: Any, model: BaseModel, token: str | None) -> Base
         with gate.slot() if gate is not None else nullcontext():
             if prim.access == "public":
                 return prim.fn(ctx, model)
-            caller = authenticate(ctx.memory(), token, prim.access)
+            caller = authenticate(ctx.memory, token, prim.access)
             return prim.fn(ctx, model, caller)
     except StoreError as exc:
         if isinstance(exc, ApiError):

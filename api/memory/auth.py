@@ -16,6 +16,7 @@ import base64
 import datetime as dt
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import blake3
@@ -111,7 +112,10 @@ def parse_expiry(text: str | None, now: dt.datetime | None = None) -> dt.datetim
 
 
 def authenticate(
-    store: MemoryStore, token: str | None, need: str, now: dt.datetime | None = None
+    store: MemoryStore | Callable[[], MemoryStore],
+    token: str | None,
+    need: str,
+    now: dt.datetime | None = None,
 ) -> Caller:
     """The caller a bearer token stands for, checked for ``need`` (``read`` or ``write``).
 
@@ -128,6 +132,8 @@ def authenticate(
         )
     if not _TOKEN.fullmatch(token):
         raise ApiError("token_invalid", "the token is not an earthmem token", 401)
+    if callable(store):  # opened only for a well-formed token: no database for anonymous calls
+        store = store()
     record = store.token_by_hash(hash_token(token))
     if record is None:
         raise ApiError("token_invalid", "unknown token", 401)

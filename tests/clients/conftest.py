@@ -67,14 +67,14 @@ def server_env() -> dict[str, str]:
 
 
 @contextmanager
-def live_server(data: Path, workers: int) -> Iterator[str]:
+def live_server(data: Path, workers: int, env: dict[str, str] | None = None) -> Iterator[str]:
     """``earthmem serve`` in a subprocess on a free loopback port; yields its base URL."""
     port = free_port()
     argv = [sys.executable, "-m", "cli.main", "serve", "--data", str(data), "--port", str(port)]
     proc = subprocess.Popen(
         [*argv, "--workers", str(workers), "--no-access-log"],
         cwd=ROOT,
-        env=server_env(),
+        env={**server_env(), **(env or {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

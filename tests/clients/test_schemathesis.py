@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from api.memory.auth import issue_token
+from store.memory import open_store
 from tests.clients.conftest import live_server
 
 pytestmark = pytest.mark.fuzz
@@ -47,12 +49,20 @@ def test_generated_requests_get_no_5xx_and_fit_the_schema(
 ) -> None:
     budget = _budget()
     exe = _schemathesis()
-    with live_server(data_dir, workers) as base:
+    # the memory tools too: a throwaway database and a token of its own project
+    memory_url = f"sqlite:///{tmp_path / 'memory.sqlite'}"
+    store = open_store(memory_url)
+    token = issue_token(store, "fuzz", ("read", "write"))[0]
+    store.close()
+    env = {"EARTHMEM_MEMORY_URL": memory_url}
+    with live_server(data_dir, workers, env) as base:
         proc = subprocess.run(
             [
                 exe,
                 "run",
                 f"{base}/openapi.json",
+                "--header",
+                f"Authorization: Bearer {token}",
                 "--checks",
                 "not_a_server_error,response_schema_conformance",
                 "--max-time",
