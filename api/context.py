@@ -69,11 +69,15 @@ __all__ = [
     "DEFAULT_TIP_CHECK_SECONDS",
     "ENV_REFRESH_SECONDS",
     "MANIFEST_CANDIDATES",
+    "REQUIRE_TOKEN_ENV",
     "ServiceContext",
     "gazetteer_feature",
     "nearest_slots",
     "refresh_seconds",
 ]
+
+REQUIRE_TOKEN_ENV = "EARTHMEM_REQUIRE_TOKEN"
+"""``1``: cube primitives answer only callers with a token that may read (any project)."""
 
 DEFAULT_TIP_CHECK_SECONDS = 1.0
 """At most one branch-tip lookup per this many seconds (when nothing else is set)."""
@@ -149,12 +153,19 @@ class ServiceContext:
         signer: Signer | None = None,
         manifest_path: str | os.PathLike[str] | None = None,
         memory_url: str | None = None,
+        require_token: bool | None = None,
     ) -> None:
         if not read_only:
             raise ValueError("the query API opens the store read-only")
         self.data_dir = Path(data_dir)
         self.memory_url = memory_url or os.environ.get(MEMORY_URL_ENV) or default_url(self.data_dir)
         """The memory database (``sqlite:///...`` by default under the data dir, or PostgreSQL)."""
+        self.require_token = (
+            require_token
+            if require_token is not None
+            else os.environ.get(REQUIRE_TOKEN_ENV, "").strip().lower() in ("1", "true", "yes")
+        )
+        """Whether cube primitives, too, need a token that may read (default: they answer anyone)."""
         self.write_limiter = RateLimiter()
         """Per-token write rate limit of this process."""
         self._memory: MemoryStore | None = None

@@ -209,6 +209,8 @@ def _run(prim: Primitive, ctx: Any, model: BaseModel, token: str | None) -> Base
     try:
         with gate.slot() if gate is not None else nullcontext():
             if prim.access == "public":
+                if getattr(ctx, "require_token", False):
+                    authenticate(ctx.memory, token, "read")  # the read-token setting
                 return prim.fn(ctx, model)
             caller = authenticate(ctx.memory, token, prim.access)
             return prim.fn(ctx, model, caller)

@@ -277,3 +277,19 @@ def test_rest_routes_take_the_bearer_token(
         assert got.json()["result"]["item"]["id"] == item_id
         spec = client.get("/openapi.json").json()
         assert "/v1/memory_create" in spec["paths"]
+
+
+def test_the_read_token_setting_puts_cube_primitives_behind_a_token(
+    tiny_store: Any, tmp_path: Path
+) -> None:
+    ctx = ServiceContext(
+        tiny_store.data,
+        signer=Signer.generate(),
+        memory_url=f"sqlite:///{tmp_path / 'memory.sqlite'}",
+        require_token=True,
+    )
+    ev = tiny_store.event("forest_clearing")["centre"]
+    args = {"cell": address.encode(ev["lat"], ev["lng"]), "band": "indices.ndvi"}
+    assert _code(ctx, "trajectory", args, None) == (401, "token_missing")
+    reader = issue_token(ctx.memory(), "any-project", ("read",))[0]
+    assert _call(ctx, "trajectory", args, reader)["points"]
