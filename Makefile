@@ -27,7 +27,7 @@ test: setup  ## lint, type-check and run the test suite (offline; outside client
 	$(BIN)/pytest -q
 
 pytest: setup  ## the test suite without the outside clients (CI runs those as their own stage)
-	$(BIN)/pytest -q -m "not clients and not fuzz"
+	$(BIN)/pytest -q --durations=15 -m "not clients and not fuzz"
 
 CLIENTS := tests/clients
 EARTHMEM_FUZZ_SECONDS ?= 900
