@@ -334,10 +334,6 @@ class ServiceContext:
                 self._as_of.popitem(last=False)
         return reader
 
-    def snapshot_id(self, reader: CubeReader) -> str:
-        """The snapshot a reader sees."""
-        return reader.snapshot_id
-
     def snapshot_time(self, snapshot_id: str) -> dt.datetime | None:
         """Commit time of a snapshot, or None if unknown."""
         try:

@@ -220,7 +220,7 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
     t0, t1 = check_window(args.window)
     with store_errors():
         reader = ctx.reader()
-        snapshot_id = ctx.snapshot_id(reader)
+        snapshot_id = reader.snapshot_id
         series = read_cell(ctx, reader, band, cell.lat_q, cell.lng_q)
         ends = []
         for t in (t0, t1):

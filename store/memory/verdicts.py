@@ -86,8 +86,10 @@ def clear_series(
     if band == flag_band:
         keep = fv > 0
         return ft[keep], fv[keep].astype(np.float64)
-    clear_at = dict(zip(ft.tolist(), (fv == clear_value).tolist(), strict=True))
-    keep = np.array([clear_at.get(t, False) for t in vt.tolist()], dtype=bool) & np.isfinite(values)
+    # both slot vectors are sorted: find each value's flag by position, not by a Python loop
+    pos = np.minimum(np.searchsorted(ft, vt), max(ft.size - 1, 0))
+    flagged = (ft[pos] == vt) & (fv[pos] == clear_value) if ft.size else np.zeros(vt.size, bool)
+    keep = flagged & np.isfinite(values)
     return vt[keep], values[keep]
 
 
