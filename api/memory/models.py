@@ -20,6 +20,7 @@ __all__ = [
     "MAX_ID_CHARS",
     "MAX_METADATA_BYTES",
     "MAX_RELATED",
+    "MAX_SEQ",
     "MAX_STATEMENT_CHARS",
     "MAX_TAGS",
     "MAX_TAG_CHARS",
@@ -55,6 +56,8 @@ MAX_METADATA_BYTES = 16_384
 """Largest metadata object (its compact JSON)."""
 MAX_ID_CHARS = 128
 """Longest id (item ids, operation ids, request ids, sessions, actors)."""
+MAX_SEQ = (1 << 62) - 1
+"""Largest history seq or item version accepted (the databases store 64-bit integers)."""
 
 MemoryType = Literal[
     "decision",
@@ -212,7 +215,9 @@ class MemoryUpdateIn(MemoryCreateIn):
     """Arguments of memory_update: a new item that supersedes ``id`` at ``expected_version``."""
 
     id: str = Field(max_length=MAX_ID_CHARS, description="The item to supersede.")
-    expected_version: int = Field(ge=1, strict=True, description="The version you read.")
+    expected_version: int = Field(
+        ge=1, le=MAX_SEQ, strict=True, description="The version you read."
+    )
 
 
 class MemoryRelateIn(BaseModel):
@@ -233,7 +238,7 @@ class MemoryHistoryIn(BaseModel):
     model_config = INPUT_CONFIG
 
     id: str | None = Field(None, max_length=MAX_ID_CHARS)
-    after_seq: int = Field(0, ge=0, strict=True)
+    after_seq: int = Field(0, ge=0, le=MAX_SEQ, strict=True)
     limit: int = Field(100, ge=1, le=1000, strict=True)
 
 
@@ -243,7 +248,7 @@ class MemoryDeleteIn(BaseModel):
     model_config = INPUT_CONFIG
 
     id: str = Field(max_length=MAX_ID_CHARS)
-    expected_version: int = Field(ge=1, strict=True)
+    expected_version: int = Field(ge=1, le=MAX_SEQ, strict=True)
     reason: str = Field(min_length=1, max_length=1000)
     operation_id: str | None = _ID
     request_id: str | None = _ID

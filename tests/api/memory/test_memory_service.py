@@ -293,3 +293,11 @@ def test_the_read_token_setting_puts_cube_primitives_behind_a_token(
     assert _code(ctx, "trajectory", args, None) == (401, "token_missing")
     reader = issue_token(ctx.memory(), "any-project", ("read",))[0]
     assert _call(ctx, "trajectory", args, reader)["points"]
+
+
+def test_a_seq_past_64_bits_is_a_typed_422(ctx: ServiceContext, token: str) -> None:
+    # found by schemathesis: {"after_seq": 358994781961462284288} was a 500 (SQLite overflow)
+    huge = 358994781961462284288
+    assert _code(ctx, "memory_history", {"after_seq": huge}, token) == (422, "invalid_argument")
+    args = {"id": "mem_x", "expected_version": huge, "reason": "r"}
+    assert _code(ctx, "memory_delete", args, token) == (422, "invalid_argument")
