@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DATA ?= data
 export DAGSTER_HOME ?= $(CURDIR)/$(DATA)/dagster_home
 
-.PHONY: setup run test pytest clients clients-test fuzz lint typecheck check bench bench-quick lock serve dagster clean
+.PHONY: setup run test pytest clients clients-test fuzz lint typecheck check bench bench-quick bench-large lock serve dagster clean
 
 $(BIN)/earthmem: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,9 @@ bench: setup  ## run every benchmark and write bench/RESULTS.md
 
 bench-quick: setup
 	$(BIN)/python -m bench.run --quick
+
+bench-large: setup  ## the large benches (recall at 10^6 items on SQLite) -> bench/RESULTS-large.md
+	$(BIN)/python -m bench.run --large
 
 lock:  ## re-resolve requirements.lock from pyproject.toml
 	$(BIN)/uv pip compile pyproject.toml --extra dev --extra bench --python-version 3.11 -o requirements.lock

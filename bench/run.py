@@ -1,6 +1,7 @@
 """The bench harness: run every benchmark as a subprocess, merge, write ``bench/RESULTS.md``.
 
-    python -m bench.run [--quick] [--only address,knn,queries,ingest,memory] [--out PATH] [--repeat N]
+    python -m bench.run [--quick | --large] [--only address,knn,queries,ingest,memory,recall]
+                        [--out PATH] [--repeat N]
 
 Each bench script runs in its own process (``python -m bench.<script> --json
 FILE [--quick]``) so that one bench's memory, threads and JIT caches do not
@@ -16,7 +17,9 @@ The default run targets < 15 minutes on 2 cores (the first run also builds and
 ingests the demo area and generates the 10^7-row vector table, cached under
 ``bench/.cache``). ``--quick`` is a smoke check on the tiny sample and small
 tables; it writes ``bench/.cache/RESULTS-quick.md`` unless ``--out`` is given,
-so it never overwrites the real results. ``--repeat N`` runs the benches N
+so it never overwrites the real results. ``--large`` runs only the benches
+with a large mode (recall at 10^6 items; ``make bench-large``) and writes
+``bench/RESULTS-large.md``. ``--repeat N`` runs the benches N
 times in turn and adds the spread of every ratio row across the runs (min /
 median / max, and whether every run is within ±20 % of the median run); three
 default runs take about three times as long as one.
@@ -47,6 +50,10 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 """Where the default run writes its report."""
 QUICK_RESULTS = CACHE_DIR / "RESULTS-quick.md"
 """Where ``--quick`` writes its report by default."""
+LARGE_RESULTS = RESULTS.with_name("RESULTS-large.md")
+"""Where ``--large`` writes its report by default."""
+LARGE_TIMEOUT_S = 7200.0
+"""Kill a large-mode bench after this long (its first run builds a 10^6-item store)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ class Bench:
     """Arguments of the quick run."""
     timeout_s: float = 900.0
     """Kill the bench after this long (default run)."""
+    large_args: tuple[str, ...] | None = None
+    """Arguments of the ``--large`` run (None: the bench has no large mode)."""
 
 
 BENCHES: tuple[Bench, ...] = (
@@ -71,6 +80,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("queries", "bench.bench_queries", timeout_s=1500),
     Bench("ingest", "bench.bench_ingest", timeout_s=900),
     Bench("memory", "bench.bench_memory", timeout_s=600),
+    Bench("recall", "bench.bench_recall", timeout_s=900, large_args=("--large",)),
 )
 """Every bench, in run order."""
 
@@ -79,7 +89,7 @@ def _log(msg: str) -> None:
     print(f"[bench.run] {msg}", file=sys.stderr, flush=True)
 
 
-def run_one(bench: Bench, quick: bool, workdir: Path) -> dict[str, Any]:
+def run_one(bench: Bench, quick: bool, workdir: Path, large: bool = False) -> dict[str, Any]:
     """Run one bench script; return its JSON document plus run metadata."""
     out = workdir / f"{bench.name}.json"
     log = workdir / "logs" / f"{bench.name}.log"
@@ -87,8 +97,12 @@ def run_one(bench: Bench, quick: bool, workdir: Path) -> dict[str, Any]:
     if out.exists():
         out.unlink()
     cmd = [sys.executable, "-m", bench.module, "--json", str(out)]
-    cmd += list(bench.quick_args if quick else bench.args)
-    timeout = bench.timeout_s / (3 if quick else 1)
+    if large:
+        cmd += list(bench.large_args or ())
+        timeout = LARGE_TIMEOUT_S
+    else:
+        cmd += list(bench.quick_args if quick else bench.args)
+        timeout = bench.timeout_s / (3 if quick else 1)
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -129,7 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--quick", action="store_true", help="smoke check (tiny sample, small tables)")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument(
+        "--quick", action="store_true", help="smoke check (tiny sample, small tables)"
+    )
+    size.add_argument(
+        "--large", action="store_true", help="only the benches' large modes (recall at 10^6)"
+    )
     ap.add_argument(
         "--only",
         default=None,
@@ -152,14 +172,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     names = [b.name for b in BENCHES]
+    if args.large:
+        names = [b.name for b in BENCHES if b.large_args is not None]
     only = args.only.split(",") if args.only else names
     unknown = set(only) - set(names)
     if unknown:
         ap.error(f"unknown bench(es) {sorted(unknown)}; valid: {names}")
-    mode = "quick" if args.quick else "default"
-    out = Path(args.out) if args.out else (QUICK_RESULTS if args.quick else RESULTS)
+    mode = "quick" if args.quick else "large" if args.large else "default"
+    default_out = {"quick": QUICK_RESULTS, "large": LARGE_RESULTS, "default": RESULTS}[mode]
+    out = Path(args.out) if args.out else default_out
     workdir = (
-        Path(args.workdir) if args.workdir else CACHE_DIR / ("run-quick" if args.quick else "run")
+        Path(args.workdir)
+        if args.workdir
+        else CACHE_DIR / ("run" if mode == "default" else f"run-{mode}")
     )
     workdir.mkdir(parents=True, exist_ok=True)
     if args.repeat < 1:
@@ -178,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"run {rep + 1}/{args.repeat} {b.name}: python -m {b.module} ... "
                 f"(log in {wd / 'logs' / (b.name + '.log')})"
             )
-            docs[b.name] = run_one(b, args.quick, wd)
+            docs[b.name] = run_one(b, args.quick, wd, large=args.large)
             _log(
                 f"{b.name}: {docs[b.name]['_run']['status']} in "
                 f"{docs[b.name]['_run']['seconds']:.0f} s"

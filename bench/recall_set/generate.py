@@ -64,8 +64,11 @@ __all__ = [
     "SEED",
     "SET_PATH",
     "content_words",
+    "demo_features",
     "generate",
+    "item_text",
     "main",
+    "read_set",
     "render",
     "shares_content_word",
 ]
@@ -169,6 +172,11 @@ def _demo_geometry() -> tuple[tuple[float, float, float, float], dict[str, dict[
     grid = make_grid("demo")
     scene = build_scene(grid, 0)
     return grid.bbox_lonlat(), {f["id"]: f for f in scene.features}
+
+
+def demo_features() -> list[dict[str, Any]]:
+    """The demo sample's named features (manifest form: id, name, kind, centre, geometry)."""
+    return list(_demo_geometry()[1].values())
 
 
 def _feature_gap_m(feature: dict[str, Any], lat: float, lng: float) -> float:

@@ -223,6 +223,10 @@ EXPECTED_ROWS = {
         "cost per scene, paired",
         "cost per scene, marginal",
     ],
+    "recall": [
+        "recall quality nDCG@10, overall",
+        "recall quality nDCG@10, paraphrase",
+    ],
 }
 
 
