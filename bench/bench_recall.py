@@ -453,11 +453,13 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     extra: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmpdir:
         tmp = Path(tmpdir)
         if not args.no_quality:
-            r, nt, extra["quality"] = quality(rset, tmp)
+            r, nt, summary = quality(rset, tmp)
+            extra["api_load_s"] = summary["api_load_s"]
             rows += r
             notes += nt
         t1 = time.perf_counter()
@@ -484,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
                 "budget_s_per_store": budget,
                 **extra,
             },
+            "quality": summary,
             "rows": rows,
             "notes": notes,
         },
