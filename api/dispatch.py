@@ -49,6 +49,7 @@ from api.queries.ask import ask
 from api.queries.cell import confirm, did_change, trajectory
 from api.queries.describe import what_is_here
 from api.queries.places import where_is
+from api.queries.read import read_cell_values, read_cells_values
 from api.queries.similar import find_similar, is_like
 from api.registry import Primitive, spec_of
 from store.errors import StoreError
@@ -92,6 +93,9 @@ PRIMITIVES: dict[str, Primitive] = {
             memory_history,
             memory_delete,
             memory_verify,
+            # the agent's loop (issue 17): reads, locate, cite, verify
+            read_cell_values,
+            read_cells_values,
         ),
     )
 }
