@@ -48,6 +48,7 @@ from api.queries.area import area_over_time
 from api.queries.ask import ask
 from api.queries.cell import confirm, did_change, trajectory
 from api.queries.describe import what_is_here
+from api.queries.lattice import cells_in, locate_point
 from api.queries.places import where_is
 from api.queries.read import read_cell_values, read_cells_values
 from api.queries.similar import find_similar, is_like
@@ -96,6 +97,8 @@ PRIMITIVES: dict[str, Primitive] = {
             # the agent's loop (issue 17): reads, locate, cite, verify
             read_cell_values,
             read_cells_values,
+            locate_point,
+            cells_in,
         ),
     )
 }
