@@ -51,6 +51,7 @@ from api.queries.describe import what_is_here
 from api.queries.lattice import cells_in, locate_point
 from api.queries.places import where_is
 from api.queries.read import read_cell_values, read_cells_values
+from api.queries.read_area import read_area
 from api.queries.similar import find_similar, is_like
 from api.registry import Primitive, spec_of
 from store.errors import StoreError
@@ -97,6 +98,7 @@ PRIMITIVES: dict[str, Primitive] = {
             # the agent's loop (issue 17): reads, locate, cite, verify
             read_cell_values,
             read_cells_values,
+            read_area,
             locate_point,
             cells_in,
         ),
