@@ -53,6 +53,7 @@ from api.queries.places import where_is
 from api.queries.read import read_cell_values, read_cells_values
 from api.queries.read_area import read_area
 from api.queries.similar import find_similar, is_like
+from api.queries.verify import verify_receipt
 from api.registry import Primitive, spec_of
 from store.errors import StoreError
 
@@ -101,6 +102,7 @@ PRIMITIVES: dict[str, Primitive] = {
             read_area,
             locate_point,
             cells_in,
+            verify_receipt,
         ),
     )
 }

@@ -295,7 +295,7 @@ def print_answer(call: Callable[[], Any]) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     # Deferred: the receipt code imports blake3, cbor2 and PyNaCl (a noticeable start-up cost).
-    from api.receipts import key_id_of, verify_answer
+    from api.receipts import verify_saved
 
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
@@ -305,19 +305,8 @@ def _verify(args: argparse.Namespace) -> int:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"{args.file} is not JSON: {exc}", code="invalid_json") from None
-    keys = None
-    if args.key is not None:
-        try:
-            raw = bytes.fromhex(args.key)
-        except ValueError:
-            raw = b""
-        if len(raw) != 32:
-            raise InvalidArgument("--key must be 64 hex characters (a raw ed25519 public key)")
-        keys = {key_id_of(raw): raw}
-    # An intent answer carries the primitive's signed answer under "result".
-    if isinstance(doc, dict) and "receipt" not in doc and isinstance(doc.get("result"), dict):
-        doc = doc["result"]
-    result = verify_answer(doc, keys)
+    # the same check as the verify_receipt primitive (an intent answer's "result" unwrapped)
+    result = verify_saved(doc, args.key)
     if result.ok:
         trust = "trusted key" if result.key_trusted else "embedded key (integrity, not provenance)"
         print(f"ok: receipt verifies (key {result.key_id}, {trust})")
