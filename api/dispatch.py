@@ -48,6 +48,7 @@ from api.queries.area import area_over_time
 from api.queries.ask import ask
 from api.queries.cell import confirm, did_change, trajectory
 from api.queries.describe import what_is_here
+from api.queries.fact import resolve_fact
 from api.queries.lattice import cells_in, locate_point
 from api.queries.places import where_is
 from api.queries.read import read_cell_values, read_cells_values
@@ -103,6 +104,7 @@ PRIMITIVES: dict[str, Primitive] = {
             locate_point,
             cells_in,
             verify_receipt,
+            resolve_fact,
         ),
     )
 }
