@@ -86,3 +86,16 @@ def test_cells_in_a_polygon_and_bad_areas(lctx: ServiceContext) -> None:
     assert _code(lctx, "cells_in", {}) == "invalid_geometry"
     assert _code(lctx, "cells_in", {"bbox": [0, 0, 10, 10]}) == "area_too_large"
     assert _code(lctx, "cells_in", {"bbox": [1, 2, 3]}) == "invalid_bbox"
+
+
+def test_cli_call_verb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.main import main
+
+    assert main(["call", "locate", '{"lat": 23.36, "lng": 85.33}', "--data", str(tmp_path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cell"] == address.encode(23.36, 85.33)
+    assert verify_answer(doc).ok
+    assert main(["call", "locate", '{"lat": 93, "lng": 0}', "--data", str(tmp_path)]) == 2
+    assert "invalid_latitude" in capsys.readouterr().err
+    assert main(["call", "nope", "--data", str(tmp_path)]) == 2
+    assert "unknown_primitive" in capsys.readouterr().err
