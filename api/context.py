@@ -334,6 +334,72 @@ class ServiceContext:
                 self._as_of.popitem(last=False)
         return reader
 
+    def reader_as_of(self, as_of: str | None) -> CubeReader:
+        """The reader ``as_of`` names: None the tip, an RFC 3339 time, or a snapshot id.
+
+        Raises:
+            NotFound: no snapshot at or before the time, or no such snapshot id
+                (``snapshot_not_found``, details naming the oldest and newest snapshots).
+            InvalidArgument: ``as_of`` is neither a time nor a snapshot id (``invalid_as_of``).
+        """
+        if as_of is None:
+            return self.reader()
+        text = as_of.strip()
+        try:
+            when = parse_when(text)
+        except InvalidDate:
+            when = None
+        try:
+            if when is not None:
+                return self._reader_as_of(when)
+        except NotFound as exc:
+            raise NotFound(
+                exc.message, code="snapshot_not_found", details=self._history_details()
+            ) from None
+        if not text.isalnum() or len(text) > 64:
+            raise InvalidArgument(
+                f"as_of must be an RFC 3339 time or a snapshot id, got {as_of[:80]!r}",
+                code="invalid_as_of",
+            )
+        tip = self.reader()
+        if text == tip.snapshot_id:
+            return tip
+        with self._lock:
+            cached = self._as_of.get(text)
+            if cached is not None:
+                self._as_of.move_to_end(text)
+                return cached
+        try:
+            lookup_snapshot(tip.repo, text)
+            reader = CubeReader(self.data_dir, snapshot_id=text, cache=self.chunks)
+        except StoreError as exc:
+            raise NotFound(
+                f"no snapshot {text!r} in this cube's history",
+                code="snapshot_not_found",
+                details=self._history_details(),
+            ) from exc
+        with self._lock:
+            self._as_of[text] = reader
+            while len(self._as_of) > _AS_OF_READERS:
+                self._as_of.popitem(last=False)
+        return reader
+
+    def _history_details(self) -> dict[str, Any]:
+        """The oldest and newest snapshots (what an ``as_of`` may name)."""
+        try:
+            snaps = self.reader().list_snapshots()
+        except (StoreError, ApiError):
+            return {}
+
+        def one(s: Any) -> dict[str, str]:
+            return {"snapshot_id": s.id, "written_at": s.written_at.isoformat()}
+
+        return (
+            {"snapshots": len(snaps), "oldest": one(snaps[-1]), "newest": one(snaps[0])}
+            if snaps
+            else {}
+        )
+
     def snapshot_time(self, snapshot_id: str) -> dt.datetime | None:
         """Commit time of a snapshot, or None if unknown."""
         try:

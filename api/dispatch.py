@@ -43,24 +43,32 @@ from api.memory.service import (
     memory_update,
     memory_verify,
 )
-from api.queries._common import signed_dump
+from api.models.tools import ToolsAnswer, ToolsBody, ToolsIn
+from api.queries._common import finish, signed_dump
 from api.queries.area import area_over_time
 from api.queries.ask import ask
 from api.queries.cell import confirm, did_change, trajectory
 from api.queries.describe import what_is_here
+from api.queries.fact import resolve_fact
+from api.queries.lattice import cells_in, locate_point
 from api.queries.places import where_is
+from api.queries.read import read_cell_values, read_cells_values
+from api.queries.read_area import read_area
 from api.queries.similar import find_similar, is_like
-from api.registry import Primitive, spec_of
+from api.queries.verify import verify_receipt
+from api.registry import Primitive, primitive, spec_of
 from store.errors import StoreError
 
 __all__ = [
     "ALIASES",
+    "CORE_PRIMITIVES",
     "LIMITERS",
     "PRIMITIVES",
     "ContextProvider",
     "Primitive",
     "as_api_error",
     "call_primitive",
+    "core_primitives",
     "describe_error",
     "parse_args",
     "provider_for",
@@ -69,6 +77,65 @@ __all__ = [
     "service_version",
     "validation_error_body",
 ]
+
+CORE_PRIMITIVES: tuple[str, ...] = (
+    "find_similar",
+    "recall",
+    "memory_create",
+    "read_cell",
+    "locate",
+    "fact",
+    "verify_receipt",
+    "tools",
+)
+"""The core set MCP ``tools/list`` shows (with the intent router), those served here; every
+other primitive is called by name through ``tools/call`` and listed by :func:`tools`."""
+
+
+def core_primitives() -> list[str]:
+    """The names of the core set served here, in :data:`CORE_PRIMITIVES` order."""
+    return [n for n in CORE_PRIMITIVES if n in PRIMITIVES]
+
+
+@primitive(
+    "tools",
+    ToolsIn,
+    ToolsAnswer,
+    "Every primitive this server has, including those MCP tools/list leaves out.",
+    "MCP tools/list shows a core set (the intent router, find_similar, recall, memory_create, "
+    "read_cell, locate, fact, verify_receipt, tools); every primitive listed here is callable by "
+    "name (earthmem_<name>) through tools/call and at POST /v1/<name>. With name: that "
+    "primitive's input and output schemas and full description.",
+)
+def tools(ctx: Any, args: ToolsIn) -> ToolsAnswer:
+    """tools {name?}."""
+    one: Primitive | None = None
+    if args.name is not None:
+        one = _primitive(args.name.removeprefix("earthmem_"))
+    core = core_primitives()
+    answer = {
+        "tools": [
+            {
+                "name": p.name,
+                "mcp_tool": f"earthmem_{p.name}",
+                "route": f"/v1/{p.name}",
+                "summary": p.summary,
+                "cost": p.cost,
+                "access": p.access,
+                "read_only": p.read_only,
+                "core": p.name in core,
+            }
+            for p in PRIMITIVES.values()
+        ],
+        "core": core,
+        "input_schema": one.input_model.model_json_schema() if one else None,
+        "output_schema": one.output_model.model_json_schema(mode="serialization") if one else None,
+        "description": one.description if one else None,
+        "snapshot_id": f"registry:{service_version()}",
+    }
+    snapshot = f"registry:{service_version()}"
+    return finish(ctx, "tools", args, ToolsBody, ToolsAnswer, answer, [], snapshot)
+
 
 PRIMITIVES: dict[str, Primitive] = {
     spec.name: spec
@@ -92,6 +159,15 @@ PRIMITIVES: dict[str, Primitive] = {
             memory_history,
             memory_delete,
             memory_verify,
+            # the agent's loop (issue 17): reads, locate, cite, verify
+            read_cell_values,
+            read_cells_values,
+            read_area,
+            locate_point,
+            cells_in,
+            verify_receipt,
+            resolve_fact,
+            tools,
         ),
     )
 }

@@ -10,6 +10,11 @@ signed answer (``model_dump(mode="json")``). Tools:
   carries the full find_similar parameter set);
 * ``earthmem_intent``: the intent router (:func:`api.intent.run_intent`).
 
+``tools/list`` is lean: it shows the intent router and the core set
+(:data:`api.dispatch.CORE_PRIMITIVES`); every other primitive is called by name
+through ``tools/call`` all the same, and the ``earthmem_tools`` primitive lists
+them all with their schemas (``build_server(list_all=True)`` lists every tool).
+
 Cube tools are annotated read-only, idempotent and closed-world; memory writes are
 not read-only (idempotent by ``operation_id``). A failing call is a tool result with
 ``isError`` whose one text content is the JSON ``{"error": {code, message, details?}}``,
@@ -40,6 +45,7 @@ from api.dispatch import (
     PRIMITIVES,
     ContextProvider,
     call_primitive,
+    core_primitives,
     describe_error,
     provider_for,
     run_intent,
@@ -107,7 +113,9 @@ def _intent_description() -> str:
     )
 
 
-def _tools() -> list[types.Tool]:
+def _tools(list_all: bool = True) -> list[types.Tool]:
+    """The tools listed: the intent router and the core set, or (``list_all``) every primitive."""
+    core = set(core_primitives())
     tools = [
         types.Tool(
             name=TOOL_PREFIX + prim.name,
@@ -118,6 +126,7 @@ def _tools() -> list[types.Tool]:
             annotations=READ_ONLY if prim.read_only else WRITES,
         )
         for prim in PRIMITIVES.values()
+        if list_all or prim.name in core
     ]
     tools.append(
         types.Tool(
@@ -168,7 +177,7 @@ def _token(ctx: ServerRequestContext[Any], stdio_token: str | None) -> str | Non
     return stdio_token
 
 
-def build_server(source: Any, *, token: str | None = None) -> Server[Any]:
+def build_server(source: Any, *, token: str | None = None, list_all: bool = False) -> Server[Any]:
     """The earthmem MCP server over the primitive registry.
 
     Args:
@@ -176,6 +185,7 @@ def build_server(source: Any, *, token: str | None = None) -> Server[Any]:
             factory, or a :class:`api.dispatch.ContextProvider`.
         token: The bearer token of a stdio server's user (``EARTHMEM_TOKEN``); over HTTP
             each request's ``Authorization`` header is used instead.
+        list_all: ``tools/list`` shows every primitive, not only the core set.
 
     Returns:
         A low-level ``mcp.server.Server``; its tool list follows the registry
@@ -186,7 +196,7 @@ def build_server(source: Any, *, token: str | None = None) -> Server[Any]:
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=_tools())
+        return types.ListToolsResult(tools=_tools(list_all))
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -201,7 +211,7 @@ def build_server(source: Any, *, token: str | None = None) -> Server[Any]:
                     "error": {
                         "code": "unknown_tool",
                         "message": f"no tool named {name!r}",
-                        "details": {"tools": [t.name for t in _tools()]},
+                        "details": {"tools": [t.name for t in _tools(True)]},
                     }
                 }
             )

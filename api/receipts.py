@@ -69,7 +69,10 @@ __all__ = [
     "query_digest",
     "receipt_preimage",
     "sign_answer",
+    "signed_answer_of",
+    "trusted_keys",
     "verify_answer",
+    "verify_saved",
 ]
 
 RECEIPT_VERSION = 1
@@ -568,3 +571,42 @@ def verify_answer(
     except Exception as exc:  # malformed key material (e.g. not a curve point)
         return _fail(f"signature check failed: {type(exc).__name__}", key_id)
     return VerifyResult(ok=True, reason="ok", key_id=key_id, key_trusted=trusted)
+
+
+def signed_answer_of(doc: Any) -> Any:
+    """The signed answer inside a saved document: an intent answer's ``result``, else ``doc``."""
+    if isinstance(doc, Mapping) and "receipt" not in doc and isinstance(doc.get("result"), Mapping):
+        return doc["result"]
+    return doc
+
+
+def trusted_keys(public_key_hex: str | None) -> dict[str, bytes] | None:
+    """``{key_id: key}`` of one trusted ed25519 public key given as 64 hex (None: none given).
+
+    Raises:
+        InvalidArgument: not 64 hex characters (``invalid_key``).
+    """
+    if public_key_hex is None:
+        return None
+    try:
+        raw = bytes.fromhex(public_key_hex)
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        raise InvalidArgument(
+            "the trusted key must be 64 hex characters (a raw ed25519 public key)",
+            code="invalid_key",
+        )
+    return {key_id_of(raw): raw}
+
+
+def verify_saved(doc: Any, public_key_hex: str | None = None) -> VerifyResult:
+    """The check of ``earthmem verify`` and the ``verify_receipt`` primitive, one for both.
+
+    Unwraps an intent answer (:func:`signed_answer_of`), then :func:`verify_answer`
+    with the trusted key when one is given.
+
+    Raises:
+        InvalidArgument: a malformed trusted key (``invalid_key``).
+    """
+    return verify_answer(signed_answer_of(doc), trusted_keys(public_key_hex))

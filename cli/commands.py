@@ -1,4 +1,4 @@
-"""The subcommands over the other layers: sample, serve, mcp, intent, verify (ingest: cli/ingest.py).
+"""The subcommands over the other layers: sample, serve, mcp, intent, call, verify (ingest: cli/ingest.py).
 
 Handlers import the heavy layers (the sample generator, the service context, the
 REST and MCP adapters, uvicorn) when they run, so ``earthmem cell ...`` stays fast.
@@ -103,6 +103,16 @@ def register(sub: Any) -> None:
     intent.add_argument("payload", help="the intent as a JSON object ('-' reads it from stdin)")
     _add_data(intent)
     intent.set_defaults(handler=_intent)
+
+    call = sub.add_parser(
+        "call",
+        help="call one primitive by name and print its JSON answer (earthmem_tools lists them)",
+    )
+    call.add_argument("primitive", help="primitive name, e.g. read_cell, locate, fact")
+    call.add_argument("arguments", nargs="?", default="{}", help="JSON object ('-' reads stdin)")
+    _add_data(call)
+    call.add_argument("--token", default=None, help="bearer token (default: $EARTHMEM_TOKEN)")
+    call.set_defaults(handler=_call)
 
     verify = sub.add_parser("verify", help="check the receipt of a saved answer offline")
     verify.add_argument("file", help="a saved answer (JSON); '-' reads stdin")
@@ -274,6 +284,24 @@ def _intent(args: argparse.Namespace) -> int:
     return print_answer(lambda: run_intent(ctx, payload))
 
 
+def _call(args: argparse.Namespace) -> int:
+    # Deferred: the dispatch loads pydantic and every query module (start-up time).
+    from api.dispatch import call_primitive
+
+    text = sys.stdin.read() if args.arguments == "-" else args.arguments
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(
+            f"the arguments are not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(payload, dict):
+        raise InvalidArgument("the arguments must be a JSON object")
+    ctx = _context(args.data)
+    token = args.token or os.environ.get("EARTHMEM_TOKEN")
+    return print_answer(lambda: call_primitive(ctx, args.primitive, payload, token=token))
+
+
 def print_answer(call: Callable[[], Any]) -> int:
     """Run a dispatch call; print its JSON answer (status 0) or its typed error in one line
     on stderr (status 2). Errors that are not typed propagate (a bug, not bad input)."""
@@ -295,7 +323,7 @@ def print_answer(call: Callable[[], Any]) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     # Deferred: the receipt code imports blake3, cbor2 and PyNaCl (a noticeable start-up cost).
-    from api.receipts import key_id_of, verify_answer
+    from api.receipts import verify_saved
 
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
@@ -305,19 +333,8 @@ def _verify(args: argparse.Namespace) -> int:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"{args.file} is not JSON: {exc}", code="invalid_json") from None
-    keys = None
-    if args.key is not None:
-        try:
-            raw = bytes.fromhex(args.key)
-        except ValueError:
-            raw = b""
-        if len(raw) != 32:
-            raise InvalidArgument("--key must be 64 hex characters (a raw ed25519 public key)")
-        keys = {key_id_of(raw): raw}
-    # An intent answer carries the primitive's signed answer under "result".
-    if isinstance(doc, dict) and "receipt" not in doc and isinstance(doc.get("result"), dict):
-        doc = doc["result"]
-    result = verify_answer(doc, keys)
+    # the same check as the verify_receipt primitive (an intent answer's "result" unwrapped)
+    result = verify_saved(doc, args.key)
     if result.ok:
         trust = "trusted key" if result.key_trusted else "embedded key (integrity, not provenance)"
         print(f"ok: receipt verifies (key {result.key_id}, {trust})")

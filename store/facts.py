@@ -32,16 +32,25 @@ and falls back to the first.
 
 Fact id
 -------
-``"f1:" + blake3(cbor({cell, band, tslot, value, sources, derivation})).hex()``,
-``sources`` sorted and de-duplicated. ``f1`` names this layout; a future layout
-gets a new prefix. No clocks go in, so two replicas holding the same fact agree.
+``"f2:" + hex + ":" + cell + ":" + band + ":" + tslot`` where ``hex`` is
+``blake3(cbor({cell, band, tslot, value, sources, derivation})).hex()``,
+``sources`` sorted and de-duplicated. The digest is the content id; the address
+after it (cell, band, tslot: what the digest already covers) lets any process
+resolve the id by re-reading that one value (:func:`parse_fact_id`), with no
+index of served answers. No clocks and no snapshot go in, so two replicas
+holding the same fact agree, and the same fact in two snapshots has one id.
+The earlier layout ``"f1:" + hex`` (the same digest, no address) is still
+recognised: :func:`same_fact` compares the digests, so an ``f1`` id and the
+``f2`` id of the same fact name the same fact.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import blake3
@@ -51,17 +60,26 @@ from store.errors import CanonicalFormError, InvalidFact, NonFiniteNumber
 
 __all__ = [
     "FACT_ID_PREFIX",
+    "LEGACY_FACT_ID_PREFIX",
+    "FactAddress",
     "canonical_cbor",
     "canonical_cbor_reference",
+    "content_digest",
     "digest",
     "fact_id",
     "fact_record",
     "fast_cbor",
     "normalise",
+    "parse_fact_id",
+    "same_fact",
 ]
 
-FACT_ID_PREFIX = "f1:"
-"""Prefix naming the fact-id layout (blake3 over canonical CBOR, version 1)."""
+FACT_ID_PREFIX = "f2:"
+"""Prefix naming the fact-id layout (blake3 over canonical CBOR, then the fact's address)."""
+LEGACY_FACT_ID_PREFIX = "f1:"
+"""Prefix of the first layout (the same digest, no address): still compared, not resolvable."""
+MAX_FACT_ID_CHARS = 512
+"""Longest fact id parsed (a digest, a cell or ``geom:<digest>``, a band and a tslot)."""
 
 _F64 = struct.Struct(">d")
 _U32 = struct.Struct(">I")
@@ -314,7 +332,7 @@ def fact_id(
         derivation: Name and version of the computation, e.g. ``"ndvi.v1"``.
 
     Returns:
-        ``"f1:"`` followed by 64 lowercase hex characters.
+        ``"f2:<64 lowercase hex>:<cell>:<band>:<tslot>"``.
 
     Raises:
         NonFiniteNumber: NaN or infinity in the value.
@@ -338,7 +356,8 @@ def fact_id(
         "sources": sorted(set(source_ids)),
         "derivation": derivation,
     }
-    return FACT_ID_PREFIX + blake3.blake3(canonical_cbor(body)).hexdigest()
+    hexdigest = blake3.blake3(canonical_cbor(body)).hexdigest()
+    return f"{FACT_ID_PREFIX}{hexdigest}:{cell}:{band}:{int(tslot)}"
 
 
 def fact_record(
@@ -373,3 +392,56 @@ def fact_record(
         "sources": list(sources),
         "derivation": derivation,
     }
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class FactAddress:
+    """What a fact id says: its content digest and, in the ``f2`` layout, where the fact is."""
+
+    digest: str
+    """64 lowercase hex: blake3 of the fact's canonical content."""
+    layout: str
+    """``"f2"`` (digest and address) or ``"f1"`` (digest only)."""
+    cell: str | None = None
+    """cell64 text, or ``geom:<digest>`` for an area statistic (None for ``f1``)."""
+    band: str | None = None
+    """Band name (None for ``f1``)."""
+    tslot: int | None = None
+    """Slot (None for ``f1``)."""
+
+
+def parse_fact_id(text: object) -> FactAddress:
+    """Read a fact id of either layout.
+
+    Raises:
+        InvalidFact: not a fact id (wrong prefix, digest or address).
+    """
+    if not isinstance(text, str) or len(text) > MAX_FACT_ID_CHARS:
+        raise InvalidFact(f"not a fact id: {str(text)[:80]!r}")
+    if text.startswith(LEGACY_FACT_ID_PREFIX) and _HEX64.fullmatch(text[3:]):
+        return FactAddress(text[3:], "f1")
+    if not text.startswith(FACT_ID_PREFIX) or not _HEX64.fullmatch(text[3:67]):
+        raise InvalidFact(f"not a fact id: {text[:80]!r} (f2:<64 hex>:<cell>:<band>:<tslot>)")
+    parts = text[68:].rsplit(":", 2) if text[67:68] == ":" else []
+    if len(parts) != 3 or not all(parts) or not parts[2].isdigit() or len(parts[2]) > 12:
+        raise InvalidFact(f"fact id {text[:80]!r} has no cell:band:tslot address")
+    return FactAddress(text[3:67], "f2", parts[0], parts[1], int(parts[2]))
+
+
+def content_digest(fact_id_text: str) -> str | None:
+    """The content digest of a fact id of either layout (None: not a fact id)."""
+    try:
+        return parse_fact_id(fact_id_text).digest
+    except InvalidFact:
+        return None
+
+
+def same_fact(a: str, b: str) -> bool:
+    """Whether two fact ids name the same fact (equal digests; ``f1`` and ``f2`` alike)."""
+    if a == b:
+        return True
+    da = content_digest(a)
+    return da is not None and da == content_digest(b)

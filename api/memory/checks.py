@@ -27,6 +27,7 @@ from api.errors import ApiError, InvalidArgument
 from api.queries._common import parse_cell_arg, store_errors
 from api.receipts import verify_answer
 from store.cube import CubeReader
+from store.facts import same_fact
 from store.memory.model import Anchor
 from store.memory.verdicts import ClaimCheck, check_claim, claim_band, fact_now
 
@@ -53,7 +54,7 @@ def _verify_fact(ctx: ServiceContext, ev: Mapping[str, Any], i: int) -> dict[str
         fact = fact_now(
             reader, ctx.overpass_index(reader), cell.cell, band, int(ev["tslot"]), ctx.chunks
         )
-    if fact["fact_id"] != ev["fact_id"]:
+    if not isinstance(ev["fact_id"], str) or not same_fact(fact["fact_id"], ev["fact_id"]):
         raise ApiError(
             "evidence_unverified",
             f"evidence[{i}]: fact {ev['fact_id']!r} is not the cube's fact at {cell.cell} "

@@ -65,6 +65,7 @@ __all__ = [
     "MAX_CELL_SCENES",
     "MIN_TREND_SCENES",
     "area_over_time",
+    "gather_cells",
 ]
 
 MAX_AREAS = 6
@@ -116,7 +117,7 @@ def _tile_bytes(band: str, side: int) -> int:
     return spec.time_chunk * side * side * np.dtype(spec.dtype).itemsize
 
 
-def _gather(
+def gather_cells(
     ctx: ServiceContext,
     reader: CubeReader,
     band: str,
@@ -213,8 +214,8 @@ def _scenes(
     out: list[dict[str, Any] | None] = []
     for g in range(0, len(slots), group):
         part = slots[g : g + group]
-        oks = _gather(ctx, reader, flag_band, area, part, keep) == clear_value
-        values = _gather(ctx, reader, band, area, part, keep)
+        oks = gather_cells(ctx, reader, flag_band, area, part, keep) == clear_value
+        values = gather_cells(ctx, reader, band, area, part, keep)
         out.extend(scenes_stats(values, oks, area.weights, area.n_cells))
     return out
 

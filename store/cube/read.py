@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 import zarr
+import zarr.errors
 from zarr.core.sync import sync
 
 from store.cube.bands import X_SIZE, BandSpec, band_spec
@@ -114,7 +115,14 @@ class CubeReader(RegionReads):
         self.max_region_elements = max_region_elements
         self.cache = cache if cache is not None else ChunkCache()
         """Decoded columns and tiles (shared by the readers given the same cache)."""
-        root = zarr.open_group(self.session.store, mode="r")
+        try:
+            root = zarr.open_group(self.session.store, mode="r")
+        except zarr.errors.GroupNotFoundError:
+            # the repository's root snapshot (icechunk's initial commit) precedes the layout
+            raise SnapshotNotFound(
+                f"snapshot {self._snapshot_id} holds no cube yet (the repository's empty first "
+                "commit, before the layout); read a later snapshot"
+            ) from None
         self.block_level = block_level_of(dict(root.attrs), DEFAULT_BLOCK_LEVEL)
         self._arrays: dict[str, zarr.Array] = {}
         self._index: dict[str, dict[tuple[int, int], npt.NDArray[np.int64]]] = {}

@@ -15,6 +15,7 @@ from typing import Any
 
 from store.cube.cache import ChunkCache
 from store.cube.read import CubeReader
+from store.facts import same_fact
 from store.inventory import OverpassIndex
 from store.memory.interface import MemoryStore, SignHead, WriteMeta
 from store.memory.model import MemoryItem, WriteResult
@@ -58,7 +59,10 @@ def recheck_item(
         report["checked"].append("claim")
         report["verdict"] = {"before": item.verdict, "now": check.verdict}
         facts = tuple(f["fact_id"] for f in check.facts)
-        if check.verdict != item.verdict or facts != tuple(item.verdict_facts):
+        same_facts = len(facts) == len(item.verdict_facts) and all(
+            same_fact(a, b) for a, b in zip(facts, item.verdict_facts, strict=True)
+        )  # a fact id of the earlier layout (f1) names the same fact as its f2 id
+        if check.verdict != item.verdict or not same_facts:
             changes["verdict"] = check.verdict
             changes["verdict_facts"] = list(facts)
         if item.verdict is not None and check.verdict != item.verdict:

@@ -30,7 +30,7 @@ from store.cube.bands import FLAG_BANDS, SCALAR_BANDS, clear_flag, registered, r
 from store.cube.cache import ChunkCache
 from store.cube.read import CubeReader
 from store.errors import InvalidClaim, StoreError, UnknownBand
-from store.facts import fact_record
+from store.facts import fact_record, same_fact
 from store.inventory import OverpassIndex
 from store.memory.model import Anchor
 
@@ -288,6 +288,6 @@ def refetch_facts(
     out = []
     for f in facts:
         now = fact_now(reader, index, str(f["cell"]), str(f["band"]), int(f["tslot"]), cache)
-        same = now["fact_id"] == f["fact_id"]
+        same = same_fact(now["fact_id"], str(f["fact_id"]))  # an f1 id and its f2 id alike
         out.append({"fact_id": f["fact_id"], "now_fact_id": now["fact_id"], "same": same})
     return out

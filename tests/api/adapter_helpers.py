@@ -18,6 +18,7 @@ from typing import Any
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from api import dispatch
 from api.charts import ChartStore
 from api.dispatch import PRIMITIVES, Primitive
 from api.errors import NotFound
@@ -112,9 +113,12 @@ def registered_test_primitives() -> Iterator[None]:
         CHART_TOOL: Primitive(CHART_TOOL, ChartIn, ChartOut, _chart, "A chart (test)", "Test."),
     }
     PRIMITIVES.update(added)
+    core = dispatch.CORE_PRIMITIVES
+    dispatch.CORE_PRIMITIVES = (*core, *added)  # listed by MCP tools/list like the core set
     try:
         yield
     finally:
+        dispatch.CORE_PRIMITIVES = core
         for name in added:
             PRIMITIVES.pop(name, None)
 

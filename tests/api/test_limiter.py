@@ -46,6 +46,9 @@ def test_primitives_declare_their_cost_class() -> None:
         "area_over_time",
         "find_similar",
         "ask",
+        "read_area",  # grows with the area
+        "cells_in",  # the inside test grows with the area
+        "fact",  # may read up to 32 older snapshots
     }
     assert set(costs.values()) <= {"light", "heavy"}
 

@@ -55,13 +55,17 @@ def _err(result: Any) -> dict[str, Any]:
 
 
 def _with_client(
-    ctx: FakeContext, body: Callable[[Client], Awaitable[None]], mode: str = "legacy"
+    ctx: FakeContext,
+    body: Callable[[Client], Awaitable[None]],
+    mode: str = "legacy",
+    *,
+    list_all: bool = False,
 ) -> None:
     """Run ``body`` against the server through an in-memory client session."""
 
     async def main() -> None:
         with anyio.fail_after(20):
-            async with Client(build_server(ctx), mode=mode) as client:
+            async with Client(build_server(ctx, list_all=list_all), mode=mode) as client:
                 await body(client)
 
     anyio.run(main)
@@ -97,7 +101,7 @@ def test_tools_listed_with_schemas_and_read_only_annotations(ctx: FakeContext) -
         assert "needs_intent_type" in (intent.description or "")
         assert {"type", "key", "window", "areas"} <= set(intent.input_schema["properties"])
 
-    _with_client(ctx, body)
+    _with_client(ctx, body, list_all=True)  # every tool, as the tools primitive lists them
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

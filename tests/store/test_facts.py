@@ -14,7 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.errors import InvalidFact, NonFiniteNumber
-from store.facts import canonical_cbor, canonical_cbor_reference, fact_id, fast_cbor
+from store.facts import (
+    canonical_cbor,
+    canonical_cbor_reference,
+    fact_id,
+    fast_cbor,
+    parse_fact_id,
+    same_fact,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,9 +40,25 @@ def test_fact_id_format_and_source_order_independence() -> None:
     a = fact_id(CELL_A, "indices.ndvi", 19800, 0.71, ["S2B_2", "S2A_1"], "ndvi.v1")
     b = fact_id(CELL_A, "indices.ndvi", 19800, 0.71, ("S2A_1", "S2B_2", "S2A_1"), "ndvi.v1")
     assert a == b == FACTS[0]
-    assert a.startswith("f1:")
-    assert len(a) == 3 + 64
-    int(a[3:], 16)
+    assert a.startswith("f2:")
+    assert a == f"f2:{a[3:67]}:{CELL_A}:indices.ndvi:19800"
+    int(a[3:67], 16)
+    addr = parse_fact_id(a)
+    assert (addr.layout, addr.cell, addr.band, addr.tslot) == ("f2", CELL_A, "indices.ndvi", 19800)
+
+
+def test_fact_ids_of_both_layouts_compare_by_digest() -> None:
+    a = FACTS[0]
+    legacy = "f1:" + a[3:67]  # the earlier layout of the same fact
+    assert parse_fact_id(legacy).layout == "f1"
+    assert same_fact(a, legacy)
+    assert not same_fact(FACTS[1], legacy)
+    area = fact_id("geom:" + "ab" * 16, "indices.ndvi", 7, 0.5, [], "d")
+    assert parse_fact_id(area).cell == "geom:" + "ab" * 16
+    for bad in ("", "f1:xyz", "f2:" + "0" * 64, "f2:" + "0" * 64 + ":c:b:x", "f3:" + a[3:], 5):
+        with pytest.raises(InvalidFact):
+            parse_fact_id(bad)
+        assert not same_fact(a, bad) if isinstance(bad, str) else True
 
 
 def test_fact_id_same_in_another_process() -> None:

@@ -48,7 +48,7 @@ def test_tile_read_equals_zarr(tiny_store: Any, reader: CubeReader, band: str) -
         "coordinates": [[[b[0], b[1]], [b[2], b[1]], [c[0], b[3]], [b[0], b[1]]]],
     }
     for area in (parse_area("a", None, [b[1], b[0], b[3], b[2]]), parse_area("t", triangle, None)):
-        got = area_mod._gather(ctx, reader, band, area, slots, True)
+        got = area_mod.gather_cells(ctx, reader, band, area, slots, True)
         arr = reader.array(band)
         y0, y1, x0, x1 = area.box
         full = np.asarray(arr.oindex[(np.asarray(slots, np.int64), slice(y0, y1), slice(x0, x1))])
@@ -56,7 +56,7 @@ def test_tile_read_equals_zarr(tiny_store: Any, reader: CubeReader, band: str) -
         np.testing.assert_array_equal(got, want)
         assert got.dtype == want.dtype
         assert ctx.cache_info()["tiles"] > 0
-        again = area_mod._gather(ctx, reader, band, area, slots, True)  # from the tile cache
+        again = area_mod.gather_cells(ctx, reader, band, area, slots, True)  # from the tile cache
         np.testing.assert_array_equal(again, want)
 
 
@@ -105,8 +105,8 @@ def test_scene_stats_split_across_threads_is_the_same(
     b = tiny_store.manifest["bbox"]
     area = parse_area("a", None, [b[1], b[0], b[3], b[2]])
     slots = [t for t, _ in ctx.overpasses(reader, "s2", area.box)][:10]
-    values = area_mod._gather(ctx, reader, "indices.ndvi", area, slots, True)
-    oks = area_mod._gather(ctx, reader, "s2.clear", area, slots, True) == 2
+    values = area_mod.gather_cells(ctx, reader, "indices.ndvi", area, slots, True)
+    oks = area_mod.gather_cells(ctx, reader, "s2.clear", area, slots, True) == 2
     threaded = stats_mod.scenes_stats(values, oks, area.weights, area.n_cells)
     monkeypatch.setattr(stats_mod, "_THREADED_SCENES", 10**9)
     serial = stats_mod.scenes_stats(values, oks, area.weights, area.n_cells)
