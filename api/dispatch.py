@@ -214,6 +214,9 @@ def _run(prim: Primitive, ctx: Any, model: BaseModel, token: str | None) -> Base
             if prim.access == "public":
                 if getattr(ctx, "require_token", False):
                     authenticate(ctx.memory, token, "read")  # the read-token setting
+                if prim.consults_memory:  # memory is read for a caller who presents a token
+                    reader = authenticate(ctx.memory, token, "read") if token else None
+                    return prim.fn(ctx, model, reader)
                 return prim.fn(ctx, model)
             caller = authenticate(ctx.memory, token, prim.access)
             return prim.fn(ctx, model, caller)
