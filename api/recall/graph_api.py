@@ -30,6 +30,7 @@ from api.memory.present import head_out, memory_state, relation_out
 from api.recall.entities import (
     MAX_SCAN_ITEMS,
     Entity,
+    EntityLink,
     anchor_point,
     distance_m,
     entities_within,
@@ -37,7 +38,6 @@ from api.recall.entities import (
     get_entity,
     is_entity_id,
     items_at,
-    link_out,
     links_of,
     metres_box,
 )
@@ -111,6 +111,17 @@ def _item_or_404(store: MemoryStore, project: str, item_id: str) -> MemoryItem:
     return item
 
 
+def _anchored(item_id: str, entity_id: str, link: EntityLink) -> dict[str, Any]:
+    """An item-to-entity link as a relation row."""
+    return {
+        "src_id": item_id,
+        "dst_id": entity_id,
+        "kind": "anchored_at",
+        "how": link.how,
+        "distance_m": link.distance_m,
+    }
+
+
 def _entity_cell(entity: Entity) -> str:
     return address.encode(entity.lat, entity.lng)
 
@@ -129,10 +140,7 @@ def entity_get(ctx: ServiceContext, args: MemoryGetIn, caller: Caller) -> Memory
     result: dict[str, Any] = {
         "entity": entity_out(entity),
         "linked_items": [item.id for item, _ in linked],
-        "relations": [
-            {"src_id": item.id, "dst_id": entity.id, "kind": "anchored_at", **link_out(link)}
-            for item, link in linked
-        ],
+        "relations": [_anchored(item.id, entity.id, link) for item, link in linked],
         "truncated": truncated,
     }
     if args.include_history:
@@ -382,23 +390,14 @@ def memory_relations(ctx: ServiceContext, args: MemoryRelationsIn, caller: Calle
                 ctx, store, caller.project, entity, ItemFilter(statuses=statuses)
             )
             rows = [
-                {
-                    "src_id": item.id,
-                    "dst_id": entity.id,
-                    "kind": "anchored_at",
-                    **link_out(link),
-                    "item": item_summary(item),
-                }
+                {**_anchored(item.id, entity.id, link), "item": item_summary(item)}
                 for item, link in linked
             ]
             cells = [_entity_cell(entity)]
         else:
             item = _item_or_404(store, caller.project, args.id)
             rows = [relation_out(r) for r in store.relations(caller.project, item.id)]
-            rows += [
-                {"src_id": item.id, "dst_id": lk.entity_id, "kind": "anchored_at", **link_out(lk)}
-                for lk in links_of(ctx, item)
-            ]
+            rows += [_anchored(item.id, lk.entity_id, lk) for lk in links_of(ctx, item)]
             cells = [item.anchor.cell] if item.anchor.cell else []
     except StoreError as exc:
         raise from_store_error(exc) from exc

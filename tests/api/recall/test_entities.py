@@ -103,7 +103,6 @@ def test_an_item_anchored_by_place_name_links_to_the_entity(ctx: ServiceContext)
             "src_id": named,
             "dst_id": "feature:kanke-lake",
             "kind": "anchored_at",
-            "entity_id": "feature:kanke-lake",
             "how": "anchor",
             "distance_m": 0.0,
         }
