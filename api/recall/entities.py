@@ -350,8 +350,30 @@ def _resolved_place_id(item: MemoryItem) -> str | None:
     return pid if isinstance(pid, str) else None
 
 
-def links_of(ctx: ServiceContext, item: MemoryItem) -> tuple[EntityLink, ...]:
-    """The entities an item links to (see the module doc for the rules)."""
+def _feature_link(ctx: ServiceContext, here: Point, lat: float) -> tuple[EntityLink, ...]:
+    """The feature containing a point (the smallest), else the nearest within FEATURE_LINK_M."""
+    inside = [f for f in _features(ctx) if f.shape is not None and f.shape.contains(here)]
+    if inside:
+        best = min(
+            inside, key=lambda f: (f.shape.area if f.shape is not None else 0.0, f.entity.id)
+        )
+        return (EntityLink(best.entity.id, "contains", 0.0),)
+    near = [(_feature_distance(f, here, lat), f.entity.id) for f in _features(ctx)]
+    near = [x for x in near if x[0] <= FEATURE_LINK_M]
+    if not near:
+        return ()
+    d, eid = min(near)
+    return (EntityLink(eid, "nearest", round(d, 1)),)
+
+
+def links_of(
+    ctx: ServiceContext, item: MemoryItem, only: Source | None = None
+) -> tuple[EntityLink, ...]:
+    """The entities an item links to (see the module doc for the rules).
+
+    ``only``: compute just the feature links or just the city link (an entity's own
+    scan needs one kind; the nearest-city search is the costlier half).
+    """
     if item.anchor.kind == "place":
         pid = _resolved_place_id(item)
         eid = entity_id_for_place(pid) if pid is not None else None
@@ -362,19 +384,9 @@ def links_of(ctx: ServiceContext, item: MemoryItem) -> tuple[EntityLink, ...]:
     lat, lng = point
     here = Point(lng, lat)
     out: list[EntityLink] = []
-    inside = [f for f in _features(ctx) if f.shape is not None and f.shape.contains(here)]
-    if inside:
-        best = min(
-            inside, key=lambda f: (f.shape.area if f.shape is not None else 0.0, f.entity.id)
-        )
-        out.append(EntityLink(best.entity.id, "contains", 0.0))
-    else:
-        near = [(_feature_distance(f, here, lat), f.entity.id) for f in _features(ctx)]
-        near = [x for x in near if x[0] <= FEATURE_LINK_M]
-        if near:
-            d, eid = min(near)
-            out.append(EntityLink(eid, "nearest", round(d, 1)))
-    city = _nearest_city(lat, lng, PLACE_LINK_M)
+    if only != "place":
+        out.extend(_feature_link(ctx, here, lat))
+    city = _nearest_city(lat, lng, PLACE_LINK_M) if only != "feature" else None
     if city is not None:
         eid = entity_id_for_place(city[0].id)
         if eid is not None:
@@ -429,7 +441,8 @@ def items_at(
     while True:
         page = store.list_items(project, flt, limit=min(_PAGE, max_scan - seen), cursor=cursor)
         for item in page.items:
-            link = next((lk for lk in links_of(ctx, item) if lk.entity_id == entity.id), None)
+            links = links_of(ctx, item, entity.source)
+            link = next((lk for lk in links if lk.entity_id == entity.id), None)
             if link is not None:
                 out.append((item, link))
         seen += len(page.items)
