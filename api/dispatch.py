@@ -56,6 +56,7 @@ from api.queries.read import read_cell_values, read_cells_values
 from api.queries.read_area import read_area
 from api.queries.similar import find_similar, is_like
 from api.queries.verify import verify_receipt
+from api.recall.graph_api import memory_neighbors, memory_relations
 from api.registry import Primitive, primitive, spec_of
 from store.errors import StoreError
 
@@ -159,6 +160,8 @@ PRIMITIVES: dict[str, Primitive] = {
             memory_history,
             memory_delete,
             memory_verify,
+            memory_neighbors,
+            memory_relations,
             # the agent's loop (issue 17): reads, locate, cite, verify
             read_cell_values,
             read_cells_values,
@@ -287,6 +290,9 @@ def _run(prim: Primitive, ctx: Any, model: BaseModel, token: str | None) -> Base
             if prim.access == "public":
                 if getattr(ctx, "require_token", False):
                     authenticate(ctx.memory, token, "read")  # the read-token setting
+                if prim.consults_memory:  # memory is read for a caller who presents a token
+                    reader = authenticate(ctx.memory, token, "read") if token else None
+                    return prim.fn(ctx, model, reader)
                 return prim.fn(ctx, model)
             caller = authenticate(ctx.memory, token, prim.access)
             return prim.fn(ctx, model, caller)

@@ -49,6 +49,10 @@ class Primitive:
     access: Access = "public"
     """``public``: ``fn(ctx, args)``. ``read`` / ``write``: ``fn(ctx, args, caller)`` with the
     :class:`api.memory.auth.Caller` its bearer token stands for (checked by the dispatch)."""
+    consults_memory: bool = False
+    """A public primitive that also reads the caller's memory when a token is presented:
+    ``fn(ctx, args, caller)`` with the caller, or None without a token (a token that is
+    presented must be valid)."""
 
     @property
     def read_only(self) -> bool:
@@ -65,6 +69,7 @@ def primitive(
     *,
     cost: Cost = "light",
     access: Access = "public",
+    consults_memory: bool = False,
 ) -> Callable[[Callable[..., BaseModel]], Callable[..., BaseModel]]:
     """Decorator describing a service function as a primitive (the function is unchanged)."""
     if cost not in COST_CLASSES:
@@ -80,6 +85,7 @@ def primitive(
             description or (fn.__doc__ or ""),
             cost,
             access,
+            consults_memory,
         )
         setattr(fn, _ATTR, spec)
         return fn

@@ -5,7 +5,7 @@
   ``token rotate ID`` (a new token with the same project, permissions and actor; the old
   one revoked).
 * ``earthmem memory <verb> '<json>'`` runs ``memory_<verb>`` (create, get, list, update,
-  relate, history, delete, verify) with the token from ``--token`` or ``EARTHMEM_TOKEN``;
+  relate, history, delete, verify, neighbors, relations) with the token from ``--token`` or ``EARTHMEM_TOKEN``;
   the answer is printed as JSON (bad input: status 2 and one line).
 * ``earthmem memory audit [--project P]`` checks every project's hash chain against its
   signed heads (status 1 when a chain does not verify).
@@ -36,7 +36,18 @@ TOKEN_ENV = "EARTHMEM_TOKEN"
 ARCHIVE_VERSION = 1
 """Layout version of ``earthmem memory export`` archives."""
 
-VERBS = ("create", "get", "list", "update", "relate", "history", "delete", "verify")
+VERBS = (
+    "create",
+    "get",
+    "list",
+    "update",
+    "relate",
+    "history",
+    "delete",
+    "verify",
+    "neighbors",
+    "relations",
+)
 """``earthmem memory <verb>`` runs primitive ``memory_<verb>``."""
 
 

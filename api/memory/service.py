@@ -33,6 +33,8 @@ from api.memory.models import (
 )
 from api.memory.present import entry_out, head_out, item_out, memory_state, relation_out
 from api.memory.rules import complete_item, request_digest, valid_time
+from api.recall.entities import is_entity_id
+from api.recall.graph_api import entity_get
 from api.receipts import sign_answer
 from api.registry import primitive
 from store.errors import InvalidTransition, MemoryNotFound, StoreError
@@ -230,12 +232,16 @@ def _get(ctx: ServiceContext, caller: Caller, item_id: str) -> MemoryItem:
     "memory_get",
     MemoryGetIn,
     MemoryAnswer,
-    "One memory by id, with its relations (and its history on request).",
-    "Items of other projects are absent (memory_not_found). Needs a token that may read.",
+    "One memory by id, with its relations (and its history on request); or an entity.",
+    "Items of other projects are absent (memory_not_found). An entity id (feature:<slug>, "
+    "place:<geonameid>) answers the entity, the ids of the items linked to it and those "
+    "links (entity_not_found when there is none). Needs a token that may read.",
     access="read",
 )
 def memory_get(ctx: ServiceContext, args: MemoryGetIn, caller: Caller) -> MemoryAnswer:
-    """memory_get."""
+    """memory_get (an entity id is served by :func:`api.recall.graph_api.entity_get`)."""
+    if is_entity_id(args.id):
+        return entity_get(ctx, args, caller)
     store = ctx.memory()
     item = _get(ctx, caller, args.id)
     result: dict[str, Any] = {

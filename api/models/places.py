@@ -25,6 +25,8 @@ __all__ = [
     "LandCoverOut",
     "LatestOut",
     "LocationOut",
+    "MemoryConsultedOut",
+    "MemoryNoteOut",
     "PlaceOut",
     "SentenceOut",
     "StepSide",
@@ -258,6 +260,48 @@ class SentenceOut(BaseModel):
     fact_ids: list[str] = Field(description="Facts behind its numbers (empty: no numbers).")
 
 
+class MemoryNoteOut(BaseModel):
+    """One memory item an answer cites (the caller's project's, active now)."""
+
+    model_config = OUTPUT_CONFIG
+
+    id: str = Field(description="The item's id (memory_get serves it in full).")
+    type: str = Field(description="Memory type.")
+    title: str = Field(description="Title.")
+    statement: str = Field(description="Statement (first 300 characters).")
+    verdict: str | None = Field(
+        description="corroborated / contradicted / unknown by the cube; null: no claim."
+    )
+    verdict_facts: list[str] = Field(description="Cube fact ids behind the verdict.")
+    claim_band: str | None = Field(description="The band its claim is checked on.")
+    valid_from: str | None = Field(description="Valid time start (date).")
+    valid_to: str | None = Field(description="Valid time end (date).")
+    created_at: str | None = Field(description="When it was written.")
+    confidence: float = Field(description="Writer confidence.")
+    importance: float = Field(description="Importance.")
+    distance_m: float | None = Field(
+        description="Metres from the located point (null: linked to the located feature)."
+    )
+    entities: list[str] = Field(description="Entity ids it links to.")
+
+
+class MemoryConsultedOut(BaseModel):
+    """What the caller's memory holds about the located place (needs a token)."""
+
+    model_config = OUTPUT_CONFIG
+
+    consulted: bool = Field(description="False when no token was presented.")
+    note: str = Field(description="What was consulted, or why not.")
+    radius_m: float | None = Field(description="Items anchored within this of the point.")
+    items: list[MemoryNoteOut] = Field(description="Up to five items, best first.")
+    sentence: str | None = Field(description="One sentence citing the items by id.")
+    fact_ids: list[str] = Field(description="Cube facts behind the items' verdicts.")
+    head: dict[str, Any] | None = Field(
+        description="The project's memory history head read: seq, hash, state (as memory "
+        "answers' receipts name it)."
+    )
+
+
 class WhatIsHereIn(BaseModel):
     """Arguments of what_is_here (cell wins, then place, then description)."""
 
@@ -294,6 +338,9 @@ class WhatIsHereBody(BaseModel):
     summary_sentences: list[SentenceOut] = Field(description="Each sentence with its fact ids.")
     snapshot_id: str = Field(description="Store snapshot read.")
     facts: list[Fact] = Field(description="Every value the answer states.")
+    memory: MemoryConsultedOut | None = Field(
+        None, description="What the caller's memory holds here (consulted with a token only)."
+    )
 
 
 class WhatIsHereAnswer(Signed, WhatIsHereBody):
@@ -363,6 +410,9 @@ class AskBody(BaseModel):
         description="When not answered: the topics (with their words) and the intents available."
     )
     snapshot_id: str = Field(description="Store snapshot read.")
+    memory: MemoryConsultedOut | None = Field(
+        None, description="What the caller's memory holds here (consulted with a token only)."
+    )
 
 
 class AskAnswer(Signed, AskBody):

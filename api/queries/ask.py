@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from api.context import ServiceContext
 from api.errors import ApiError, InvalidArgument
+from api.memory.auth import Caller
 from api.models import (
     AreaOverTimeIn,
     AskAnswer,
@@ -38,6 +39,7 @@ from api.queries.describe import BAND_LABELS, format_value, what_is_here
 from api.queries.locate import Located, geocode, latlng_cell, pinned, where_text
 from api.queries.similar import find_similar
 from api.queries.topics import SIMILAR_K, Topic, can_answer, check_question, route, year_of
+from api.recall.consult import NOT_CONSULTED, consult_memory, not_consulted
 from api.receipts import sign_answer
 from api.registry import primitive
 from store import address, tslot
@@ -163,6 +165,8 @@ def _area_args(loc: Located, index: str, year: int | None, last_day: int | None)
 class _Plan:
     steps: list[dict[str, Any]]
     results: list[dict[str, Any]]
+    caller: Caller | None = None
+    """Who asked, when a token was presented (what_is_here then consults memory too)."""
 
 
 def _run_step(ctx: ServiceContext, plan: _Plan, name: str, args: dict[str, Any], why: str) -> None:
@@ -180,7 +184,11 @@ def _run_step(ctx: ServiceContext, plan: _Plan, name: str, args: dict[str, Any],
     }
     fn, model = runners[name]
     try:
-        answer = fn(ctx, model.model_validate(args)).model_dump(mode="json")
+        validated = model.model_validate(args)
+        if name == "what_is_here":
+            answer = what_is_here(ctx, validated, plan.caller).model_dump(mode="json")
+        else:
+            answer = fn(ctx, validated).model_dump(mode="json")
     except ApiError as exc:
         plan.results.append(
             {
@@ -283,18 +291,26 @@ def _locate_ask(ctx: ServiceContext, args: AskIn, question: str) -> Located | st
     "trajectory; similar/like -> find_similar; trend -> area_over_time trend; describe/summary "
     "(or no topic word with a named place) -> what_is_here. A year in the question bounds the "
     "window. The answer holds the plan, each sub-answer with its receipt and one paragraph; a "
-    "question it cannot locate or route says so and lists what it can answer.",
+    "question it cannot locate or route says so and lists what it can answer. With a bearer "
+    "token that may read, it also cites what the token's project has recorded near the place "
+    "(up to five active items within 1 km or linked to the named feature, each with its "
+    "corroboration verdict and fact ids, by id); without one, memory is not consulted and the "
+    "answer says so.",
     cost="heavy",
+    consults_memory=True,
 )
-def ask(ctx: ServiceContext, args: AskIn) -> AskAnswer:
-    """ask {description, place? | cell? | lat+lng?}."""
+def ask(ctx: ServiceContext, args: AskIn, caller: Caller | None = None) -> AskAnswer:
+    """ask {description, place? | cell? | lat+lng?} (memory consulted for a caller)."""
     question = check_question(args.description)
     topics = route(question)
     year = year_of(question)
     with store_errors():
         reader = ctx.reader()
         found = _locate_ask(ctx, args, question)
-        plan = _Plan([], [])
+        plan = _Plan([], [], caller)
+        memory = not_consulted(
+            NOT_CONSULTED if caller is None else "memory was not consulted: no place was located"
+        )
         status: Literal["answered", "not_located", "not_routed"] = "answered"
         loc = found if isinstance(found, Located) else None
         # Without topic words, only a pinned location or a named sample feature gets the
@@ -322,7 +338,14 @@ def ask(ctx: ServiceContext, args: AskIn) -> AskAnswer:
             head = f"Location: {where_text(loc.out)}"
             if loc.out.get("note"):
                 head += f" ({loc.out['note']})"
-            text = " ".join([head + ".", *(r["text"] for r in plan.results)])
+            label = loc.place.name if loc.place is not None else f"cell {loc.cell.cell}"
+            memory = consult_memory(ctx, caller, loc.cell.lat, loc.cell.lng, loc.place, label)
+            said = (
+                memory["sentence"]
+                if memory["consulted"]
+                else "Memory was not consulted (no token)."
+            )
+            text = " ".join([head + ".", *(r["text"] for r in plan.results), said])
     body = {
         "question": question,
         "status": status,
@@ -333,6 +356,7 @@ def ask(ctx: ServiceContext, args: AskIn) -> AskAnswer:
         "answer": text,
         "can_answer": can_answer() if status != "answered" else None,
         "snapshot_id": reader.snapshot_id,
+        "memory": memory,
     }
     body = AskBody.model_validate(body).model_dump(mode="json")
     cells: set[str] = {loc.cell.cell} if loc else set()
@@ -341,6 +365,7 @@ def ask(ctx: ServiceContext, args: AskIn) -> AskAnswer:
         rec = (r["answer"] or {}).get("receipt") or {}
         cells.update(rec.get("cells", ()))
         fact_ids.update(rec.get("fact_ids", ()))
+    fact_ids.update(memory["fact_ids"])
     query = args.model_dump(mode="json", exclude_none=True)
     signed = sign_answer(
         ctx.signer, "ask", query, body, sorted(cells), sorted(fact_ids), reader.snapshot_id

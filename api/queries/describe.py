@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from api.context import ServiceContext
 from api.errors import InvalidArgument, NotFound
+from api.memory.auth import Caller
 from api.models import WhatIsHereAnswer, WhatIsHereBody, WhatIsHereIn
 from api.queries._common import (
     CellRef,
@@ -33,6 +34,7 @@ from api.queries._common import (
 from api.queries.cell import SIGMA_FLOOR, Z_THRESHOLD, read_cell, robust_sigma
 from api.queries.locate import Located, geocode, manifest_features, pinned, where_text
 from api.queries.similar import vector_value
+from api.recall.consult import consult_memory
 from api.registry import primitive
 from store import address, blocks
 from store.cube import CubeReader
@@ -496,12 +498,21 @@ def _locate_what(ctx: ServiceContext, args: WhatIsHereIn) -> Located:
     "value and date of each index band, observations per band, significant steps in the last "
     "year of each band's series (did_change's significance rule), the nearest land-cover class "
     "prototype of the cell's embedding per vintage, and a summary whose sentences list the fact "
-    "ids of their numbers. A location outside the ingested area answers data_here false.",
+    "ids of their numbers. A location outside the ingested area answers data_here false. With a "
+    "bearer token that may read, memory lists what the token's project recorded near the place "
+    "(up to five active items within 1 km or linked to the named feature, with their verdicts "
+    "and fact ids); without one, memory says it was not consulted.",
+    consults_memory=True,
 )
-def what_is_here(ctx: ServiceContext, args: WhatIsHereIn) -> WhatIsHereAnswer:
-    """what_is_here {cell | place | description}."""
+def what_is_here(
+    ctx: ServiceContext, args: WhatIsHereIn, caller: Caller | None = None
+) -> WhatIsHereAnswer:
+    """what_is_here {cell | place | description} (memory consulted for a caller)."""
     loc = _locate_what(ctx, args)
     body = describe_cell(ctx, loc)
+    label = loc.place.name if loc.place is not None else f"cell {loc.cell.cell}"
+    with store_errors():
+        body["memory"] = consult_memory(ctx, caller, loc.cell.lat, loc.cell.lng, loc.place, label)
     return finish(
         ctx,
         "what_is_here",
