@@ -50,6 +50,7 @@ from api.queries.cell import confirm, did_change, trajectory
 from api.queries.describe import what_is_here
 from api.queries.places import where_is
 from api.queries.similar import find_similar, is_like
+from api.recall.service import recall
 from api.registry import Primitive, spec_of
 from store.errors import StoreError
 
@@ -92,6 +93,7 @@ PRIMITIVES: dict[str, Primitive] = {
             memory_history,
             memory_delete,
             memory_verify,
+            recall,
         ),
     )
 }
