@@ -74,5 +74,5 @@ def rewrite_query(text: str, now: dt.datetime) -> Rewrite | None:
             at = at.replace(day=15, hour=12, minute=0, second=0, microsecond=0)
             granularity = "month"
         rest = (text[: m.start()] + text[m.end() :]).strip()
-        return Rewrite(m.group(0), at, re.sub(r"\s{2,}", " ", rest) or text, granularity)
+        return Rewrite(m.group(0), at, re.sub(r"\s{2,}", " ", rest), granularity)
     return None

@@ -3,13 +3,15 @@
 1. The lanes of :data:`LANES` run in order (``fts`` first: its top hits seed the
    lanes that expand from text hits).
 2. The union of their candidates is read once, and what the query may not see is
-   dropped: another kind or scope (``personal``: the caller's own items only), a
+   dropped: the anchor item itself (the caller holds it), another kind or scope (``personal``: the caller's own items only), a
    confidence under ``minConfidence``, outside ``near``'s radius, written after
    ``asOf``, or a status not recalled. Under ``asOf`` an item's status is the one it
    had then (from the history), so an item superseded later shows as it was: active,
    its later successor hidden.
 3. Fusion of what is left. ``weighted`` (default): each lane's scores min-max
-   normalised to [0, 1] over the visible candidates (all equal: 1), combined with
+   normalised to [0, 1] over the visible candidates, with the lane's zero as the floor
+   (every lane's raw score is higher-is-better and 0 means no evidence, so the weakest
+   candidate a lane proposed still counts above one it did not), combined with
    :data:`WEIGHTS` and divided by the weight of the lanes that proposed anything, so
    the fused score is in [0, 1]. ``rrf``: ``sum 1 / (60 + rank)`` over the lanes.
    Ties: higher importance, then newer id.
@@ -97,6 +99,8 @@ class Recalled:
     weak_match: bool
     words: tuple[str, ...]
     notes: tuple[str, ...]
+    contributed: tuple[str, ...] = ()
+    """Lanes that proposed at least one visible candidate, in lane order."""
 
 
 def _run_lanes(
@@ -126,6 +130,8 @@ def _visible(store: MemoryStore, plan: RecallPlan, ids: list[str]) -> dict[str, 
     scope_kinds = {k for s in plan.scopes if s != "personal" for k in SCOPE_KINDS[s]}
     out: dict[str, MemoryItem] = {}
     for item in items:
+        if item.id in q.anchor_ids:
+            continue
         if item.status not in plan.statuses or (kinds and item.type not in kinds):
             continue
         sk = str(item.scope.get("kind", "project"))
@@ -153,9 +159,9 @@ def _fuse(
             for rank, i in enumerate(ranked, 1):
                 parts[i][lane.lane] = 1.0 / (RRF_K + rank)
             continue
-        lo, hi = min(scores.values()), max(scores.values())
+        lo, hi = min(0.0, *scores.values()), max(scores.values())
         for i, s in scores.items():
-            parts[i][lane.lane] = 1.0 if hi == lo else (s - lo) / (hi - lo)
+            parts[i][lane.lane] = 0.0 if hi == lo else (s - lo) / (hi - lo)
     return parts
 
 
@@ -198,7 +204,10 @@ def recall_items(
     weak = _weak(hits, words, fusion, bool(q.anchor_ids))
     if q.anchor_ids and not store.get_many(q.project, list(q.anchor_ids)):
         notes.append("anchor names no item of this project: the graph walk found nothing")
-    return Recalled(tuple(hits), tuple(results), len(visible), weak, tuple(words), tuple(notes))
+    contributed = tuple(r.lane for r in results if r.lane in proposed)
+    return Recalled(
+        tuple(hits), tuple(results), len(visible), weak, tuple(words), tuple(notes), contributed
+    )
 
 
 def _neg(item_id: str) -> tuple[int, ...]:

@@ -88,7 +88,7 @@ def recall(ctx: ServiceContext, args: RecallIn, caller: Caller) -> RecallAnswer:
     notes += [f"{r.lane}: {r.note}" for r in found.lanes if r.note and r.lane != "vector"]
     body: dict[str, Any] = {
         "hits": hits,
-        "lanes": [r.lane for r in found.lanes if r.ran and r.scores],
+        "lanes": list(found.contributed),
         "degraded": degraded,
         "fusion": plan.fusion,
         "weak_match": found.weak_match,

@@ -11,7 +11,7 @@ def test_recall_finds_ranks_and_signs(mem: Memory) -> None:
     flood = mem.write("fields under water", "the paddy fields beside the river were flooded")
     mem.write("road closed", "the road to the market was closed for repairs")
     answer = mem.recall("Were the paddy fields flooded?")
-    assert [h["id"] for h in answer["hits"]][0] == flood["id"]
+    assert answer["hits"][0]["id"] == flood["id"]
     top = answer["hits"][0]
     assert top["item"]["id"] == flood["id"]
     assert top["kind"] == "observation"
