@@ -142,7 +142,7 @@ def _near(ctx: ServiceContext, args: RecallIn) -> tuple[NearPoint | None, dict[s
             details={"radius_m": near.radius_m, "max_radius_m": MAX_RADIUS_M},
         )
     if near.place is not None:
-        anchor = resolve_anchor(ctx, PlaceIn(place=near.place))
+        anchor = resolve_anchor(ctx, PlaceIn.model_validate({"place": near.place}))
         assert anchor.cell is not None
         ref = parse_cell_arg(anchor.cell, "near.place")
         point = NearPoint(ref.lat, ref.lng, near.radius_m, place=anchor.place)
