@@ -8,6 +8,8 @@
    ``asOf``, or a status not recalled. Under ``asOf`` an item's status is the one it
    had then (from the history), so an item superseded later shows as it was: active,
    its later successor hidden.
+   Under ``near`` every visible candidate gets its distance score in the ``place`` lane
+   (whichever lane proposed it: the place lane's own candidates are capped).
 3. Fusion of what is left. ``weighted`` (default): each lane's scores min-max
    normalised to [0, 1] over the visible candidates, with the lane's zero as the floor
    (every lane's raw score is higher-is-better and 0 means no evidence, so the weakest
@@ -146,6 +148,27 @@ def _visible(store: MemoryStore, plan: RecallPlan, ids: list[str]) -> dict[str, 
     return out
 
 
+def _complete_place(
+    results: list[LaneHits], visible: Mapping[str, MemoryItem], q: RecallQuery
+) -> list[LaneHits]:
+    """Under ``near``, give every visible candidate its distance score in the place lane (the
+    lane's own candidates are capped; the distance of every visible item is known)."""
+    if q.near is None:
+        return results
+    near = q.near
+    out = []
+    for r in results:
+        if r.lane == "place" and r.ran:
+            scores = dict(r.scores)
+            for i, item in visible.items():
+                d = anchor_distance_m(item.anchor, near.lat, near.lng)
+                if d is not None and i not in scores:
+                    scores[i] = 1.0 - d / near.radius_m
+            r = dataclasses.replace(r, scores=scores)
+        out.append(r)
+    return out
+
+
 def _fuse(
     results: Sequence[LaneHits], visible: Mapping[str, MemoryItem], fusion: str
 ) -> dict[str, dict[str, float]]:
@@ -178,6 +201,7 @@ def recall_items(
     results = _run_lanes(ctx, store, q, lanes)
     ids = list(dict.fromkeys(i for r in results for i in r.scores))
     visible = _visible(store, plan, ids)
+    results = _complete_place(results, visible, q)
     fusion = plan.fusion
     parts = _fuse(results, visible, fusion)
     proposed = {r.lane for r in results if any(i in visible for i in r.scores)}

@@ -22,6 +22,7 @@ from api.memory.auth import Caller
 from api.memory.models import MAX_SEQ, PlaceIn
 from api.memory.present import entry_out
 from api.queries._common import parse_cell_arg, store_errors
+from api.recall.core_lanes import box_around
 from api.recall.dates import rewrite_query
 from api.recall.lanes import NearPoint, RecallQuery
 from api.recall.models import MAX_RADIUS_M, SCOPES, RecallIn
@@ -259,6 +260,7 @@ def plan_recall(
     statuses = VISIBLE_STATUSES + (HIDDEN_STATUSES if args.include_superseded else ())
     where = ItemFilter(
         types=kinds,
+        bbox=box_around(near.lat, near.lng, near.radius_m) if near is not None else None,
         statuses=() if as_of is not None else statuses,  # as of a time: judged from history
         written_before=as_of,
         scope_kinds=tuple(k for s in scopes for k in SCOPE_KINDS[s]),

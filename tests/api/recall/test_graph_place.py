@@ -64,3 +64,30 @@ def test_near_a_place_name_is_resolved_and_reported(mem: Memory) -> None:
     only = mem.recall("what is here?", near={"lat": lat + 0.5, "lng": lng + 0.5, "radius_m": 5000})
     assert [h["id"] for h in only["hits"]] == [far["id"]]
     assert only["weak_match"] is False
+
+
+def test_near_filters_every_lane_not_only_the_top_text_hits(mem: Memory) -> None:
+    import datetime as dt
+
+    from store.memory.interface import WriteMeta
+    from store.memory.model import Anchor
+    from tests.store.memory.conformance import new_item
+
+    local = mem.write("bank", "a river")  # the oldest local item, a weak text match
+    store = mem.ctx.memory()
+    at = dt.datetime.now(dt.UTC)
+    lat, lng = mem.centre
+    here = Anchor("point", None, (lat, lng, lat, lng), local["where"]["cell"])
+    for i in range(210):  # newer local items: they fill the place lane's candidates
+        item = new_item(f"school {i}", statement="a school", tags=("school",), anchor=here)
+        store.create("ranchi", item, WriteMeta("agent:bulk", at))
+    for i in range(210):  # far away, better text matches: they fill the text lane's
+        store.create("ranchi", new_item(f"river water {i}"), WriteMeta("agent:bulk", at))
+    got = mem.recall("river water", near={"lat": lat, "lng": lng, "radius_m": 1000}, explain=True)
+    top = got["hits"][0]
+    assert top["id"] == local["id"], (
+        top["name"],
+        top["components"],
+        got["_meta"],
+        got["hits"][1:3],
+    )
