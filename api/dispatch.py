@@ -57,6 +57,7 @@ from api.queries.read_area import read_area
 from api.queries.similar import find_similar, is_like
 from api.queries.verify import verify_receipt
 from api.recall.graph_api import memory_neighbors, memory_relations
+from api.recall.service import recall
 from api.registry import Primitive, primitive, spec_of
 from store.errors import StoreError
 
@@ -160,6 +161,7 @@ PRIMITIVES: dict[str, Primitive] = {
             memory_history,
             memory_delete,
             memory_verify,
+            recall,
             memory_neighbors,
             memory_relations,
             # the agent's loop (issue 17): reads, locate, cite, verify

@@ -132,6 +132,14 @@ INTENTS: dict[str, IntentSpec] = {
             optional=("index", "max_scenes"),
             answers="an index over an area for each overpass, with spread, anomaly, trend and chart",
         ),
+        IntentSpec(
+            "recall",
+            "recall",
+            needs=("query",),
+            optional=("near", "at", "asOf", "kinds", "limit", "compact"),
+            answers="ranked memory items matching the query, place and time, with verdicts and "
+            "a weak_match flag (needs a read token; full parameter set: earthmem_recall)",
+        ),
     )
 }
 """The intent table (``type`` -> row)."""
@@ -211,6 +219,17 @@ class IntentRequest(BaseModel):
         None, description="area_over_time: ndvi, ndwi, ndmi, lswi, evi, vv, vh or vh_vv."
     )
     max_scenes: int | None = Field(None, description="area_over_time: 3..24 (default 16).")
+    query: str | None = Field(None, description="recall: the question or keywords.")
+    near: dict[str, Any] | None = Field(
+        None, description="recall: {place | cell | lat+lng, radius_m}."
+    )
+    at: str | None = Field(None, description="recall: valid-time anchor (RFC 3339 or a date).")
+    asOf: str | None = Field(
+        None, description="recall: transaction-time anchor ('what did we know on X?')."
+    )
+    kinds: list[str] | None = Field(None, description="recall: memory types to keep.")
+    limit: int | None = Field(None, description="recall: hits to return (1..100).")
+    compact: bool | None = Field(None, description="recall: reduced hits.")
 
 
 class PlanStep(BaseModel):

@@ -281,7 +281,8 @@ def _intent(args: argparse.Namespace) -> int:
     if not isinstance(payload, dict):
         raise InvalidArgument("the intent must be a JSON object with a `type`")
     ctx = _context(args.data)
-    return print_answer(lambda: run_intent(ctx, payload))
+    token = os.environ.get("EARTHMEM_TOKEN")  # intents that read memories (recall) need one
+    return print_answer(lambda: run_intent(ctx, payload, token=token))
 
 
 def _call(args: argparse.Namespace) -> int:

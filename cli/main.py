@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from api.errors import ApiError
-from cli import commands, gc, ingest, memory
+from cli import commands, gc, ingest, memory, recall
 from store import address, tslot
 from store.errors import AddressError, StoreError
 
@@ -173,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.register(sub)
     ingest.register(sub)
     memory.register(sub)
+    recall.register(sub)
     gc.register(sub)
     return p
 

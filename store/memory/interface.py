@@ -41,6 +41,7 @@ from store.memory.model import (
     Token,
     WriteResult,
 )
+from store.memory.timeline import StateAsOf
 
 __all__ = [
     "GENESIS_HASH",
@@ -237,6 +238,36 @@ class MemoryStore(ABC):
 
         Returns:
             ``[(item id, score)]``, best first; scores are higher-is-better.
+        """
+
+    @abstractmethod
+    def states_as_of(
+        self, project: str, item_ids: Sequence[str], as_of: dt.datetime
+    ) -> Mapping[str, StateAsOf]:
+        """Each item's status (and successor) as of a transaction time, from the history.
+
+        Items with no history entry at or before ``as_of`` (written later) are left out.
+        """
+
+    @abstractmethod
+    def relations_of(
+        self,
+        project: str,
+        item_ids: Sequence[str],
+        kinds: Sequence[str],
+        *,
+        written_before: dt.datetime | None = None,
+    ) -> list[Relation]:
+        """Every relation of ``kinds`` from or to any of ``item_ids`` (written by then)."""
+
+    @abstractmethod
+    def nearest_valid(
+        self, project: str, at: dt.datetime, *, limit: int, where: ItemFilter | None = None
+    ) -> list[tuple[str, int]]:
+        """Items with a valid time, nearest ``at`` first: ``[(id, distance in µs)]`` (0: covers).
+
+        Raises:
+            InvalidMemoryQuery: ``limit`` below 1.
         """
 
     @abstractmethod

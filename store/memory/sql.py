@@ -39,7 +39,7 @@ from store.errors import (
     InvalidTransition,
     MemoryBackendUnavailable,
 )
-from store.memory import archive, writes
+from store.memory import archive, timeline, writes
 from store.memory.codec import (
     decode_cursor,
     encode_cursor,
@@ -75,6 +75,7 @@ from store.memory.model import (
 from store.memory.schema import ITEM_COLUMNS, history, item_tags, items, operations, projects
 from store.memory.schema import relations as relations_t
 from store.memory.schema import tokens as tokens_t
+from store.memory.timeline import StateAsOf
 
 __all__ = ["SqlMemoryStore"]
 
@@ -456,6 +457,37 @@ class SqlMemoryStore(MemoryStore):
         conds = self.conditions(project, where if where is not None else ItemFilter())
         with self._unavailable(), self.read_tx() as conn:
             return self.text_search(conn, words[:_MAX_SEARCH_WORDS], conds, limit)
+
+    def states_as_of(
+        self, project: str, item_ids: Sequence[str], as_of: dt.datetime
+    ) -> dict[str, StateAsOf]:
+        """Item states as of a transaction time (see :func:`store.memory.timeline.states_as_of`)."""
+        with self._unavailable(), self.read_tx() as conn:
+            return timeline.states_as_of(conn, project, item_ids, as_of)
+
+    def relations_of(
+        self,
+        project: str,
+        item_ids: Sequence[str],
+        kinds: Sequence[str],
+        *,
+        written_before: dt.datetime | None = None,
+    ) -> list[Relation]:
+        """Relations of many items at once (see :func:`store.memory.timeline.relations_of`)."""
+        if not item_ids or not kinds:
+            return []
+        with self._unavailable(), self.read_tx() as conn:
+            return timeline.relations_of(conn, project, item_ids, kinds, written_before)
+
+    def nearest_valid(
+        self, project: str, at: dt.datetime, *, limit: int, where: ItemFilter | None = None
+    ) -> list[tuple[str, int]]:
+        """Items nearest ``at`` in valid time (see :func:`store.memory.timeline.nearest_valid`)."""
+        if limit < 1:
+            raise InvalidMemoryQuery(f"limit must be at least 1, got {limit}")
+        conds = self.conditions(project, where if where is not None else ItemFilter())
+        with self._unavailable(), self.read_tx() as conn:
+            return timeline.nearest_valid(conn, conds, at, limit)
 
     def projects(self) -> list[str]:
         """Every project with at least one history entry or token (sorted)."""

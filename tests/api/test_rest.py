@@ -206,6 +206,7 @@ def test_intent_envelope_for_missing_and_unknown_type(client: TestClient) -> Non
         "confirm",
         "ask",
         "area_over_time",
+        "recall",
     ]
     assert env["intents"]["did_change"]["needs"] == ["cell", "band", "window"]
     assert env["intents"]["area_over_time"]["one_of"] == ["geometry", "bbox", "areas"]

@@ -32,7 +32,8 @@ def _user_data_dir(tiny_store: Any, root: Path) -> Path:
 
 def test_every_intent_type_answers_in_a_fresh_process(tiny_store: Any, tmp_path: Path) -> None:
     payloads = example_intents(ServiceContext(tiny_store.data), tiny_store.manifest)
-    assert sorted({p["type"] for p in payloads}) == sorted(INTENT_TYPES)
+    # recall reads memories with a token (tests/api/recall/test_surfaces.py runs its intent)
+    assert sorted({p["type"] for p in payloads}) == sorted(set(INTENT_TYPES) - {"recall"})
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     data = str(_user_data_dir(tiny_store, tmp_path))
     for payload in payloads:

@@ -1,0 +1,130 @@
+"""Reads recall needs beyond listing: an item's state as of a transaction time, the
+relations of many items at once, and items nearest an instant of valid time.
+
+Pure query builders and row readers over one open connection; the store's methods
+(:meth:`~store.memory.sql.SqlMemoryStore.states_as_of`, ...) open the read
+transaction. The same SQL runs on SQLite and PostgreSQL.
+
+An item's state as of ``T`` is derived from the history (no extra column): its
+status is the one its last entry at or before ``T`` left it in (``create`` leaves
+it ``active``; ``supersede``, ``delete``, ``stale`` and ``verify`` entries record the
+status they set). So an item superseded or deleted after ``T`` shows as it was at
+``T``, and an item created after ``T`` has no state at all.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from store.memory.codec import relation_from_row, to_us
+from store.memory.model import Relation
+from store.memory.schema import history, items, relations
+
+__all__ = ["StateAsOf", "nearest_valid", "relations_of", "states_as_of"]
+
+_CHUNK = 500
+"""Ids per ``IN (...)`` list (well under every driver's parameter limit)."""
+
+
+@dataclass(frozen=True)
+class StateAsOf:
+    """What an item was at a transaction time."""
+
+    status: str
+    """The status its last entry at or before the time left it in."""
+    superseded_by: str | None
+    """Its successor, when the supersession is at or before the time."""
+    seq: int
+    """The last entry's seq."""
+
+
+def _chunks(ids: Sequence[str]) -> list[list[str]]:
+    unique = list(dict.fromkeys(ids))
+    return [unique[i : i + _CHUNK] for i in range(0, len(unique), _CHUNK)]
+
+
+def states_as_of(
+    conn: sa.Connection, project: str, item_ids: Sequence[str], as_of: dt.datetime
+) -> dict[str, StateAsOf]:
+    """Each item's state as of ``as_of`` (items with no entry by then are left out)."""
+    t = to_us(as_of)
+    h = history.c
+    out: dict[str, StateAsOf] = {}
+    for chunk in _chunks(item_ids):
+        q = (
+            sa.select(h.item_id, h.seq, h.action, h.change)
+            .where(
+                h.project == project,
+                h.item_id.in_(chunk),
+                h.at <= t,
+                h.action != "relate",
+            )
+            .order_by(h.item_id, h.seq)
+        )
+        for item_id, seq, action, change in conn.execute(q):
+            prev = out.get(item_id)
+            status = prev.status if prev is not None else "active"
+            successor = prev.superseded_by if prev is not None else None
+            change = change if isinstance(change, dict) else {}
+            if action == "create":
+                status, successor = "active", None
+            elif isinstance(change.get("status"), str):
+                status = change["status"]
+            if action == "supersede":
+                successor = change.get("superseded_by")
+            out[item_id] = StateAsOf(status, successor, int(seq))
+    return out
+
+
+def relations_of(
+    conn: sa.Connection,
+    project: str,
+    item_ids: Sequence[str],
+    kinds: Sequence[str],
+    written_before: dt.datetime | None = None,
+) -> list[Relation]:
+    """Every relation of ``kinds`` from or to any of ``item_ids`` (both directions)."""
+    r = relations.c
+    out: list[Relation] = []
+    seen: set[tuple[str, str, str]] = set()
+    for chunk in _chunks(item_ids):
+        conds: list[sa.ColumnElement[bool]] = [
+            r.project == project,
+            r.kind.in_(list(kinds)),
+            sa.or_(r.src_id.in_(chunk), r.dst_id.in_(chunk)),
+        ]
+        if written_before is not None:
+            conds.append(r.created_at <= to_us(written_before))
+        for row in conn.execute(sa.select(relations).where(*conds).order_by(r.seq)):
+            key = (row.src_id, row.dst_id, row.kind)
+            if key not in seen:
+                seen.add(key)
+                out.append(relation_from_row(row._mapping))
+    return out
+
+
+def nearest_valid(
+    conn: sa.Connection,
+    conditions: Sequence[sa.ColumnElement[bool]],
+    at: dt.datetime,
+    limit: int,
+) -> list[tuple[str, int]]:
+    """``[(item id, distance in microseconds)]`` of items with a valid time, nearest ``at``
+    first (0: the valid time covers ``at``; an open end counts as unbounded)."""
+    t = to_us(at)
+    c = items.c
+    before = sa.case((c.valid_from.is_not(None) & (c.valid_from > t), c.valid_from - t), else_=0)
+    after = sa.case((c.valid_to.is_not(None) & (c.valid_to < t), t - c.valid_to), else_=0)
+    distance: Any = (before + after).label("distance")
+    q = (
+        sa.select(c.id, distance)
+        .where(*conditions, sa.or_(c.valid_from.is_not(None), c.valid_to.is_not(None)))
+        .order_by(distance, c.id)
+        .limit(limit)
+    )
+    return [(str(i), int(d)) for i, d in conn.execute(q)]
