@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from api.recall.core_lanes import anchor_distance_m, fts_lane, place_lane, time_lane
 from api.recall.graph import graph_lane
 from api.recall.lanes import Lane, LaneHits, RecallQuery
+from api.recall.names import name_lane
 from api.recall.parse import SCOPE_KINDS, RecallPlan
 from api.recall.text import content_words, coverage, item_words
 from store.memory.model import MemoryItem
@@ -54,8 +55,8 @@ __all__ = [
     "recall_items",
 ]
 
-LANES: tuple[Lane, ...] = (fts_lane, place_lane, time_lane, graph_lane)
-"""The lanes recall runs, in order (the lead adds ``name``, ``vector`` and ``geo`` here)."""
+LANES: tuple[Lane, ...] = (fts_lane, place_lane, time_lane, graph_lane, name_lane)
+"""The lanes recall runs, in order."""
 
 WEIGHTS: Mapping[str, float] = {
     "fts": 1.0,

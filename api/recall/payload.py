@@ -31,8 +31,11 @@ def fact_ids_of(hit: Hit) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def hit_out(hit: Hit, words: Sequence[str], *, compact: bool) -> dict[str, Any]:
-    """One hit of the answer."""
+def hit_out(
+    hit: Hit, words: Sequence[str], *, compact: bool, entities: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One hit of the answer (``entities``: the ids of the entities the item links to, which
+    memory_get / memory_neighbors / memory_relations take; the anchor's place name when none)."""
     item = hit.item
     out: dict[str, Any] = {
         "id": item.id,
@@ -40,7 +43,7 @@ def hit_out(hit: Hit, words: Sequence[str], *, compact: bool) -> dict[str, Any]:
         "kind": item.type,
         "snippet": snippet(item, list(words)),
         "fusedScore": hit.fused,
-        "entities": [item.anchor.place] if item.anchor.place else [],
+        "entities": list(entities) or ([item.anchor.place] if item.anchor.place else []),
     }
     if compact:
         return out

@@ -18,6 +18,7 @@ from api.errors import from_store_error
 from api.memory.auth import Caller
 from api.memory.present import head_out, memory_state
 from api.recall.engine import LANES, recall_items
+from api.recall.entities import links_of
 from api.recall.models import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -76,7 +77,15 @@ def recall(ctx: ServiceContext, args: RecallIn, caller: Caller) -> RecallAnswer:
     except StoreError as exc:
         raise from_store_error(exc) from exc
     notes = [*plan.notes, *found.notes]
-    hits = [hit_out(h, found.words, compact=args.compact) for h in found.hits]
+    hits = [
+        hit_out(
+            h,
+            found.words,
+            compact=args.compact,
+            entities=[lk.entity_id for lk in links_of(ctx, h.item)],
+        )
+        for h in found.hits
+    ]
     hits, dropped = fit_tokens(hits, args.maxTokens)
     if dropped:
         notes.append(f"maxTokens: {dropped} lower-ranked hit(s) dropped")
