@@ -64,6 +64,7 @@ __all__ = [
     "empty",
     "grids",
     "merge",
+    "merge_pair",
     "quantiles",
     "row_weights",
     "summarise_cells",
@@ -213,6 +214,20 @@ def summarise_chunk(
         )
         vals = np.full(h * w, np.nan) if values is None else np.asarray(values[d]).reshape(-1)
         out[d] = summarise_cells(vals, ok, weights, grid)
+    return out
+
+
+def merge_pair(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """:func:`merge` of two summaries, element-wise over leading axes (``(..., N_FIELDS)``)."""
+    out = a + b
+    wa, wb = a[..., W], b[..., W]
+    tot = wa + wb
+    safe = np.where(tot > 0, tot, 1.0)
+    delta = b[..., MEAN] - a[..., MEAN]
+    out[..., MEAN] = np.where(tot > 0, a[..., MEAN] + delta * (wb / safe), 0.0)
+    out[..., M2] = a[..., M2] + b[..., M2] + np.where(tot > 0, delta * delta * (wa * wb / safe), 0.0)
+    out[..., MIN] = np.minimum(a[..., MIN], b[..., MIN])
+    out[..., MAX] = np.maximum(a[..., MAX], b[..., MAX])
     return out
 
 

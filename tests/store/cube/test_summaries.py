@@ -62,7 +62,9 @@ def test_moments_and_quantile_intervals_hold_the_cell_answer() -> None:
         for est, name in zip(sm.quantiles(s, GRID, LEVELS), NAMES, strict=True):
             assert est.lo <= ref[name] <= est.hi, (n, name, est, ref[name])
             assert est.lo <= est.value <= est.hi
-            if n >= 20_000:  # dense values: the interval is a few bins (sparse ones span their gaps)
+            if (
+                n >= 20_000
+            ):  # dense values: the interval is a few bins (sparse ones span their gaps)
                 assert est.hi - est.lo <= 3 * GRID.width or est.lo < GRID.lo or est.hi > GRID.hi
 
 
@@ -112,7 +114,9 @@ def test_writer_stores_summaries_of_its_chunks_in_the_same_commit(tmp_path: Path
     for (cy, cx), g in zip(blocks, got, strict=True):
         assert g is not None
         np.testing.assert_allclose(g, _expected(reader, cy, cx), rtol=1e-12, atol=1e-12)
-    assert got[0] is not None and got[0][0, sm.N] > 0 and got[0][5, sm.N] == 0
+    assert got[0] is not None
+    assert got[0][0, sm.N] > 0
+    assert got[0][5, sm.N] == 0
 
     # re-ingest: new values and a flag-only change both rewrite the summaries
     ndvi2 = ndvi + np.float32(0.01)
@@ -128,10 +132,13 @@ def test_writer_stores_summaries_of_its_chunks_in_the_same_commit(tmp_path: Path
             assert g is not None
             np.testing.assert_allclose(g, _expected(r, cy, cx), rtol=1e-12, atol=1e-12)
     last = CubeReader(tmp_path, snapshot_id=third).summary_tiles("indices.ndvi", keys)
-    assert last is not None and last[0] is not None and last[0][0, sm.N] == 0
+    assert last is not None
+    assert last[0] is not None
+    assert last[0][0, sm.N] == 0
     # the first snapshot still reads its own summaries
     again = CubeReader(tmp_path, snapshot_id=first).summary_tiles("indices.ndvi", keys)
-    assert again is not None and again[0] is not None
+    assert again is not None
+    assert again[0] is not None
     np.testing.assert_array_equal(again[0], got[0])
 
 
@@ -144,6 +151,26 @@ def test_non_contiguous_write_keeps_summaries_current(tmp_path: Path) -> None:
         tx.write("s2.clear", slots, Y0, X0, np.full((3, 50, 60), 2, np.uint8))
     reader = CubeReader(tmp_path, snapshot_id=tx.snapshot_id)
     got = reader.summary_tiles("indices.ndvi", [(Y0 // SIDE, X0 // SIDE, T0 // 7)])
-    assert got is not None and got[0] is not None
+    assert got is not None
+    assert got[0] is not None
     np.testing.assert_allclose(got[0], _expected(reader, Y0 // SIDE, X0 // SIDE), rtol=1e-12)
-    assert got[0][2, sm.N] == 50 * 60 and got[0][1, sm.N] == 0
+    assert got[0][2, sm.N] == 50 * 60
+    assert got[0][1, sm.N] == 0
+
+
+def test_pairwise_merge_over_slots_equals_merge() -> None:
+    rng = np.random.default_rng(6)
+    parts = []
+    for _ in range(4):
+        x, ok, w = _cells(rng, 900)
+        parts.append(sm.summarise_cells(x, ok, w, GRID))
+    parts.append(sm.empty())
+    acc = sm.empty()
+    for p in parts:
+        acc = sm.merge_pair(acc, p)
+    whole = sm.merge(np.stack(parts))
+    assert acc[sm.N] == whole[sm.N]
+    assert acc[sm.N_FLAG] == whole[sm.N_FLAG]
+    np.testing.assert_allclose(acc, whole, rtol=1e-12, atol=1e-12)
+    two = sm.merge_pair(np.stack([parts[0], parts[1]]), np.stack([parts[2], sm.empty()]))
+    np.testing.assert_allclose(two[1], parts[1], rtol=0, atol=0)
