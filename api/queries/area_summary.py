@@ -1,9 +1,9 @@
 """area_over_time from block summaries: blocks wholly inside an area answered from their summaries.
 
-A storage block whose every cell lies inside the area is answered from the
-summaries the pipeline stored with its chunks (:mod:`store.cube.summaries`);
-only the other cells (edge blocks, and blocks the snapshot has no summary of)
-are read from the chunks (:mod:`api.queries.area_cells`). Per overpass:
+A summary block (32 x 32 cells under 128 x 128 storage blocks) whose every
+cell lies inside the area is answered from the summaries the pipeline stored
+with its chunks (:mod:`store.cube.summaries`); only the other cells (edge
+blocks, and blocks the snapshot has no summary of) are read from the chunks (:mod:`api.queries.area_cells`). Per overpass:
 
 * clear fraction and ``n_clear``: exact (integer counts add);
 * mean and std: exact composition (Chan's formula), equal to the cell path up
@@ -41,6 +41,7 @@ SUMMARIES = "block_summaries+edge_cells"
 """Method: blocks inside from their summaries, the other cells read."""
 _LEVELS = (0.10, 0.25, 0.50, 0.75, 0.90)
 _NAMES = ("p10", "p25", "median", "p75", "p90")
+_MERGE_BYTES = 16 << 20  # summaries of a group of blocks x slots held at once before merging
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Usage:
     method: str
     """:data:`CELLS` or :data:`SUMMARIES`."""
     summary_blocks: int
-    """Storage blocks answered from their summaries."""
+    """Summary blocks (:func:`store.cube.summaries.summary_level`) answered from their summaries."""
     cells_read: int
     """Cells read from the chunks per overpass."""
     note: str | None
@@ -81,6 +82,7 @@ def _plan(
     slots: list[int],
     keep: bool,
     use: bool,
+    stats: bool,
 ) -> _Plan:
     def cells(note: str | None) -> _Plan:
         return _Plan(area, None, Usage(CELLS, 0, area.n_cells, note))
@@ -90,28 +92,59 @@ def _plan(
     if not slots or not area.n_cells:
         return cells(None)
     side = 1 << reader.block_level
-    full = [b for b in area.blocks(side) if b.pos.size == side * side]
+    sub = 1 << sm.summary_level(reader.block_level)
+    per = side // sub  # summary blocks per chunk side
+    full = [b for b in area.blocks(sub) if b.pos.size == sub * sub]
     if not full:
-        return cells("no storage block lies wholly inside the area: every cell read")
+        return cells("no summary block lies wholly inside the area: every cell read")
     step = band_spec(band).time_chunk
     tcs = sorted({t // step for t in slots})
     at = {tc: k for k, tc in enumerate(tcs)}
-    rows = ctx.summary_tiles(reader, band, [(b.cy, b.cx, tc) for b in full for tc in tcs], keep)
+    chunks = sorted({(b.cy // per, b.cx // per) for b in full})
+    where = {c: k for k, c in enumerate(chunks)}
+    rows = ctx.summary_tiles(reader, band, [(cy, cx, tc) for cy, cx in chunks for tc in tcs], keep)
     if rows is None:
         return cells("this snapshot has no block summaries (written before them): every cell read")
-    merged = np.tile(sm.empty(), (len(slots), 1))
+    if any(r is not None and r.shape[1:3] != (per, per) for r in rows):
+        return cells("this snapshot's summaries have another block layout: every cell read")
+    tpos = np.array([at[t // step] for t in slots], np.intp)
+    dpos = np.array([t % step for t in slots], np.intp)
+    picked: list[npt.NDArray[np.float64]] = []
+    merged = np.broadcast_to(sm.empty(), (len(slots), sm.N_FIELDS)).copy()
+    group = max(1, _MERGE_BYTES // max(1, len(slots) * sm.N_FIELDS * 8))
     inside = np.zeros(area.n_cells, bool)
     used = 0
-    for j, b in enumerate(full):
-        mine = rows[j * len(tcs) : (j + 1) * len(tcs)]
+
+    def flush() -> None:
+        nonlocal merged
+        if not picked:
+            return
+        part = np.stack(picked)
+        if stats:
+            merged = sm.merge_pair(merged, sm.merge_axis(part))
+        else:  # the clear-fraction pass needs the counts only
+            merged[:, sm.N_FLAG] += part[..., sm.N_FLAG].sum(axis=0)
+        picked.clear()
+
+    by_chunk: dict[tuple[int, int], list[Any]] = {}
+    for blk in full:
+        by_chunk.setdefault((blk.cy // per, blk.cx // per), []).append(blk)
+    for c, blks in by_chunk.items():
+        k = where[c]
+        mine = rows[k * len(tcs) : (k + 1) * len(tcs)]
         if any(m is None for m in mine):
-            continue  # not summarised in this snapshot: read its cells
-        got = np.stack([mine[at[t // step]][t % step] for t in slots])  # type: ignore[index]
-        if np.isnan(got).any():
-            continue
-        merged = sm.merge_pair(merged, got)
-        inside[b.pos] = True
-        used += 1
+            continue  # not summarised in this snapshot: read these cells
+        stacked = np.stack(mine)  # type: ignore[arg-type]  # (time chunks, 7, per, per, F)
+        for blk in blks:
+            got = stacked[tpos, dpos, blk.cy % per, blk.cx % per]  # (slots, F)
+            if np.isnan(got).any():
+                continue
+            picked.append(got)
+            inside[blk.pos] = True
+            used += 1
+            if len(picked) >= group:
+                flush()
+    flush()
     if not used:
         return cells(
             "the blocks inside the area have no summaries in this snapshot: every cell read"
@@ -130,7 +163,7 @@ def clear_fractions(
     use: bool,
 ) -> tuple[npt.NDArray[np.float64], Usage]:
     """Clear fraction of each slot over the area (exact either way) and how it was answered."""
-    plan = _plan(ctx, reader, band, area, slots, keep, use)
+    plan = _plan(ctx, reader, band, area, slots, keep, use, stats=False)
     counts = clear_counts(ctx, reader, band, plan.rest, slots, keep).astype(np.float64)
     if plan.merged is not None:
         counts += plan.merged[:, sm.N_FLAG]
@@ -165,7 +198,7 @@ def scenes(
     merged with the blocks' summaries; each scene then carries
     ``quantile_bounds``. Without, the exact cell path.
     """
-    plan = _plan(ctx, reader, band, area, slots, keep, use)
+    plan = _plan(ctx, reader, band, area, slots, keep, use, stats=True)
     if plan.merged is None:
         return cell_scenes(ctx, reader, band, area, slots, keep), plan.usage
     flag_band, clear_value = clear_info(band)

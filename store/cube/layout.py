@@ -67,7 +67,13 @@ from store.cube.inventory import (
     legacy_partitions,
     write_partitions,
 )
-from store.cube.summaries import N_FIELDS, SUMMARY_GROUP, summarised_bands, summary_path
+from store.cube.summaries import (
+    N_FIELDS,
+    SUMMARY_GROUP,
+    summarised_bands,
+    summary_level,
+    summary_path,
+)
 from store.snapshots import MAIN_BRANCH
 
 __all__ = [
@@ -143,11 +149,13 @@ def _create_summary_array(root: zarr.Group, spec: BandSpec, level: int) -> None:
     """The block-summary array of a band (:mod:`store.cube.summaries`): one chunk per week and block."""
     group = root[SUMMARY_GROUP] if SUMMARY_GROUP in root else root.create_group(SUMMARY_GROUP)
     assert isinstance(group, zarr.Group)
+    sub = summary_level(level)
+    per = 1 << (level - sub)
     group.create_array(
         summary_path(spec.name).split("/", 1)[1],
-        shape=(spec.time_size, spec.shape[1] >> level, spec.shape[2] >> level, N_FIELDS),
+        shape=(spec.time_size, spec.shape[1] >> sub, spec.shape[2] >> sub, N_FIELDS),
         dtype="float64",
-        chunks=(spec.time_chunk, 1, 1, N_FIELDS),
+        chunks=(spec.time_chunk, per, per, N_FIELDS),
         fill_value=float("nan"),
         dimension_names=("tslot", "block_y", "block_x", "field"),
         compressors=ZstdCodec(level=3),
@@ -155,6 +163,7 @@ def _create_summary_array(root: zarr.Group, spec: BandSpec, level: int) -> None:
             "earthmem_band": spec.name,
             "long_name": f"per-block summaries of {spec.name} (see store.cube.summaries)",
             "block_level": level,
+            "summary_level": sub,
         },
         config={"write_empty_chunks": False},
     )

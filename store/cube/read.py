@@ -354,7 +354,9 @@ class CubeReader(RegionReads):
         *,
         keep: bool = True,
     ) -> list[npt.NDArray[np.float64] | None] | None:
-        """Block summaries ``(time_chunk, N_FIELDS)`` of a band, per ``(chunk row, chunk column, time chunk)``.
+        """Block summaries ``(time_chunk, n, n, N_FIELDS)`` of a band, per ``(chunk row, chunk column, time chunk)``.
+
+        ``n x n`` summary blocks per chunk (:func:`store.cube.summaries.summary_level`).
 
         Returns:
             None when this snapshot has no summary array for the band (written
@@ -368,9 +370,9 @@ class CubeReader(RegionReads):
             if path not in root:
                 self._codecs[path] = None
             else:
-                arr = zarr.open_array(self.session.store, path=path, mode="r", zarr_format=3)
-                codec = ChunkCodec(arr, path)
-                self._codecs[path] = codec if codec.supported else None
+                summary = zarr.open_array(self.session.store, path=path, mode="r", zarr_format=3)
+                made = ChunkCodec(summary, path)
+                self._codecs[path] = made if made.supported else None
         codec = self._codecs[path]
         if codec is None:
             return None
@@ -393,11 +395,12 @@ class CubeReader(RegionReads):
                     codec.prototype,
                 )
             )
-            shape = (codec.chunks[0], codec.chunks[3])
-            got = [None if r is None else codec.decode_view(r).reshape(shape) for r in raws]
-            for k, arr in zip(wanted, got, strict=True):
+            got: list[npt.NDArray[np.float64] | None] = [
+                None if r is None else codec.decode_view(r) for r in raws
+            ]
+            for k, one in zip(wanted, got, strict=True):
                 for i in missing[k]:
-                    out[i] = arr
+                    out[i] = one
             if keep:
                 cache.put(
                     [

@@ -1,8 +1,10 @@
 """Per-block summaries of the scalar bands: what the writer stores, how they compose, what they answer.
 
 A summary describes the clear values of one scalar band (an index or a
-backscatter band of a family with an observation flag) in one storage block
-(the chunk's ``2**k x 2**k`` cells) on one day slot, with every cell weighed
+backscatter band of a family with an observation flag) in one summary block
+(a level ``k - 2`` block of the hierarchy, :func:`summary_level`: 32 x 32
+cells under the default 128 x 128 storage blocks, 16 per chunk, so areas of
+a few km^2 hold whole ones) on one day slot, with every cell weighed
 by ``cos(latitude of its centre)`` as area_over_time weighs it. It is one
 float64 vector of :data:`N_FIELDS` numbers:
 
@@ -32,13 +34,15 @@ cumulative weight from half a cell below the level to one and a half cells
 above it: one or two bins (a bin width, ``(hi - lo) / HIST_BINS``) where the
 area has many cells per bin, wider where values are sparse.
 
-Stored as ``summaries/<band with _ for .>`` ``(tslot, block row, block
-column, field)`` float64, one chunk ``(7, 1, 1, N_FIELDS)`` per week and
-block, written by :class:`store.cube.write.CubeTransaction` in the commit of
+Stored as ``summaries/<band with _ for .>`` ``(tslot, summary block row,
+summary block column, field)`` float64, one chunk ``(7, 4, 4, N_FIELDS)`` per
+week and storage block (so a partition owns its summaries as it owns its
+chunks), written by :class:`store.cube.write.CubeTransaction` in the commit of
 the chunks it summarises (NaN, the fill, reads as "no summary": readers then
-read the cells). :data:`N_FIELDS` float64 = 2,120 bytes per block and day slot
-before compression; days without an observation are zero vectors and
-compress to almost nothing.
+read the cells). :data:`N_FIELDS` float64 = 2,120 bytes per summary block
+and day slot before compression (34 kB per storage block and day slot, half
+the float32 chunk's 64 kB); days without an observation are zero vectors and
+empty histogram bins zeros, which compress to almost nothing.
 
 Pure: arrays in, arrays out.
 """
@@ -64,18 +68,22 @@ __all__ = [
     "empty",
     "grids",
     "merge",
+    "merge_axis",
     "merge_pair",
     "quantiles",
     "row_weights",
     "summarise_cells",
     "summarise_chunk",
     "summarised_bands",
+    "summary_level",
     "summary_path",
     "weighted_moments",
 ]
 
 HIST_BINS = 256
 """Regular bins of the histogram grid (plus one underflow and one overflow bin)."""
+SUB_LEVELS = 2
+"""Summary blocks are this many levels below the storage blocks (4 x 4 per chunk)."""
 N_FLAG, N, W, MEAN, M2, MIN, MAX, HIST = 0, 1, 2, 3, 4, 5, 6, 7
 N_FIELDS = HIST + HIST_BINS + 2
 """Numbers per summary."""
@@ -184,14 +192,21 @@ def summarise_cells(
     return out
 
 
+def summary_level(block_level: int) -> int:
+    """Level of the summary blocks for a cube of storage ``block_level``: 16 per chunk (4 x 4)."""
+    return max(0, block_level - SUB_LEVELS)
+
+
 def summarise_chunk(
     values: npt.NDArray[Any] | None,
     flags: npt.NDArray[Any] | None,
     clear_value: int,
     lat_q0: int,
     grid: Grid,
+    sub: int,
 ) -> npt.NDArray[np.float64]:
-    """Summaries ``(t, N_FIELDS)`` of one chunk ``(t, side, side)`` of a band, day slot by day slot.
+    """Summaries ``(t, side/sub, side/sub, N_FIELDS)`` of one chunk ``(t, side, side)``: per day slot
+    and summary block of ``sub x sub`` cells.
 
     Args:
         values: The band's chunk (None: not stored, all fill).
@@ -199,21 +214,30 @@ def summarise_chunk(
         clear_value: The flag value meaning clear.
         lat_q0: Row of the chunk's first row (weights by row).
         grid: The band's histogram grid.
+        sub: Side of a summary block in cells (divides the chunk's side).
     """
     ref = values if values is not None else flags
     if ref is None:
         raise ValueError("summarise_chunk needs the values or the flags")
     t, h, w = ref.shape[:3]
-    weights = np.repeat(row_weights(lat_q0, h), w)
-    out = np.empty((t, N_FIELDS), np.float64)
-    for d in range(t):
-        ok = (
-            np.zeros(h * w, bool)
-            if flags is None
-            else np.asarray(flags[d]).reshape(-1) == clear_value
-        )
-        vals = np.full(h * w, np.nan) if values is None else np.asarray(values[d]).reshape(-1)
-        out[d] = summarise_cells(vals, ok, weights, grid)
+    ny, nx = h // sub, w // sub
+    out = np.empty((t, ny, nx, N_FIELDS), np.float64)
+    for i in range(ny):
+        weights = np.repeat(row_weights(lat_q0 + i * sub, sub), sub)
+        for j in range(nx):
+            ys, xs = slice(i * sub, (i + 1) * sub), slice(j * sub, (j + 1) * sub)
+            for d in range(t):
+                ok = (
+                    np.zeros(sub * sub, bool)
+                    if flags is None
+                    else np.asarray(flags[d, ys, xs]).reshape(-1) == clear_value
+                )
+                vals = (
+                    np.full(sub * sub, np.nan)
+                    if values is None
+                    else np.asarray(values[d, ys, xs]).reshape(-1)
+                )
+                out[d, i, j] = summarise_cells(vals, ok, weights, grid)
     return out
 
 
@@ -225,9 +249,31 @@ def merge_pair(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.ND
     safe = np.where(tot > 0, tot, 1.0)
     delta = b[..., MEAN] - a[..., MEAN]
     out[..., MEAN] = np.where(tot > 0, a[..., MEAN] + delta * (wb / safe), 0.0)
-    out[..., M2] = a[..., M2] + b[..., M2] + np.where(tot > 0, delta * delta * (wa * wb / safe), 0.0)
+    out[..., M2] = (
+        a[..., M2] + b[..., M2] + np.where(tot > 0, delta * delta * (wa * wb / safe), 0.0)
+    )
     out[..., MIN] = np.minimum(a[..., MIN], b[..., MIN])
     out[..., MAX] = np.maximum(a[..., MAX], b[..., MAX])
+    return out
+
+
+def merge_axis(rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """:func:`merge` along the first axis of ``(k, ..., N_FIELDS)``, element-wise over the others."""
+    rows = np.asarray(rows, np.float64)
+    out = np.broadcast_to(empty(), rows.shape[1:]).copy()
+    if rows.shape[0] == 0:
+        return out
+    out[..., N_FLAG] = rows[..., N_FLAG].sum(axis=0)
+    out[..., N] = rows[..., N].sum(axis=0)
+    out[..., HIST:] = rows[..., HIST:].sum(axis=0)
+    w = rows[..., W]
+    total = w.sum(axis=0)
+    safe = np.where(total > 0, total, 1.0)
+    mean = np.where(total > 0, (w * rows[..., MEAN]).sum(axis=0) / safe, 0.0)
+    out[..., W], out[..., MEAN] = total, mean
+    out[..., M2] = rows[..., M2].sum(axis=0) + (w * (rows[..., MEAN] - mean) ** 2).sum(axis=0)
+    out[..., MIN] = rows[..., MIN].min(axis=0)
+    out[..., MAX] = rows[..., MAX].max(axis=0)
     return out
 
 

@@ -181,10 +181,10 @@ class CubeTransaction:
             fill = codec.is_fill(chunk)
             encoded[key] = None if fill else codec.encode(chunk)
             if codec.path in _SUMMARY_INPUTS:
-                decoded[(codec.path, coords[:3])] = None if fill else chunk
+                decoded[(codec.path, (coords[0], coords[1], coords[2]))] = None if fill else chunk
         pending.update(encoded)
         self._decoded.update(decoded)
-        self._touch(codec.path, [c[:3] for c, _, _, _ in boxes])
+        self._touch(codec.path, [(c[0], c[1], c[2]) for c, _, _, _ in boxes])
 
     def _flush(self) -> None:
         """Store the chunks encoded so far, all at once (one round trip to the store)."""
@@ -331,11 +331,12 @@ class CubeTransaction:
                 codec = self._codecs[path] = ChunkCodec(arr, path)
             grid = summaries.Grid.of(spec)
             side = self._codec(spec).chunks[1]
+            sub = side // codec.chunks[1]
             for (tc, cy, cx), v, f in zip(coords, values, flags, strict=True):
                 if v is None and f is None:
-                    rows = np.tile(summaries.empty(), (codec.chunks[0], 1))
+                    rows = np.broadcast_to(summaries.empty(), codec.chunks)
                 else:
-                    rows = summaries.summarise_chunk(v, f, clear_value, cy * side, grid)
+                    rows = summaries.summarise_chunk(v, f, clear_value, cy * side, grid, sub)
                 chunk = np.ascontiguousarray(rows.reshape(codec.chunks))
                 self._pending[codec.key((tc, cy, cx, 0))] = codec.encode(chunk)
 

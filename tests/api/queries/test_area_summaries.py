@@ -1,9 +1,10 @@
 """area_over_time from block summaries equals the every-cell answer on the tiny sample.
 
-The tiny sample (43 x 46 cells) holds no whole level-7 block, so it is
-ingested here, through the real pipeline, into a cube created with level-3
-storage blocks (8 x 8 cells): the same code, with blocks wholly inside the
-areas and edge blocks around them.
+The tiny sample (43 x 46 cells) holds no whole level-5 summary block (32 x
+32 cells) of the default cube, so it is ingested here, through the real
+pipeline, into a cube created with level-5 storage blocks (32 x 32 cells,
+summary blocks 8 x 8): the same code, with summary blocks wholly inside the
+areas and edge cells around them.
 
 For several geometries (block-aligned, the whole sample, irregular, a thin
 diagonal) the same call with and without summaries must give the same
@@ -35,13 +36,13 @@ _ARGS = {
     "chart": False,
 }
 _Q = ("p10", "p25", "median", "p75", "p90")
-_LEVEL = 3
-_SIDE = 1 << _LEVEL
+_LEVEL = 5
+_SIDE = 1 << (_LEVEL - 2)  # summary blocks
 
 
 @pytest.fixture(scope="module")
 def small_blocks(tiny_store: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny sample ingested into a cube of level-3 storage blocks."""
+    """The tiny sample ingested into a cube of level-5 storage blocks."""
     from dagster import DagsterInstance
 
     from pipelines.run import ingest_area
