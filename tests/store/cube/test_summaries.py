@@ -174,3 +174,29 @@ def test_pairwise_merge_over_slots_equals_merge() -> None:
     np.testing.assert_allclose(acc, whole, rtol=1e-12, atol=1e-12)
     two = sm.merge_pair(np.stack([parts[0], parts[1]]), np.stack([parts[2], sm.empty()]))
     np.testing.assert_allclose(two[1], parts[1], rtol=0, atol=0)
+
+
+def test_chunk_summaries_equal_each_blocks_cell_summary() -> None:
+    rng = np.random.default_rng(7)
+    v = np.full((7, SIDE, SIDE), np.nan, np.float32)
+    v[2] = rng.normal(0.3, 0.5, (SIDE, SIDE))
+    v[3] = rng.random((SIDE, SIDE))
+    v[3, :5] = np.nan
+    f = np.zeros((7, SIDE, SIDE), np.uint8)
+    f[2] = 2
+    f[2, :40, :40] = 1
+    f[3] = np.where(rng.random((SIDE, SIDE)) < 0.5, 2, 1)
+    sub = SIDE >> 2
+    got = sm.summarise_chunk(v, f, 2, Y0, GRID, sub)
+    assert got.shape == (7, 4, 4, sm.N_FIELDS)
+    for d in range(7):
+        for i in range(4):
+            for j in range(4):
+                ys, xs = slice(i * sub, (i + 1) * sub), slice(j * sub, (j + 1) * sub)
+                weights = np.repeat(sm.row_weights(Y0 + i * sub, sub), sub)
+                want = sm.summarise_cells(
+                    v[d, ys, xs].reshape(-1), f[d, ys, xs].reshape(-1) == 2, weights, GRID
+                )
+                np.testing.assert_allclose(got[d, i, j], want, rtol=1e-12, atol=1e-12)
+    assert got[2, 0, 0, sm.N] == 0  # a block all masked on that day
+    assert got[2, 0, 0, sm.N_FLAG] == 0
