@@ -163,8 +163,10 @@ class AreaSeriesOut(BaseModel):
         description="cells: every cell read (exact); block_summaries+edge_cells: storage blocks "
         "wholly inside answered from their stored summaries, the other cells read."
     )
-    summary_blocks: int = Field(description="Storage blocks answered from their summaries.")
-    cells_read: int = Field(description="Cells read from the chunks per overpass.")
+    summary_blocks: int = Field(
+        description="Summary blocks (32 x 32 cells) answered from their summaries, per kept overpass."
+    )
+    cells_read: int = Field(description="Cells read from the chunks per kept overpass.")
     method_note: str | None = Field(
         description="Why every cell was read (no block wholly inside, a snapshot without "
         "summaries, use_summaries false), or null."

@@ -272,14 +272,23 @@ def _series(
 
 
 def _method(usage: list[area_summary.Usage]) -> dict[str, Any]:
-    """The answer's account of how an area's series was computed (its passes' :class:`Usage`)."""
-    used = [u for u in usage if u.method == area_summary.SUMMARIES]
-    notes = [u.note for u in usage if u.note]
+    """The answer's account of how an area's statistics were computed.
+
+    The statistics pass (the kept overpasses) when there was one, else the clear-fraction pass.
+    """
+    if not usage:
+        return {
+            "method": area_summary.CELLS,
+            "summary_blocks": 0,
+            "cells_read": 0,
+            "method_note": None,
+        }
+    u = usage[-1]
     return {
-        "method": area_summary.SUMMARIES if used else area_summary.CELLS,
-        "summary_blocks": max((u.summary_blocks for u in used), default=0),
-        "cells_read": max((u.cells_read for u in usage), default=0),
-        "method_note": notes[0] if notes else None,
+        "method": u.method,
+        "summary_blocks": u.summary_blocks,
+        "cells_read": u.cells_read,
+        "method_note": u.note,
     }
 
 

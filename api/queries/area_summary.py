@@ -95,6 +95,21 @@ def _plan(
     sub = 1 << sm.summary_level(reader.block_level)
     per = side // sub  # summary blocks per chunk side
     full = [b for b in area.blocks(sub) if b.pos.size == sub * sub]
+    if full and not stats:
+        # Counting clear flags costs little once a chunk is decoded, and a chunk holding
+        # edge cells is read anyway: only chunks with no edge cell are left unread.
+        inside_per: dict[tuple[int, int], int] = {}
+        for b in full:
+            c = (b.cy // per, b.cx // per)
+            inside_per[c] = inside_per.get(c, 0) + b.pos.size
+        whole = {
+            (b.cy, b.cx) for b in area.blocks(side) if inside_per.get((b.cy, b.cx)) == b.pos.size
+        }
+        full = [b for b in full if (b.cy // per, b.cx // per) in whole]
+        if not full:
+            return cells(
+                "every chunk the area touches holds edge cells: clear flags counted from them"
+            )
     if not full:
         return cells("no summary block lies wholly inside the area: every cell read")
     step = band_spec(band).time_chunk
@@ -162,7 +177,11 @@ def clear_fractions(
     keep: bool,
     use: bool,
 ) -> tuple[npt.NDArray[np.float64], Usage]:
-    """Clear fraction of each slot over the area (exact either way) and how it was answered."""
+    """Clear fraction of each slot over the area (exact either way) and how it was answered.
+
+    Summaries replace only the storage chunks with no edge cell (those are not read at
+    all); a chunk holding edge cells is read and all its cells counted.
+    """
     plan = _plan(ctx, reader, band, area, slots, keep, use, stats=False)
     counts = clear_counts(ctx, reader, band, plan.rest, slots, keep).astype(np.float64)
     if plan.merged is not None:
