@@ -95,9 +95,9 @@ def _plan(
     sub = 1 << sm.summary_level(reader.block_level)
     per = side // sub  # summary blocks per chunk side
     full = [b for b in area.blocks(sub) if b.pos.size == sub * sub]
-    if full and not stats:
-        # Counting clear flags costs little once a chunk is decoded, and a chunk holding
-        # edge cells is read anyway: only chunks with no edge cell are left unread.
+    if full:
+        # A chunk holding edge cells is read anyway, and once decoded its cells cost little:
+        # summaries stand in only for chunks with no edge cell, which are then not read at all.
         inside_per: dict[tuple[int, int], int] = {}
         for b in full:
             c = (b.cy // per, b.cx // per)
@@ -107,9 +107,7 @@ def _plan(
         }
         full = [b for b in full if (b.cy // per, b.cx // per) in whole]
         if not full:
-            return cells(
-                "every chunk the area touches holds edge cells: clear flags counted from them"
-            )
+            return cells("every storage chunk the area touches holds edge cells: every cell read")
     if not full:
         return cells("no summary block lies wholly inside the area: every cell read")
     step = band_spec(band).time_chunk
@@ -177,11 +175,7 @@ def clear_fractions(
     keep: bool,
     use: bool,
 ) -> tuple[npt.NDArray[np.float64], Usage]:
-    """Clear fraction of each slot over the area (exact either way) and how it was answered.
-
-    Summaries replace only the storage chunks with no edge cell (those are not read at
-    all); a chunk holding edge cells is read and all its cells counted.
-    """
+    """Clear fraction of each slot over the area (exact either way) and how it was answered."""
     plan = _plan(ctx, reader, band, area, slots, keep, use, stats=False)
     counts = clear_counts(ctx, reader, band, plan.rest, slots, keep).astype(np.float64)
     if plan.merged is not None:

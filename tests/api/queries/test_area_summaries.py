@@ -1,10 +1,10 @@
 """area_over_time from block summaries equals the every-cell answer on the tiny sample.
 
-The tiny sample (43 x 46 cells) holds no whole level-5 summary block (32 x
-32 cells) of the default cube, so it is ingested here, through the real
-pipeline, into a cube created with level-5 storage blocks (32 x 32 cells,
-summary blocks 8 x 8): the same code, with summary blocks wholly inside the
-areas and edge cells around them.
+The tiny sample (43 x 46 cells) holds no whole storage chunk (128 x 128
+cells) of the default cube, so it is ingested here, through the real
+pipeline, into a cube created with level-4 storage blocks (16 x 16 cells,
+summary blocks 4 x 4): the same code, with chunks wholly inside the areas
+and edge chunks around them.
 
 For several geometries (block-aligned, the whole sample, irregular, a thin
 diagonal) the same call with and without summaries must give the same
@@ -36,13 +36,13 @@ _ARGS = {
     "chart": False,
 }
 _Q = ("p10", "p25", "median", "p75", "p90")
-_LEVEL = 5
-_SIDE = 1 << (_LEVEL - 2)  # summary blocks
+_LEVEL = 4
+_SIDE = 1 << _LEVEL  # storage chunks
 
 
 @pytest.fixture(scope="module")
 def small_blocks(tiny_store: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny sample ingested into a cube of level-5 storage blocks."""
+    """The tiny sample ingested into a cube of level-4 storage blocks."""
     from dagster import DagsterInstance
 
     from pipelines.run import ingest_area
@@ -172,3 +172,24 @@ def test_snapshot_without_summaries_reads_cells_and_says_so(
     assert got["method"] == "cells"
     assert "no block summaries" in got["method_note"]
     assert got["scenes"] == want["scenes"]
+
+
+def test_chunks_answered_from_summaries_are_not_read(tiny_store: Any, small_blocks: Path) -> None:
+    """The cost follows the edge chunks: an area made of whole chunks reads none of them."""
+    where = {"bbox": _block_aligned(tiny_store, _SIDE)}
+    reads: dict[bool, list[str]] = {}
+    for use in (True, False):
+        ctx = ServiceContext(small_blocks, signer=Signer.generate())
+        reader = ctx.reader()
+        calls: list[str] = []
+        real = reader.read_chunks
+
+        def spy(band: str, coords: Any, calls: list[str] = calls, real: Any = real) -> Any:
+            calls.extend(band for _ in coords)
+            return real(band, coords)
+
+        reader.read_chunks = spy  # type: ignore[method-assign]
+        _call(ctx, where, use)
+        reads[use] = calls
+    assert reads[False]  # the cell path reads the chunks
+    assert not [b for b in reads[True] if b in ("indices.ndvi", "s2.clear")]
