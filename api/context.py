@@ -430,6 +430,16 @@ class ServiceContext:
         """Decoded chunks ``(chunk row, chunk column, time chunk)`` (:meth:`CubeReader.tiles`)."""
         return reader.tiles(band, keys, self.chunks, keep=keep)
 
+    def summary_tiles(
+        self,
+        reader: CubeReader,
+        band: str,
+        keys: Sequence[tuple[int, int, int]],
+        keep: bool = True,
+    ) -> list[npt.NDArray[np.float64] | None] | None:
+        """Block summaries ``(chunk row, chunk column, time chunk)`` (:meth:`CubeReader.summary_tiles`)."""
+        return reader.summary_tiles(band, keys, self.chunks, keep=keep)
+
     def cache_info(self) -> dict[str, int]:
         """Entries (columns, tiles) and bytes of the chunk cache."""
         return self.chunks.info()

@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 """Repository root."""
 CACHE_DIR = Path(__file__).resolve().parent / ".cache"
 """Where cached bench inputs live (not committed)."""
-AREA_VERSION = 1
+AREA_VERSION = 3
 """Bump to invalidate cached ingested areas (e.g. after a pipeline change that alters outputs)."""
 SAMPLE_ENV = "EARTHMEM_BENCH_SAMPLE"
 """Environment variable: sample root of an already ingested area to use instead of the cache."""

@@ -61,6 +61,11 @@ class AreaOverTimeIn(BaseModel):
     chart: bool = Field(
         True, description="Render the PNG chart (base64 in the answer, and by chart_id)."
     )
+    use_summaries: bool = Field(
+        True,
+        description="Answer blocks wholly inside an area from the pipeline's block summaries "
+        "(quantiles then come with quantile_bounds); false reads every cell (exact quantiles).",
+    )
 
 
 class SceneStats(BaseModel):
@@ -82,6 +87,12 @@ class SceneStats(BaseModel):
     clear_fraction: float = Field(description="n_clear / n_total.")
     quality: Literal["good", "fair"] = Field(
         description="good: clear_fraction >= 0.8; fair: above the threshold."
+    )
+    quantile_bounds: dict[str, list[float]] | None = Field(
+        None,
+        description="Block-summary answers only: per quantile (p10 p25 median p75 p90) the "
+        "interval [lo, hi] guaranteed to hold the exact (every-cell) value; the quantile itself "
+        "is an estimate inside it. None: quantiles computed from every cell (exact).",
     )
 
 
@@ -148,6 +159,18 @@ class AreaSeriesOut(BaseModel):
     )
     anomaly: AnomalyOut = Field(description="Latest vs same-season baseline.")
     trend: TrendOut = Field(description="Theil-Sen slope and Mann-Kendall p-value.")
+    method: Literal["cells", "block_summaries+edge_cells"] = Field(
+        description="cells: every cell read (exact); block_summaries+edge_cells: storage blocks "
+        "wholly inside answered from their stored summaries, the other cells read."
+    )
+    summary_blocks: int = Field(
+        description="Summary blocks (32 x 32 cells) answered from their summaries, per kept overpass."
+    )
+    cells_read: int = Field(description="Cells read from the chunks per kept overpass.")
+    method_note: str | None = Field(
+        description="Why every cell was read (no block wholly inside, a snapshot without "
+        "summaries, use_summaries false), or null."
+    )
 
 
 class AreaOverTimeBody(BaseModel):

@@ -43,15 +43,16 @@ import datetime as dt
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from api.charts import ChartSeries, render_area_chart
 from api.context import ServiceContext
 from api.errors import InvalidArgument
 from api.models import AreaOverTimeAnswer, AreaOverTimeBody, AreaOverTimeIn
+from api.queries import area_summary
 from api.queries._common import clear_info, finish, make_fact, slot_date, store_errors
+from api.queries.area_cells import tile_bytes
 from api.queries.area_geometry import MAX_AREA_KM2, MAX_VERTICES, Area, parse_area
-from api.queries.area_stats import mann_kendall, pick_even, scenes_stats, theil_sen
+from api.queries.area_stats import mann_kendall, pick_even, theil_sen
 from api.registry import primitive
 from store import tslot
 from store.cube import REGISTRY, CubeReader
@@ -82,10 +83,6 @@ GOOD_CLEAR_FRACTION = 0.8
 """Clear fraction from which an overpass is of quality 'good' (else 'fair')."""
 MAX_CELL_SCENES = 200_000_000
 """Budget of one call: cells inside the areas x candidate overpasses, summed over the areas."""
-TILE_GROUP_BYTES = 48 << 20
-"""Decoded chunks one read step holds at once."""
-SCENE_BUFFER_BYTES = 32 << 20
-"""Values and clear flags of one group of scenes (at the area's cells) held at once."""
 
 
 def _date(text: Any, name: str) -> tuple[dt.date, int]:
@@ -105,119 +102,6 @@ def _date(text: Any, name: str) -> tuple[dt.date, int]:
         raise InvalidArgument(
             f"{name} {d} outside {tslot.EPOCH}..{last}", code="invalid_date"
         ) from None
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def _tile_bytes(band: str, side: int) -> int:
-    from store.cube import band_spec
-
-    spec = band_spec(band)
-    return spec.time_chunk * side * side * np.dtype(spec.dtype).itemsize
-
-
-def gather_cells(
-    ctx: ServiceContext,
-    reader: CubeReader,
-    band: str,
-    area: Area,
-    slots: list[int],
-    keep: bool,
-) -> npt.NDArray[Any]:
-    """Values ``(len(slots), n_cells)`` of a band at the area's cells (fill where absent).
-
-    Reads, through the context's tile cache, only the chunks of the blocks the
-    area's cells fall in and of the time chunks holding ``slots`` (all missing
-    chunks of the call fetched together); the buffer holds the cells inside,
-    not the bounding box. ``keep``: put the fetched chunks in the cache.
-    """
-    from store.cube import band_spec
-
-    spec = band_spec(band)
-    out = np.full((len(slots), area.n_cells), spec.fill_value, dtype=spec.dtype)
-    if not slots or not area.n_cells:
-        return out
-    blocks = area.blocks(1 << reader.block_level)
-    step = spec.time_chunk
-    tcs = sorted({t // step for t in slots})
-    at = {tc: k for k, tc in enumerate(tcs)}
-    tiles = ctx.tiles(reader, band, [(b.cy, b.cx, tc) for b in blocks for tc in tcs], keep=keep)
-    for j, b in enumerate(blocks):
-        row = tiles[j * len(tcs) : (j + 1) * len(tcs)]
-        for i, t in enumerate(slots):
-            tile = row[at[t // step]]
-            if tile is not None:
-                out[i, b.pos] = b.take(tile[t % step])
-    return out
-
-
-def _clear_fractions(
-    ctx: ServiceContext, reader: CubeReader, band: str, area: Area, slots: list[int], keep: bool
-) -> npt.NDArray[np.float64]:
-    """Clear fraction of each slot over the area, streamed a few time chunks at a time.
-
-    Only counts are kept: the memory is one group of decoded chunks
-    (:data:`TILE_GROUP_BYTES`), whatever the number of slots.
-    """
-    from store.cube import band_spec
-
-    flag_band, clear_value = clear_info(band)
-    counts = np.zeros(len(slots), np.int64)
-    if not slots or not area.n_cells:
-        return counts.astype(np.float64)
-    side = 1 << reader.block_level
-    blocks = area.blocks(side)
-    step = band_spec(flag_band).time_chunk
-    wanted: dict[int, list[tuple[int, int]]] = {}
-    for i, t in enumerate(slots):
-        wanted.setdefault(t // step, []).append((i, t % step))
-    tcs = sorted(wanted)
-    per = max(1, TILE_GROUP_BYTES // max(1, len(blocks) * _tile_bytes(flag_band, side)))
-    for g in range(0, len(tcs), per):
-        group = tcs[g : g + per]
-        keys = [(b.cy, b.cx, tc) for b in blocks for tc in group]
-        tiles = ctx.tiles(reader, flag_band, keys, keep=keep)
-        for j, b in enumerate(blocks):
-            for k, tc in enumerate(group):
-                tile = tiles[j * len(group) + k]
-                if tile is None:
-                    continue
-                for i, d in wanted[tc]:
-                    counts[i] += np.count_nonzero(b.take(tile[d]) == clear_value)
-    return counts / max(1, area.n_cells)
-
-
-def _scenes(
-    ctx: ServiceContext,
-    reader: CubeReader,
-    band: str,
-    area: Area,
-    slots: list[int],
-    keep: bool,
-) -> list[dict[str, Any] | None]:
-    """:func:`scenes_stats` of each slot, a group of scenes at a time.
-
-    A group's values and clear flags take about :data:`SCENE_BUFFER_BYTES`
-    (and its chunks about :data:`TILE_GROUP_BYTES`), so the memory follows the
-    area's cells, not the number of scenes.
-    """
-    from store.cube import band_spec
-
-    flag_band, clear_value = clear_info(band)
-    side = 1 << reader.block_level
-    per_scene = area.n_cells * (np.dtype(band_spec(band).dtype).itemsize + 2)
-    per_tiles = len(area.blocks(side)) * (_tile_bytes(band, side) + _tile_bytes(flag_band, side))
-    group = max(
-        1, min(SCENE_BUFFER_BYTES // max(1, per_scene), TILE_GROUP_BYTES // max(1, per_tiles))
-    )
-    out: list[dict[str, Any] | None] = []
-    for g in range(0, len(slots), group):
-        part = slots[g : g + group]
-        oks = gather_cells(ctx, reader, flag_band, area, part, keep) == clear_value
-        values = gather_cells(ctx, reader, band, area, part, keep)
-        out.extend(scenes_stats(values, oks, area.weights, area.n_cells))
-    return out
 
 
 def _candidate_slots(cand: list[tuple[int, list[str]]]) -> list[int]:
@@ -276,7 +160,7 @@ def _check_budget(
     for a, c in zip(areas, cands, strict=True):
         tcs = {t // step for t in _candidate_slots(c)}
         chunks.update((b.cy, b.cx, tc) for b in a.blocks(side) for tc in tcs)
-    return len(chunks) * _tile_bytes(flag_band, side) <= ctx.cache_bytes // 4
+    return len(chunks) * tile_bytes(flag_band, side) <= ctx.cache_bytes // 4
 
 
 # --------------------------------------------------------------------------- series, anomaly, trend
@@ -296,13 +180,18 @@ def _series(
     max_scenes: int,
     threshold: float,
     keep: bool,
+    use_summaries: bool = True,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], ChartSeries]:
     sources = dict(cand)
     slots = _candidate_slots(cand)
     excluded = []
     above: list[int] = []
+    usage: list[area_summary.Usage] = []
     if area.n_cells and slots:
-        fractions = _clear_fractions(ctx, reader, band, area, slots, keep)
+        fractions, how = area_summary.clear_fractions(
+            ctx, reader, band, area, slots, keep, use_summaries
+        )
+        usage.append(how)
         for t, f in zip(slots, fractions.tolist(), strict=True):
             if f < threshold:
                 excluded.append(
@@ -320,7 +209,8 @@ def _series(
     scenes: list[dict[str, Any]] = []
     facts: list[dict[str, Any]] = []
     if kept:
-        all_stats = _scenes(ctx, reader, band, area, kept, keep)
+        all_stats, how = area_summary.scenes(ctx, reader, band, area, kept, keep, use_summaries)
+        usage.append(how)
         for t, st in zip(kept, all_stats, strict=True):
             if st is None:
                 excluded.append(
@@ -333,7 +223,16 @@ def _series(
                 )
                 continue
             quality = "good" if st["clear_fraction"] >= GOOD_CLEAR_FRACTION else "fair"
-            scenes.append({"date": slot_date(t), "tslot": t, **st, "quality": quality})
+            bounds = st.pop("quantile_bounds", None)
+            scenes.append(
+                {
+                    "date": slot_date(t),
+                    "tslot": t,
+                    **st,
+                    "quality": quality,
+                    "quantile_bounds": bounds,
+                }
+            )
             facts.append(
                 make_fact(
                     ctx,
@@ -341,13 +240,15 @@ def _series(
                     f"geom:{area.digest}",
                     band,
                     t,
-                    dict(st),
+                    dict(st) if bounds is None else {**st, "quantile_bounds": bounds},
                     sources=sources.get(t, []),
-                    derivation="earthmem.area_stats.coslat.v1",
+                    derivation="earthmem.area_stats.coslat.v1"
+                    if bounds is None
+                    else "earthmem.area_stats.coslat.block_summaries.v1",
                 )
             )
     excluded.sort(key=lambda e: e["tslot"])
-    anomaly = _anomaly(ctx, reader, band, area, scenes, threshold, keep)
+    anomaly = _anomaly(ctx, reader, band, area, scenes, threshold, keep, use_summaries)
     trend = _trend(scenes)
     out = {
         "id": area.id,
@@ -359,6 +260,7 @@ def _series(
         "thinned": thinned,
         "anomaly": anomaly,
         "trend": trend,
+        **_method(usage),
     }
     chart = ChartSeries(
         area.id,
@@ -370,6 +272,27 @@ def _series(
     return out, facts, chart
 
 
+def _method(usage: list[area_summary.Usage]) -> dict[str, Any]:
+    """The answer's account of how an area's statistics were computed.
+
+    The statistics pass (the kept overpasses) when there was one, else the clear-fraction pass.
+    """
+    if not usage:
+        return {
+            "method": area_summary.CELLS,
+            "summary_blocks": 0,
+            "cells_read": 0,
+            "method_note": None,
+        }
+    u = usage[-1]
+    return {
+        "method": u.method,
+        "summary_blocks": u.summary_blocks,
+        "cells_read": u.cells_read,
+        "method_note": u.note,
+    }
+
+
 def _anomaly(
     ctx: ServiceContext,
     reader: CubeReader,
@@ -378,6 +301,7 @@ def _anomaly(
     scenes: list[dict[str, Any]],
     threshold: float,
     keep: bool,
+    use_summaries: bool,
 ) -> dict[str, Any]:
     empty: dict[str, Any] = {
         "latest_tslot": None,
@@ -404,7 +328,7 @@ def _anomaly(
             **base,
             "reason": f"no overpass in earlier years within +-{BASELINE_DAYS} days of year",
         }
-    fractions = _clear_fractions(ctx, reader, band, area, cand, keep)
+    fractions, _ = area_summary.clear_fractions(ctx, reader, band, area, cand, keep, use_summaries)
     use = [i for i, f in enumerate(fractions.tolist()) if f >= threshold]
     if not use:
         return {
@@ -413,7 +337,9 @@ def _anomaly(
         }
     stats = []
     tslots = []
-    used = _scenes(ctx, reader, band, area, [cand[i] for i in use], keep)
+    used, _ = area_summary.scenes(
+        ctx, reader, band, area, [cand[i] for i in use], keep, use_summaries
+    )
     for i, st in zip(use, used, strict=True):
         if st is not None:
             stats.append(st)
@@ -492,7 +418,10 @@ def _trend(scenes: list[dict[str, Any]]) -> dict[str, Any]:
     "(default 16). Per overpass: cos(lat)-weighted mean, std, median, p10..p90, clear counts; "
     "overpasses under the clear-fraction threshold (default 0.4) are listed as excluded. Caps: "
     f"{MAX_AREAS} areas, {MAX_VERTICES} vertices and {MAX_AREA_KM2:g} km^2 per area; per call at "
-    f"most {MAX_CELL_SCENES:,} cells inside x candidate overpasses (over_budget otherwise).",
+    f"most {MAX_CELL_SCENES:,} cells inside x candidate overpasses (over_budget otherwise). "
+    "Blocks wholly inside an area are answered from the pipeline's block summaries (method "
+    "block_summaries+edge_cells: counts, mean, std exact; quantiles from a fixed-grid histogram "
+    "with guaranteed quantile_bounds); use_summaries=false reads every cell (exact quantiles).",
     cost="heavy",
 )
 def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAnswer:
@@ -542,7 +471,15 @@ def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAns
         outs, facts, charts = [], [], []
         for area, cand in zip(areas, cands, strict=True):
             out, f, ch = _series(
-                ctx, reader, band, area, cand, args.max_scenes, args.clear_fraction, keep
+                ctx,
+                reader,
+                band,
+                area,
+                cand,
+                args.max_scenes,
+                args.clear_fraction,
+                keep,
+                args.use_summaries,
             )
             outs.append(out)
             facts.extend(f)

@@ -1,7 +1,7 @@
 """read_area: one band over an area at one overpass (the protocol's recall_polygon).
 
 The cells are the area code's (:func:`api.queries.area_geometry.parse_area`, with
-its caps), read through the tile cache (:func:`api.queries.area.gather_cells`), and
+its caps), read through the tile cache (:func:`api.queries.area_cells.gather`), and
 the statistics are the ones area_over_time gives each overpass
 (:func:`api.queries.area_stats.scenes_stats`, cells weighted by cos(latitude)), so
 the statistic's fact id equals area_over_time's for the same area and overpass.
@@ -25,7 +25,7 @@ from api.queries._common import (
     slot_date,
     store_errors,
 )
-from api.queries.area import gather_cells
+from api.queries.area_cells import gather as gather_cells
 from api.queries.area_geometry import parse_area
 from api.queries.area_stats import scenes_stats
 from api.queries.read import time_of

@@ -94,6 +94,9 @@ class BandSpec:
     """Trailing vector dimension ``(name, length)``, e.g. ``("dim", 128)``."""
     aliases: tuple[str, ...] = ()
     """Short names accepted for this band (area_over_time's ``index``, claims)."""
+    value_range: tuple[float, float] | None = None
+    """``(lo, hi)`` of the fixed histogram grid of the band's block summaries
+    (:mod:`store.cube.summaries`; values outside fall in an under/overflow bin); None: no summaries."""
 
     @property
     def array_path(self) -> str:
@@ -148,11 +151,16 @@ class BandSpec:
 _NAN = math.nan
 
 
-def _index(name: str, long_name: str, family: Family = "s2") -> BandSpec:
+def _index(
+    name: str,
+    long_name: str,
+    family: Family = "s2",
+    value_range: tuple[float, float] = (-1.0, 1.0),
+) -> BandSpec:
     short = name.split(".", 1)[1]
     return BandSpec(
         name, name.replace(".", "/"), "float32", "day", _NAN, "1", long_name, "scalar", family,
-        aliases=(short,),
+        aliases=(short,), value_range=value_range,
     )  # fmt: skip
 
 
@@ -164,13 +172,13 @@ _SPECS: tuple[BandSpec, ...] = (
     _index("indices.evi", "EVI"),
     BandSpec(
         "s1.vv", "s1/vv", "float32", "day", _NAN, "1", "Sentinel-1 VV backscatter (linear)",
-        "scalar", "s1", aliases=("vv",),
+        "scalar", "s1", aliases=("vv",), value_range=(0.0, 1.0),
     ),
     BandSpec(
         "s1.vh", "s1/vh", "float32", "day", _NAN, "1", "Sentinel-1 VH backscatter (linear)",
-        "scalar", "s1", aliases=("vh",),
+        "scalar", "s1", aliases=("vh",), value_range=(0.0, 1.0),
     ),
-    _index("indices.vh_vv", "Sentinel-1 VH/VV ratio (linear)", family="s1"),
+    _index("indices.vh_vv", "Sentinel-1 VH/VV ratio (linear)", family="s1", value_range=(0.0, 1.0)),
     BandSpec(
         "s2.clear", "s2/clear", "uint8", "day", 0, "1",
         "Sentinel-2 observation: 0 none, 1 masked (cloud, shadow, ...), 2 clear", "flag", "s2",

@@ -67,6 +67,13 @@ from store.cube.inventory import (
     legacy_partitions,
     write_partitions,
 )
+from store.cube.summaries import (
+    N_FIELDS,
+    SUMMARY_GROUP,
+    summarised_bands,
+    summary_level,
+    summary_path,
+)
 from store.snapshots import MAIN_BRANCH
 
 __all__ = [
@@ -138,6 +145,30 @@ def _compressor(spec: BandSpec) -> Any:
     return ZstdCodec(level=3)
 
 
+def _create_summary_array(root: zarr.Group, spec: BandSpec, level: int) -> None:
+    """The block-summary array of a band (:mod:`store.cube.summaries`): one chunk per week and block."""
+    group = root[SUMMARY_GROUP] if SUMMARY_GROUP in root else root.create_group(SUMMARY_GROUP)
+    assert isinstance(group, zarr.Group)
+    sub = summary_level(level)
+    per = 1 << (level - sub)
+    group.create_array(
+        summary_path(spec.name).split("/", 1)[1],
+        shape=(spec.time_size, spec.shape[1] >> sub, spec.shape[2] >> sub, N_FIELDS),
+        dtype="float64",
+        chunks=(spec.time_chunk, per, per, N_FIELDS),
+        fill_value=float("nan"),
+        dimension_names=("tslot", "block_y", "block_x", "field"),
+        compressors=ZstdCodec(level=3),
+        attributes={
+            "earthmem_band": spec.name,
+            "long_name": f"per-block summaries of {spec.name} (see store.cube.summaries)",
+            "block_level": level,
+            "summary_level": sub,
+        },
+        config={"write_empty_chunks": False},
+    )
+
+
 def block_level_of(attrs: Mapping[str, Any], default: int) -> int:
     level = attrs.get("block_level", default)
     return int(level) if isinstance(level, int | float) else default
@@ -159,8 +190,11 @@ def ensure_layout(
     attrs = dict(existing.attrs) if existing is not None else {}
     level = block_level_of(attrs, block_level)
     missing = [s for s in BANDS.values() if existing is None or str(s.path) not in existing]
+    no_summaries = [
+        s for s in summarised_bands() if existing is None or summary_path(s.name) not in existing
+    ]
     no_inventory = existing is None or INVENTORY_ARRAY not in existing
-    if "earthmem_layout" in attrs and not missing and not no_inventory:
+    if "earthmem_layout" in attrs and not missing and not no_inventory and not no_summaries:
         return level
     session = repo.writable_session(MAIN_BRANCH)
     root = zarr.open_group(session.store, mode="a", zarr_format=3)
@@ -198,6 +232,8 @@ def ensure_layout(
             attributes=_band_attrs(spec),
             config={"write_empty_chunks": False},
         )
+    for spec in no_summaries:
+        _create_summary_array(root, spec, level)
     imported = 0
     if no_inventory:
         create_inventory_array(root)

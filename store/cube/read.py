@@ -12,7 +12,9 @@ and reads in three shapes:
   queries (:meth:`~CubeReader.column`, :meth:`~CubeReader.column_series`);
 * **tiles**: single decoded chunks, cached, fetched concurrently and decoded
   with the band's own codecs (:meth:`~CubeReader.tiles`,
-  :meth:`~CubeReader.read_chunks`), for area queries.
+  :meth:`~CubeReader.read_chunks`), for area queries;
+* **block summaries** of a scalar band (:meth:`~CubeReader.summary_tiles`,
+  :mod:`store.cube.summaries`), cached like tiles, for area queries.
 
 Columns and tiles live in a :class:`~store.cube.cache.ChunkCache` keyed by
 snapshot; a server gives all its readers one cache. :attr:`CubeReader.inventory`
@@ -35,10 +37,11 @@ from zarr.core.sync import sync
 
 from store.cube.bands import X_SIZE, BandSpec, band_spec
 from store.cube.cache import ChunkCache, Column
-from store.cube.codec import ChunkCodec, fill_mask, is_contiguous
+from store.cube.codec import ChunkCodec, fill_mask, get_many, is_contiguous
 from store.cube.inventory import SnapshotInventory
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, MAX_REGION_ELEMENTS, block_level_of
 from store.cube.regions import RegionReads
+from store.cube.summaries import summary_path
 from store.errors import SnapshotNotFound
 from store.snapshots import (
     MAIN_BRANCH,
@@ -345,6 +348,71 @@ class CubeReader(RegionReads):
                 cache.put(
                     [
                         ((sid, band, *k), a)
+                        for k, a in zip(wanted, got, strict=True)
+                        if a is not None
+                    ]
+                )
+        return out
+
+    def summary_tiles(
+        self,
+        band: str,
+        keys: Sequence[tuple[int, int, int]],
+        cache: ChunkCache | None = None,
+        *,
+        keep: bool = True,
+    ) -> list[npt.NDArray[np.float64] | None] | None:
+        """Block summaries ``(time_chunk, n, n, N_FIELDS)`` of a band, per ``(chunk row, chunk column, time chunk)``.
+
+        ``n x n`` summary blocks per chunk (:func:`store.cube.summaries.summary_level`).
+
+        Returns:
+            None when this snapshot has no summary array for the band (written
+            before summaries existed); otherwise per key the summaries (rows of
+            NaN, or None when the chunk is absent: not summarised, read the cells).
+        """
+        band_spec(band)
+        path = summary_path(band)
+        if path not in self._codecs:
+            root = zarr.open_group(self.session.store, mode="r")
+            if path not in root:
+                self._codecs[path] = None
+            else:
+                summary = zarr.open_array(self.session.store, path=path, mode="r", zarr_format=3)
+                made = ChunkCodec(summary, path)
+                self._codecs[path] = made if made.supported else None
+        codec = self._codecs[path]
+        if codec is None:
+            return None
+        cache = cache if cache is not None else self.cache
+        sid = self._snapshot_id
+        out: list[npt.NDArray[np.float64] | None] = [None] * len(keys)
+        missing: dict[tuple[int, int, int], list[int]] = {}
+        for i, k in enumerate(keys):
+            hit = cache.tile((sid, "summary", band, *k))
+            if hit is not None:
+                out[i] = hit
+            else:
+                missing.setdefault(k, []).append(i)
+        if missing:
+            wanted = list(missing)
+            raws = sync(
+                get_many(
+                    self.session.store,
+                    [codec.key((tc, cy, cx, 0)) for cy, cx, tc in wanted],
+                    codec.prototype,
+                )
+            )
+            got: list[npt.NDArray[np.float64] | None] = [
+                None if r is None else codec.decode_view(r) for r in raws
+            ]
+            for k, one in zip(wanted, got, strict=True):
+                for i in missing[k]:
+                    out[i] = one
+            if keep:
+                cache.put(
+                    [
+                        ((sid, "summary", band, *k), a)
                         for k, a in zip(wanted, got, strict=True)
                         if a is not None
                     ]

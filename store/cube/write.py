@@ -36,7 +36,8 @@ import zarr
 from zarr.core.buffer import Buffer
 from zarr.core.sync import sync
 
-from store.cube.bands import BandSpec, band_spec
+from store.cube import summaries
+from store.cube.bands import FAMILY_FLAGS, BandSpec, band_spec
 from store.cube.codec import ChunkCodec, check_box, get_many, is_contiguous, put_many
 from store.cube.inventory import INVENTORY_ARRAY, PartitionRows, write_partitions
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, LAYOUT_VERSION, ensure_layout
@@ -122,6 +123,8 @@ class CubeTransaction:
         self._codecs = codecs if codecs is not None else {}
         self._pending: dict[str, Buffer | None] = {}
         self._inventory: dict[str, PartitionRows] = {}
+        self._decoded: dict[tuple[str, tuple[int, int, int]], npt.NDArray[Any] | None] = {}
+        self._touched: set[tuple[str, tuple[int, int, int]]] = set()
         self._open = True
         self.partition_key = partition_key
         """The partition this transaction materialises."""
@@ -163,6 +166,7 @@ class CubeTransaction:
             got = sync(get_many(self._session.store, fetch, codec.prototype))
             found.update(zip(fetch, got, strict=True))
         encoded: dict[str, Buffer | None] = {}
+        decoded: dict[tuple[str, tuple[int, int, int]], npt.NDArray[Any] | None] = {}
         for coords, inner, outer, whole in boxes:
             key = codec.key(coords)
             if whole:
@@ -174,8 +178,13 @@ class CubeTransaction:
                 else:
                     chunk = codec.decode(old)
                 chunk[inner] = data[outer]
-            encoded[key] = None if codec.is_fill(chunk) else codec.encode(chunk)
+            fill = codec.is_fill(chunk)
+            encoded[key] = None if fill else codec.encode(chunk)
+            if codec.path in _SUMMARY_INPUTS:
+                decoded[(codec.path, (coords[0], coords[1], coords[2]))] = None if fill else chunk
         pending.update(encoded)
+        self._decoded.update(decoded)
+        self._touch(codec.path, [(c[0], c[1], c[2]) for c, _, _, _ in boxes])
 
     def _flush(self) -> None:
         """Store the chunks encoded so far, all at once (one round trip to the store)."""
@@ -231,6 +240,20 @@ class CubeTransaction:
                 self._write_chunks(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data)
                 return
         self._flush()  # Zarr reads the store: it must see this transaction's chunks
+        if spec.array_path in _SUMMARY_INPUTS:  # the store holds these chunks now
+            path = spec.array_path
+            self._decoded = {k: v for k, v in self._decoded.items() if k[0] != path}
+            side = self._array(spec).chunks[1]
+            tcs = sorted({int(x) // spec.time_chunk for x in t})
+            self._touch(
+                path,
+                [
+                    (tc, cy, cx)
+                    for tc in tcs
+                    for cy in range(lat_q0 // side, (lat_q0 + h - 1) // side + 1)
+                    for cx in range(lng_q0 // side, (lng_q0 + w - 1) // side + 1)
+                ],
+            )
         if contiguous:
             self._array(spec)[(slice(int(t[0]), int(t[-1]) + 1), ys, xs)] = data
         else:
@@ -252,6 +275,71 @@ class CubeTransaction:
             raise TransactionClosed(f"transaction {self.partition_key!r} is closed")
         self._inventory[key] = PartitionRows.from_rows(key, rows)
 
+    def _touch(self, path: str, coords: Iterable[tuple[int, int, int]]) -> None:
+        """Mark the summaries that depend on these chunks of ``path`` as to be recomputed."""
+        for band in _SUMMARY_INPUTS.get(path, ()):
+            self._touched.update((band, c) for c in coords)
+
+    def _chunks_of(
+        self, spec: BandSpec, coords: list[tuple[int, int, int]]
+    ) -> list[npt.NDArray[Any] | None]:
+        """This transaction's view of some chunks ``(tc, cy, cx)`` of a band (None: not stored)."""
+        codec = self._codec(spec)
+        path = spec.array_path
+        out: list[npt.NDArray[Any] | None] = [None] * len(coords)
+        fetch: list[int] = []
+        for i, c in enumerate(coords):
+            if (path, c) in self._decoded:
+                out[i] = self._decoded[(path, c)]
+            else:
+                fetch.append(i)
+        if fetch:
+            extra = (0,) * (len(codec.chunks) - 3)
+            keys = [codec.key((*coords[i], *extra)) for i in fetch]
+            pend = [self._pending.get(k, _ABSENT) for k in keys]
+            missing = [k for k, p in zip(keys, pend, strict=True) if p is _ABSENT]
+            got = sync(get_many(self._session.store, missing, codec.prototype)) if missing else []
+            stored = dict(zip(missing, got, strict=True))
+            for i, k, p in zip(fetch, keys, pend, strict=True):
+                raw = stored[k] if p is _ABSENT else p
+                out[i] = None if raw is None else codec.decode(raw)
+        return out
+
+    def _store_summaries(self) -> None:
+        """Recompute the block summaries of every chunk this transaction changed (or whose flag it changed).
+
+        They are stored with the chunks, so a snapshot's summaries always describe its chunks.
+        """
+        if not self._touched:
+            return
+        root = zarr.open_group(self._session.store, mode="r")
+        by_band: dict[str, list[tuple[int, int, int]]] = {}
+        for band, c in sorted(self._touched):
+            by_band.setdefault(band, []).append(c)
+        self._touched = set()
+        for band, coords in by_band.items():
+            spec = band_spec(band)
+            path = summaries.summary_path(band)
+            if path not in root:  # a layout from before summaries: nothing to keep current
+                continue
+            flag_band, clear_value = FAMILY_FLAGS[spec.family]
+            values = self._chunks_of(spec, coords)
+            flags = self._chunks_of(band_spec(flag_band), coords)
+            codec = self._codecs.get(path)
+            if codec is None:
+                arr = zarr.open_array(self._session.store, path=path, mode="r+", zarr_format=3)
+                codec = self._codecs[path] = ChunkCodec(arr, path)
+            grid = summaries.Grid.of(spec)
+            side = self._codec(spec).chunks[1]
+            sub = side // codec.chunks[1]
+            for (tc, cy, cx), v, f in zip(coords, values, flags, strict=True):
+                if v is None and f is None:
+                    rows = np.broadcast_to(summaries.empty(), codec.chunks)
+                else:
+                    rows = summaries.summarise_chunk(v, f, clear_value, cy * side, grid, sub)
+                chunk = np.ascontiguousarray(rows.reshape(codec.chunks))
+                self._pending[codec.key((tc, cy, cx, 0))] = codec.encode(chunk)
+
     def _store_inventory(self) -> None:
         write_partitions(self._session, self._inventory.values())
         self._inventory = {}
@@ -260,8 +348,23 @@ class CubeTransaction:
         self._open = False
         self._pending = {}
         self._inventory = {}
+        self._decoded = {}
+        self._touched = set()
         self._arrays.clear()
 
+
+def _summary_inputs() -> dict[str, tuple[str, ...]]:
+    """Array path -> the summarised bands whose summaries depend on it (the band, its flag)."""
+    out: dict[str, list[str]] = {}
+    for spec in summaries.summarised_bands():
+        out.setdefault(spec.array_path, []).append(spec.name)
+        flag = band_spec(FAMILY_FLAGS[spec.family][0]).array_path
+        out.setdefault(flag, []).append(spec.name)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+_SUMMARY_INPUTS = _summary_inputs()
+_ABSENT: Any = object()
 
 _LAYOUT_CHECKED: dict[tuple[str, int, int], int] = {}
 """Local repositories whose layout is complete -> block level (per process)."""
@@ -353,6 +456,7 @@ class CubeWriter:
             tx = CubeTransaction(session, partition_key, self._codecs)
             try:
                 yield tx
+                tx._store_summaries()
                 tx._flush()
                 tx._store_inventory()
             except BaseException:

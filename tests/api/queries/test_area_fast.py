@@ -15,7 +15,7 @@ import pytest
 
 from api.context import ServiceContext
 from api.dispatch import run
-from api.queries import area as area_mod
+from api.queries import area_cells
 from api.queries import area_stats as stats_mod
 from api.queries.area_geometry import parse_area
 from api.receipts import Signer
@@ -48,7 +48,7 @@ def test_tile_read_equals_zarr(tiny_store: Any, reader: CubeReader, band: str) -
         "coordinates": [[[b[0], b[1]], [b[2], b[1]], [c[0], b[3]], [b[0], b[1]]]],
     }
     for area in (parse_area("a", None, [b[1], b[0], b[3], b[2]]), parse_area("t", triangle, None)):
-        got = area_mod.gather_cells(ctx, reader, band, area, slots, True)
+        got = area_cells.gather(ctx, reader, band, area, slots, True)
         arr = reader.array(band)
         y0, y1, x0, x1 = area.box
         full = np.asarray(arr.oindex[(np.asarray(slots, np.int64), slice(y0, y1), slice(x0, x1))])
@@ -56,7 +56,7 @@ def test_tile_read_equals_zarr(tiny_store: Any, reader: CubeReader, band: str) -
         np.testing.assert_array_equal(got, want)
         assert got.dtype == want.dtype
         assert ctx.cache_info()["tiles"] > 0
-        again = area_mod.gather_cells(ctx, reader, band, area, slots, True)  # from the tile cache
+        again = area_cells.gather(ctx, reader, band, area, slots, True)  # from the tile cache
         np.testing.assert_array_equal(again, want)
 
 
@@ -71,6 +71,7 @@ def test_area_stats_equal_reference_on_cube_values(tiny_store: Any, reader: Cube
         "index": "ndvi",
         "max_scenes": 12,
         "chart": False,
+        "use_summaries": False,  # the cell path: the summary path is test_area_summaries.py
     }
     cold = run(ctx, "area_over_time", args).model_dump(mode="json")
     warm = run(ctx, "area_over_time", args).model_dump(mode="json")
@@ -105,8 +106,8 @@ def test_scene_stats_split_across_threads_is_the_same(
     b = tiny_store.manifest["bbox"]
     area = parse_area("a", None, [b[1], b[0], b[3], b[2]])
     slots = [t for t, _ in ctx.overpasses(reader, "s2", area.box)][:10]
-    values = area_mod.gather_cells(ctx, reader, "indices.ndvi", area, slots, True)
-    oks = area_mod.gather_cells(ctx, reader, "s2.clear", area, slots, True) == 2
+    values = area_cells.gather(ctx, reader, "indices.ndvi", area, slots, True)
+    oks = area_cells.gather(ctx, reader, "s2.clear", area, slots, True) == 2
     threaded = stats_mod.scenes_stats(values, oks, area.weights, area.n_cells)
     monkeypatch.setattr(stats_mod, "_THREADED_SCENES", 10**9)
     serial = stats_mod.scenes_stats(values, oks, area.weights, area.n_cells)
