@@ -9,9 +9,10 @@ export DAGSTER_HOME ?= $(CURDIR)/$(DATA)/dagster_home
 .PHONY: setup run test pytest clients clients-test fuzz lint typecheck check bench bench-quick lock serve dagster clean
 
 # pytest-xdist: one worker process per core (PYTEST_WORKERS=0: one process), each test module
-# on one worker (its module fixtures are built once); the session builds are shared (tests/conftest.py)
+# on one worker (its module fixtures are built once), the longest first; the session builds are
+# shared by the workers (tests/conftest.py)
 PYTEST_WORKERS ?= auto
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 $(BIN)/earthmem: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -128,6 +128,42 @@ def tiny_store(tiny_sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     return IngestedSample(tiny_sample_dir, data, manifest, report)
 
 
+# --------------------------------------------------------------------------- parallel order
+
+LONG_MODULES = (
+    "tests/test_readme.py",
+    "tests/bench/test_bench_smoke.py",
+    "tests/cli/test_gc.py",
+    "tests/pipelines/test_instance_setup.py",
+    "tests/store/knn/test_table.py",
+    "tests/pipelines/test_ingest_integrity.py",
+)
+"""The modules that run for minutes, longest first (CI's ``--durations``)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist: the longest modules first, so none starts last and runs alone.
+
+    ``make pytest`` hands out whole modules (``--dist loadscope --no-loadscope-reorder``)
+    in this order: :data:`LONG_MODULES`, then the other modules with a ``slow`` test,
+    then the rest by number of tests (xdist's own order). Within a module the order is
+    kept. A serial run keeps the collection order.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def rank(name: str) -> tuple[int, int]:
+        group = modules[name]
+        if name in LONG_MODULES:
+            return (0, LONG_MODULES.index(name))
+        return (1 if any(i.get_closest_marker("slow") for i in group) else 2, -len(group))
+
+    items[:] = [i for name in sorted(modules, key=rank) for i in modules[name]]
+
+
 # --------------------------------------------------------------------------- memory store backends
 
 MEMORY_BACKENDS_RAN: set[str] = set()
