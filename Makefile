@@ -8,6 +8,12 @@ export DAGSTER_HOME ?= $(CURDIR)/$(DATA)/dagster_home
 
 .PHONY: setup run test pytest clients clients-test fuzz lint typecheck check bench bench-quick bench-large lock serve dagster clean
 
+# pytest-xdist: one worker process per core (PYTEST_WORKERS=0: one process), each test module
+# on one worker (its module fixtures are built once), the longest first; the session builds are
+# shared by the workers (tests/conftest.py)
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
+
 $(BIN)/earthmem: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
@@ -24,10 +30,10 @@ test: setup  ## lint, type-check and run the test suite (offline; outside client
 	$(BIN)/ruff check store pipelines api cli tests bench
 	$(BIN)/ruff format --check store pipelines api cli tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_PARALLEL)
 
 pytest: setup  ## the test suite without the outside clients (CI runs those as their own stage)
-	$(BIN)/pytest -q --durations=15 -m "not clients and not fuzz"
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=15 -m "not clients and not fuzz"
 
 CLIENTS := tests/clients
 EARTHMEM_FUZZ_SECONDS ?= 900

@@ -140,15 +140,26 @@ def start(*, durable: bool = False) -> PgServer:
              "-E", "UTF8", "--no-sync"],
             "initdb",
         )  # fmt: skip
-        port = _free_port()
-        opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200"
-        if not durable:
-            opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        _run(
-            [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"),
-             "-w", "-t", "60", "-o", opts, "start"],
-            "pg_ctl start",
-        )  # fmt: skip
+        for attempt in range(3):
+            # The free port is free when asked; another process (a parallel test worker
+            # starting its own server) may bind it first: then start again on another.
+            port = _free_port()
+            opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+            if not durable:
+                opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            try:
+                _run(
+                    [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-l",
+                     str(root / "server.log"), "-w", "-t", "60", "-o", opts, "start"],
+                    "pg_ctl start",
+                )  # fmt: skip
+                break
+            except PgUnavailable:
+                log = root / "server.log"
+                in_use = log.exists() and "could not bind" in log.read_text(errors="replace")
+                if attempt == 2 or not in_use:
+                    raise
+                log.unlink()
     except PgUnavailable as exc:
         log = root / "server.log"
         tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
