@@ -66,7 +66,6 @@ __all__ = [
     "MAX_CELL_SCENES",
     "MIN_TREND_SCENES",
     "area_over_time",
-    "gather_cells",
 ]
 
 MAX_AREAS = 6
