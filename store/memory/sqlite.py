@@ -4,8 +4,10 @@ Writers are serialised by ``BEGIN IMMEDIATE`` (the database's write lock, taken
 at the start of every write transaction, waited for up to ``busy_timeout``), so
 a read-check-write never loses an update and history seqs never fork; readers
 never block (WAL snapshots). ``synchronous=FULL`` by default: a committed write
-survives a power cut (``NORMAL`` trades the last commits for speed; the bench
-states which it used). The driver's own transaction handling is switched off
+survives a power cut, and the API answers (with its receipt) only after the
+commit returns, so a receipt never names a write that can be lost. ``NORMAL``
+(WAL) survives a process crash but a power loss may drop the last commits,
+receipts given included (never a corruption); the bench states which it used. The driver's own transaction handling is switched off
 and ``BEGIN`` is emitted by the ``begin`` event (the SQLAlchemy recipe for
 pysqlite), so DDL is transactional too.
 """
