@@ -202,8 +202,10 @@ class RateLimiter:
     def from_env(cls) -> RateLimiter:
         """The write limiter of ``EARTHMEM_WRITE_RATE`` / ``EARTHMEM_WRITE_BURST`` (or the defaults)."""
         rate = _env_float("EARTHMEM_WRITE_RATE", DEFAULT_WRITE_RATE)
-        burst = _env_int("EARTHMEM_WRITE_BURST", DEFAULT_WRITE_BURST, 1)
-        return cls(rate if rate > 0 else DEFAULT_WRITE_RATE, burst)
+        burst = _env_int("EARTHMEM_WRITE_BURST", DEFAULT_WRITE_BURST, 0)
+        return cls(
+            rate if rate > 0 else DEFAULT_WRITE_RATE, burst if burst > 0 else DEFAULT_WRITE_BURST
+        )
 
     def take(self, key: str) -> None:
         """Spend one unit of ``key``'s bucket.
