@@ -166,7 +166,7 @@ class ServiceContext:
             else os.environ.get(REQUIRE_TOKEN_ENV, "").strip().lower() in ("1", "true", "yes")
         )
         """Whether cube primitives, too, need a token that may read (default: they answer anyone)."""
-        self.write_limiter = RateLimiter()
+        self.write_limiter = RateLimiter.from_env()
         """Per-token write rate limit of this process."""
         self._memory: MemoryStore | None = None
         self.cache_bytes = int(cache_bytes)

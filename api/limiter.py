@@ -18,7 +18,9 @@ a write answers 429 ``rate_limited`` with ``retry_after`` seconds.
 
 Limits come from the environment when the process starts:
 ``EARTHMEM_HEAVY_CONCURRENCY`` (default 2), ``EARTHMEM_HEAVY_QUEUE`` (default 4)
-and ``EARTHMEM_HEAVY_WAIT_S`` (default 10).
+and ``EARTHMEM_HEAVY_WAIT_S`` (default 10); ``EARTHMEM_WRITE_RATE`` (writes/s per
+token, default 50) and ``EARTHMEM_WRITE_BURST`` (default 200) for memory writes
+(:meth:`RateLimiter.from_env`). A malformed value falls back to the default.
 """
 
 from __future__ import annotations
@@ -195,6 +197,15 @@ class RateLimiter:
         self.burst = int(burst)
         self._lock = threading.Lock()
         self._buckets: dict[str, tuple[float, float]] = {}
+
+    @classmethod
+    def from_env(cls) -> RateLimiter:
+        """The write limiter of ``EARTHMEM_WRITE_RATE`` / ``EARTHMEM_WRITE_BURST`` (or the defaults)."""
+        rate = _env_float("EARTHMEM_WRITE_RATE", DEFAULT_WRITE_RATE)
+        burst = _env_int("EARTHMEM_WRITE_BURST", DEFAULT_WRITE_BURST, 0)
+        return cls(
+            rate if rate > 0 else DEFAULT_WRITE_RATE, burst if burst > 0 else DEFAULT_WRITE_BURST
+        )
 
     def take(self, key: str) -> None:
         """Spend one unit of ``key``'s bucket.

@@ -47,17 +47,15 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
-from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-import blake3
 from nacl.exceptions import BadSignatureError
-from nacl.signing import SigningKey, VerifyKey
+from nacl.signing import VerifyKey
 
 from api.errors import InvalidArgument, ReceiptKeyError, from_store_error
-from store.errors import CanonicalFormError
+from store.errors import CanonicalFormError, SigningKeyError
 from store.facts import FACT_ID_PREFIX, canonical_cbor, digest, fast_cbor, normalise
+from store.keys import KEY_FILE, Ed25519Key, key_id_of
 
 __all__ = [
     "DOMAIN_TAG",
@@ -80,9 +78,6 @@ RECEIPT_VERSION = 1
 
 DOMAIN_TAG = b"earthmem.receipt.v1"
 """Domain-separation tag, the first item of every receipt preimage."""
-
-KEY_FILE = Path("keys") / "receipt_ed25519.key"
-"""Location of the 32-byte ed25519 seed, relative to the data directory."""
 
 _U32 = struct.Struct(">I")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -219,98 +214,21 @@ def receipt_preimage(
 # --------------------------------------------------------------------------- keys
 
 
-def key_id_of(public_key: bytes) -> str:
-    """Key id: the first 16 hex characters of blake3 of the raw 32-byte public key."""
-    return blake3.blake3(public_key).hexdigest()[:16]
-
-
 @dataclass(frozen=True)
-class Signer:
-    """An ed25519 receipt signer."""
-
-    signing_key: SigningKey
-    """The private key (never serialised by this class)."""
+class Signer(Ed25519Key):
+    """The receipt signer: the data directory's key (:mod:`store.keys`) and its public document."""
 
     @classmethod
-    def generate(cls) -> Signer:
-        """A fresh in-memory signer (tests, ephemeral servers)."""
-        return cls(SigningKey.generate())
-
-    @classmethod
-    def load_or_create(cls, data_dir: str | os.PathLike[str]) -> Signer:
+    def load_or_create(cls, data_dir: str | os.PathLike[str]) -> Self:
         """Load the signer of a data directory, creating its key on first run.
-
-        The key is the raw 32-byte ed25519 seed in ``<data_dir>/keys/receipt_ed25519.key``,
-        created with mode 0600 inside a 0700 ``keys`` directory. Creation is
-        atomic (written to a temporary file, then hard-linked into place), so
-        two processes starting together end up with the same key.
-
-        Args:
-            data_dir: The earthmem data directory.
-
-        Returns:
-            The signer.
 
         Raises:
             ReceiptKeyError: The key file is malformed or readable by group/others.
         """
-        path = Path(data_dir) / KEY_FILE
-        keys_dir = path.parent
-        if not keys_dir.exists():
-            keys_dir.mkdir(parents=True, exist_ok=True)
-            os.chmod(keys_dir, 0o700)
-        if not path.exists():
-            cls._create_key_file(path)
-        return cls(SigningKey(cls._read_key_file(path)))
-
-    @staticmethod
-    def _create_key_file(path: Path) -> None:
-        seed = bytes(SigningKey.generate())
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.fchmod(fd, 0o600)  # independent of the umask
-            os.write(fd, seed)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)  # atomic; fails if another process won the race
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink(missing_ok=True)
-
-    @staticmethod
-    def _read_key_file(path: Path) -> bytes:
-        mode = path.stat().st_mode & 0o777
-        if mode & 0o077:
-            raise ReceiptKeyError(
-                f"receipt key {path} has mode {mode:o}; it must be readable by its owner only "
-                "(chmod 600)",
-                code="receipt_key_insecure",
-            )
-        seed = path.read_bytes()
-        if len(seed) != 32:
-            raise ReceiptKeyError(
-                f"receipt key {path} holds {len(seed)} bytes, expected a 32-byte ed25519 seed",
-                code="receipt_key_malformed",
-            )
-        return seed
-
-    @cached_property
-    def public_key(self) -> bytes:
-        """Raw 32-byte ed25519 public key."""
-        return bytes(self.signing_key.verify_key)
-
-    @cached_property
-    def key_id(self) -> str:
-        """First 16 hex characters of blake3(public key)."""
-        return key_id_of(self.public_key)
-
-    def sign(self, message: bytes) -> bytes:
-        """Raw 64-byte ed25519 signature of ``message``."""
-        return self.signing_key.sign(message).signature
+            return super().load_or_create(data_dir)
+        except SigningKeyError as exc:
+            raise ReceiptKeyError(exc.message, code=exc.code) from exc
 
     def public_info(self) -> dict[str, Any]:
         """The document served at ``/.well-known/earthmem.json``."""

@@ -10,7 +10,12 @@ transaction per row) and ``psycopg``
 is started by the bench (Debian's package, default durability: fsync and
 synchronous commit on); when it cannot start, its rows say so.
 
-    python -m bench.bench_memory [--quick] [--n 400] [--json PATH]
+The API rows (:mod:`bench.memory_api`): ``memory_create`` through the dispatch room
+in process and over loopback HTTP, p50/p95 and writes/s with 1 and 8 writers, on
+SQLite (the API's default, ``synchronous=FULL``) and PostgreSQL, against the same
+bare inserts.
+
+    python -m bench.bench_memory [--quick] [--n 400] [--json PATH] [--store-only]
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ if __package__ in (None, ""):
 from nacl.signing import SigningKey
 
 from bench.common import Timing, write_json
+from bench.memory_api import api_rows
 from store.memory import open_store
 from store.memory.codec import item_row
 from store.memory.digest import content_digest, new_item_id
@@ -234,8 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="80 writes per case")
     ap.add_argument("--n", type=int, default=800, help="writes per case")
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--store-only", action="store_true", help="skip the API rows (in process and over HTTP)"
+    )
     args = ap.parse_args(argv)
     n = 80 if args.quick else args.n
+    api_n = n // 2 if args.quick else n  # a smoke run: the API rows start a server per backend
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
@@ -247,6 +257,15 @@ def main(argv: list[str] | None = None) -> int:
                 rows += rows_for(f"sqlite ({sync})", store, bare, n, f"WAL, synchronous={sync}")
             finally:
                 store.close()
+            if sync == "FULL" and not args.store_only:  # the API opens its store with the default
+                rows += api_rows(
+                    "sqlite (FULL)",
+                    f"sqlite:///{tmp}/api.sqlite",
+                    run_writers,
+                    bare,
+                    api_n,
+                    "WAL, synchronous=FULL",
+                )
         try:
             from tests import pg_server
 
@@ -257,21 +276,32 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             try:
                 store = open_store(server.create_database("bench"))
+                durability = f"PostgreSQL {server.version}, fsync on, synchronous_commit on"
+                bare_pg = pg_bare(server.create_database("bare"))
                 try:
-                    rows += rows_for(
-                        "postgresql",
-                        store,
-                        pg_bare(server.create_database("bare")),
-                        n,
-                        f"PostgreSQL {server.version}, fsync on, synchronous_commit on",
-                    )
+                    rows += rows_for("postgresql", store, bare_pg, n, durability)
                 finally:
                     store.close()
+                if not args.store_only:
+                    rows += api_rows(
+                        "postgresql",
+                        server.create_database("api"),
+                        run_writers,
+                        bare_pg,
+                        api_n,
+                        durability,
+                    )
             finally:
                 server.stop()
     for r in rows:
+        extra = (
+            f"  p95 {r['p95']:8.3f} ms  {r['writes_per_s']:7.1f} writes/s"
+            f" (bare {r['baseline']['writes_per_s']:7.1f}/s)"
+            if "p95" in r
+            else ""
+        )
         print(
-            f"{r['case']:48} {r['median']:10.3f} {r['unit']:9} baseline {r['baseline']['median']:10.3f} ratio {r['ratio']:.2f}"
+            f"{r['case']:58} {r['median']:10.3f} {r['unit']:9} baseline {r['baseline']['median']:10.3f} ratio {r['ratio']:.2f}{extra}"
         )
     for note in notes:
         print(note)

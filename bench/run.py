@@ -79,7 +79,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("knn", "bench.bench_knn", timeout_s=1200),
     Bench("queries", "bench.bench_queries", timeout_s=1500),
     Bench("ingest", "bench.bench_ingest", timeout_s=900),
-    Bench("memory", "bench.bench_memory", timeout_s=600),
+    Bench("memory", "bench.bench_memory", timeout_s=900),
     Bench("recall", "bench.bench_recall", timeout_s=900, large_args=("--large",)),
 )
 """Every bench, in run order."""

@@ -44,11 +44,13 @@ def demo_memories(manifest: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "type": "observation",
             "title": "Forest canopy intact at the clearing",
-            "statement": "The forest canopy at the patch near Pithoria was intact on 2024-06-01.",
+            # 2024-03-27: a date the sample renders cloud-free at both sizes, twelve days
+            # after the patch is felled, so the cube can decide: contradicted
+            "statement": "The forest canopy at the patch near Pithoria was intact on 2024-03-27.",
             "tags": ["forest"],
             "where": {"lat": cut["lat"], "lng": cut["lng"]},
-            "valid_at": "2024-06-01",
-            "claim": {"band": "indices.ndvi", "op": "gt", "value": 0.6, "date": "2024-06-01"},
+            "valid_at": "2024-03-27",
+            "claim": {"band": "indices.ndvi", "op": "gt", "value": 0.6, "date": "2024-03-27"},
             "operation_id": "demo-canopy",
         },
     ]

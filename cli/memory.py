@@ -232,6 +232,8 @@ def _audit(args: argparse.Namespace) -> int:
         print(f"{project}: {verdict} ({report.entries} entries, head {report.head})")
         for problem in report.problems[:20]:
             print(f"  {problem}")
+        for warning in report.warnings:
+            print(f"  warning: {warning}")
     return 0 if ok else 1
 
 

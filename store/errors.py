@@ -307,3 +307,20 @@ __all__ += [
     "OperationConflict",
     "VersionConflict",
 ]
+
+
+# --------------------------------------------------------------------------- signing keys
+
+
+class SigningKeyError(StoreError, OSError):
+    """The data directory's signing key is unreadable, malformed or too widely readable."""
+
+    code = "receipt_key_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+__all__ += ["SigningKeyError"]

@@ -1,10 +1,12 @@
 """Signed history heads, and the audit that checks a project's whole chain against them.
 
-Every API write signs the project's new head ``(project, seq, hash)`` with the server's
-receipt key and stores the signature with the entry. The pipeline's re-checks write
-unsigned entries (it holds no API key); a later signed head still covers them,
-since it signs a hash chained over them. Unsigned entries after the last signed head
-are reported as an unprotected tail (a warning: they are only hash-chained). The audit recomputes every
+Every write signs the project's new head ``(project, seq, hash)`` with the data
+directory's key (:mod:`store.keys`, the server's receipt key) and stores the signature
+with the entry: the API's writes and the pipeline's re-checks alike
+(:func:`store.memory.chain.head_signature`). Entries written without a signature
+(by an older pipeline, or a store used directly) are covered by a later signed
+head, since it signs a hash chained over them; unsigned entries after the last
+signed head are reported as an unprotected tail (a warning: they are only hash-chained). The audit recomputes every
 entry's hash from its content and the previous hash, and checks every stored head
 signature: rewriting a past entry *and* every later hash is still detected,
 because the rewritten hashes no longer match the signatures made when they were
@@ -20,21 +22,11 @@ from typing import Any
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from api.receipts import Signer
-from store.facts import canonical_cbor, digest
+from store.memory.chain import head_message, head_signature
 from store.memory.interface import GENESIS_HASH, MemoryStore, entry_content, entry_hash
 from store.memory.model import HistoryEntry, ProjectHead
 
 __all__ = ["AuditReport", "audit_project", "head_signature"]
-
-
-def _head_message(head: ProjectHead) -> bytes:
-    return digest(canonical_cbor({"project": head.project, "seq": head.seq, "hash": head.hash}))
-
-
-def head_signature(signer: Signer, head: ProjectHead) -> str:
-    """``<key id>:<hex ed25519 signature>`` over a history head."""
-    return f"{signer.key_id}:{signer.sign(_head_message(head)).hex()}"
 
 
 @dataclass(frozen=True)
@@ -86,7 +78,7 @@ def audit_project(
     if head.seq != after or head.hash != prev:
         problems.append(f"the project head ({head.seq}) is not the last entry ({after})")
     warnings = (
-        [f"the last {unsigned_tail} entries are unsigned (pipeline re-checks): hash-chained only"]
+        [f"the last {unsigned_tail} entries are unsigned: hash-chained only"]
         if unsigned_tail
         else []
     )
@@ -102,7 +94,7 @@ def _check_signature(e: HistoryEntry, public_keys: Mapping[str, bytes]) -> list[
         return [f"seq {e.seq}: signed by unknown key {key_id!r}"]
     try:
         VerifyKey(key).verify(
-            _head_message(ProjectHead(e.project, e.seq, e.hash)), bytes.fromhex(sig)
+            head_message(ProjectHead(e.project, e.seq, e.hash)), bytes.fromhex(sig)
         )
     except (BadSignatureError, ValueError):
         return [

@@ -25,7 +25,8 @@ __all__ = ["Server", "bench_http"]
 class Server:
     """``earthmem serve --data DIR --port P`` in a subprocess (the real command).
 
-    With ``quiet=True`` the same command runs with ``--no-access-log`` (same workers).
+    With ``quiet=True`` the same command runs with ``--no-access-log`` (same workers);
+    ``env`` adds to the child's environment (e.g. ``EARTHMEM_MEMORY_URL``).
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class Server:
         quiet: bool = False,
         workers: int | None = None,
         ceiling: bool = False,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -58,7 +60,7 @@ class Server:
         self.proc = subprocess.Popen(
             cmd,
             cwd=REPO,
-            env=ENV,
+            env={**ENV, **(env or {})},
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )

@@ -7,8 +7,9 @@ and records only what changed (a history entry by ``pipeline``; the item becomes
 ``potentially_stale`` when its verdict flips or a cited fact changed). It runs at
 the end of ``earthmem ingest`` and from ``memory_recheck_sensor`` whenever the
 cube's branch tip moves; its check reports how many items were checked, changed and
-marked stale. The re-check signs nothing: history heads written by the pipeline
-carry no signature until the API signs the next head (the audit reports them).
+marked stale. Each head the re-check writes is signed with the data directory's
+key (:mod:`store.keys`), the key the API signs its writes with, so ``earthmem memory
+audit`` finds no unsigned tail after a re-check.
 """
 
 import os
@@ -31,7 +32,9 @@ from dagster import (
 from pipelines.resources import StoreResource
 from store.cube.read import CubeReader
 from store.errors import CubeNotFound, StoreError
+from store.keys import Ed25519Key
 from store.memory import MEMORY_URL_ENV, default_url, open_store
+from store.memory.chain import head_signature
 from store.memory.model import ItemFilter
 from store.memory.recheck import CHECKABLE_STATUSES, recheck_item
 from store.snapshots import MAIN_BRANCH, cube_location, open_repository, open_storage
@@ -52,9 +55,10 @@ def recheck_all(data_dir: str, memory_url: str | None = None) -> dict[str, Any]:
         that became stale.
     """
     url = memory_url or os.environ.get(MEMORY_URL_ENV) or default_url(data_dir)
-    store = open_store(url)
     reader = CubeReader(data_dir)
     index = reader.inventory.overpass_index()
+    key = Ed25519Key.load_or_create(data_dir)  # the API's key: one signer per data directory
+    store = open_store(url)
     counts = {"checked": 0, "changed": 0, "stale": 0}
     stale: list[str] = []
     for project in store.projects():
@@ -68,7 +72,13 @@ def recheck_all(data_dir: str, memory_url: str | None = None) -> dict[str, Any]:
                     continue
                 counts["checked"] += 1
                 written, _ = recheck_item(
-                    store, reader, index, item, actor=PIPELINE_ACTOR, record_unchanged=False
+                    store,
+                    reader,
+                    index,
+                    item,
+                    actor=PIPELINE_ACTOR,
+                    record_unchanged=False,
+                    sign_head=lambda head: head_signature(key, head),
                 )
                 if written is not None:
                     counts["changed"] += 1

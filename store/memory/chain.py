@@ -12,14 +12,37 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from store.facts import canonical_cbor, digest
+from store.keys import Ed25519Key
 from store.memory.digest import rfc3339
 from store.memory.interface import GENESIS_HASH, entry_hash
 from store.memory.model import HistoryEntry, ProjectHead
 
-__all__ = ["ChainReport", "VerifyHead", "entry_content", "verify_chain"]
+__all__ = [
+    "ChainReport",
+    "VerifyHead",
+    "entry_content",
+    "head_message",
+    "head_signature",
+    "verify_chain",
+]
 
 VerifyHead = Callable[[ProjectHead, str], bool]
 """True when a signature is the server's over the head."""
+
+
+def head_message(head: ProjectHead) -> bytes:
+    """The 32 bytes a head signature signs: blake3 of the canonical CBOR of the head."""
+    return digest(canonical_cbor({"project": head.project, "seq": head.seq, "hash": head.hash}))
+
+
+def head_signature(key: Ed25519Key, head: ProjectHead) -> str:
+    """``<key id>:<hex ed25519 signature>`` over a history head.
+
+    The API and the pipeline's re-checks both sign with the data directory's key
+    (:mod:`store.keys`), so every head of a project is signed by one key.
+    """
+    return f"{key.key_id}:{key.sign(head_message(head)).hex()}"
 
 
 @dataclass(frozen=True)

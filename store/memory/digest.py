@@ -31,6 +31,7 @@ __all__ = [
     "anchor_to_dict",
     "content_digest",
     "content_of",
+    "digest_of_content",
     "new_item_id",
     "rfc3339",
 ]
@@ -127,6 +128,11 @@ def content_of(item: NewItem) -> dict[str, Any]:
     return out
 
 
+def digest_of_content(content: Mapping[str, Any]) -> str:
+    """Hex blake3 of the canonical CBOR of an item's :func:`content_of` (computed once per write)."""
+    return digest(canonical_cbor(content)).hex()
+
+
 def content_digest(item: NewItem) -> str:
     """Hex blake3 of the canonical CBOR of :func:`content_of` (what receipts bind)."""
-    return digest(canonical_cbor(content_of(item))).hex()
+    return digest_of_content(content_of(item))

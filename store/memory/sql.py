@@ -51,7 +51,7 @@ from store.memory.codec import (
     token_from_row,
     token_row,
 )
-from store.memory.digest import content_digest, content_of
+from store.memory.digest import content_of, digest_of_content
 from store.memory.interface import (
     GENESIS_HASH,
     MemoryStore,
@@ -257,8 +257,8 @@ class SqlMemoryStore(MemoryStore):
         History: a superseding write appends ``supersede`` (the old item) and then
         ``create`` (the new one, the new head) in the same transaction.
         """
-        digest_hex = content_digest(item)  # typed errors for unhashable content, before writing
         content = content_of(item)
+        digest_hex = digest_of_content(content)  # typed errors for unhashable content, first
 
         body = writes.create_body(project, item, meta, supersedes, digest_hex, content)
         return self._write(project, meta, sign_head, body)

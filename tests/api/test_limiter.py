@@ -11,8 +11,14 @@ from fastapi.testclient import TestClient
 from api import dispatch
 from api.context import ServiceContext
 from api.dispatch import PRIMITIVES, describe_error, run
-from api.errors import Busy
-from api.limiter import Limiter, release_memory
+from api.errors import ApiError, Busy
+from api.limiter import (
+    DEFAULT_WRITE_BURST,
+    DEFAULT_WRITE_RATE,
+    Limiter,
+    RateLimiter,
+    release_memory,
+)
 from api.receipts import Signer
 from api.rest import create_app
 
@@ -129,3 +135,19 @@ def test_limits_are_checked_and_memory_release_is_harmless() -> None:
     with pytest.raises(ValueError, match="concurrency"):
         Limiter("heavy", 0, 1, 1.0)
     assert release_memory() in (True, False)
+
+
+def test_the_write_limit_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EARTHMEM_WRITE_RATE", "2")
+    monkeypatch.setenv("EARTHMEM_WRITE_BURST", "3")
+    limiter = RateLimiter.from_env()
+    for _ in range(3):
+        limiter.take("t")  # the burst
+    with pytest.raises(ApiError) as err:
+        limiter.take("t")
+    assert err.value.code == "rate_limited"
+    for bad in ("fast", "-1", "0", "nan"):  # a malformed value falls back to the default
+        monkeypatch.setenv("EARTHMEM_WRITE_RATE", bad)
+        monkeypatch.setenv("EARTHMEM_WRITE_BURST", bad)
+        fallback = RateLimiter.from_env()
+        assert (fallback.rate, fallback.burst) == (DEFAULT_WRITE_RATE, DEFAULT_WRITE_BURST)

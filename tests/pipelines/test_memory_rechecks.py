@@ -12,8 +12,8 @@ from dagster import DagsterInstance, materialize
 
 from api.context import ServiceContext
 from api.dispatch import call_primitive
+from api.memory.audit import audit_project
 from api.memory.auth import issue_token
-from api.receipts import Signer
 from pipelines.memory.assets import memory_rechecks
 from pipelines.resources import StoreResource
 from store import address
@@ -23,9 +23,8 @@ from store.cube import CubeWriter
 def test_a_changed_fact_makes_the_memory_stale(tiny_store: Any, tmp_path: Path) -> None:
     data = tmp_path / "data"
     shutil.copytree(tiny_store.data, data, symlinks=True)
-    ctx = ServiceContext(
-        data, signer=Signer.generate(), manifest_path=tiny_store.sample / "manifest.json"
-    )
+    # the API signs with the data directory's key, as `earthmem serve` does
+    ctx = ServiceContext(data, manifest_path=tiny_store.sample / "manifest.json")
     token = issue_token(ctx.memory(), "ranchi", ("read", "write"))[0]
     ev = tiny_store.event("flood")
     lat, lng = ev["centre"]["lat"], ev["centre"]["lng"]
@@ -73,3 +72,8 @@ def test_a_changed_fact_makes_the_memory_stale(tiny_store: Any, tmp_path: Path) 
     last = after["history"][-1]
     assert last["actor"] == "pipeline"
     assert last["action"] == "stale"
+    # the pipeline signed the head it wrote with the same key: the audit finds no unsigned tail
+    assert str(last["head_signature"]).startswith(f"{ctx.signer.key_id}:")
+    report = audit_project(ctx.memory(), "ranchi", {ctx.signer.key_id: ctx.signer.public_key})
+    assert report.ok, report.problems
+    assert report.warnings == []

@@ -88,14 +88,33 @@ def test_create_checks_the_claim_against_the_cube(
         {
             "type": "observation",
             "title": "canopy intact at the clearing",
-            "statement": "the forest canopy was intact at the patch in June 2024",
+            "statement": "the forest canopy was intact at the patch on 2024-03-27",
+            "tags": ["forest"],
+            "where": {"lat": ev["centre"]["lat"], "lng": ev["centre"]["lng"]},
+            "claim": {"band": "ndvi", "op": "gt", "value": 0.6, "date": "2024-03-27"},
+        },
+        token,
+    )
+    # felled on the event's date; the sample's 2024-03-27 overpass is cloud-free and bare soil
+    assert ev["end"] < "2024-03-27"
+    assert contradicted["result"]["item"]["verdict"] == "contradicted"
+    assert contradicted["result"]["item"]["verdict_facts"]
+
+    # 2024-06-01 has no clear overpass within 7 days in the tiny sample: the cube cannot decide
+    undecided = _call(
+        ctx,
+        "memory_create",
+        {
+            "type": "observation",
+            "title": "canopy intact at the clearing in June",
+            "statement": "the forest canopy was intact at the patch on 2024-06-01",
             "tags": ["forest"],
             "where": {"lat": ev["centre"]["lat"], "lng": ev["centre"]["lng"]},
             "claim": {"band": "ndvi", "op": "gt", "value": 0.6, "date": "2024-06-01"},
         },
         token,
     )
-    assert contradicted["result"]["item"]["verdict"] in ("contradicted", "unknown")
+    assert undecided["result"]["item"]["verdict"] == "unknown"
 
 
 def test_tokens_decide_who_writes_and_what_is_visible(

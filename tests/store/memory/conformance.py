@@ -620,6 +620,30 @@ class MemoryStoreConformance:
         assert counter.version == 1 + 8 * 6
         assert len(store.list_items("p", ItemFilter(), limit=1000).items) == 1 + 8 * 6
 
+    def test_threads_send_the_same_operations_at_once(self, store: MemoryStore) -> None:
+        """Eight threads send the same ten operations at once: each applied exactly once."""
+
+        def work(t: int) -> list[tuple[str, bool, int]]:
+            out = []
+            for i in range(10):
+                r = store.create(
+                    "p", new_item(f"same-{i}"), meta(f"op-same-{i}", "d"), sign_head=sign
+                )
+                assert r.item is not None
+                out.append((r.item.id, r.replayed, r.entry.seq))
+            return out
+
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(work, range(8)))
+        for i in range(10):
+            got = [r[i] for r in results]
+            assert len({(item_id, seq) for item_id, _, seq in got}) == 1  # one item, one entry
+            assert sorted(rep for _, rep, _ in got) == [False] + [True] * 7
+        entries = store.history("p", limit=1000)
+        assert [e.seq for e in entries] == list(range(1, 11))
+        assert verify_chain(entries, verify_head=verify, require_signatures=True).ok
+        assert len(store.list_items("p", ItemFilter(), limit=50).items) == 10
+
     def test_duplicate_operation_from_two_processes(
         self, store: MemoryStore, url: str, tmp_path: Path
     ) -> None:

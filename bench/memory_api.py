@@ -1,0 +1,166 @@
+"""memory_create through the API: the dispatch room in process, and over loopback HTTP.
+
+The same write as the store-level rows (:mod:`bench.bench_memory`) but as an agent
+makes it: ``call_primitive(ctx, "memory_create", args, token=...)`` (token check,
+validation, place resolution, content digest, the write, a signed receipt) in this
+process, and ``POST /v1/memory_create`` with ``Authorization: Bearer ...`` to the
+real ``earthmem serve`` (one worker, access log off) from keep-alive ``httpx``
+clients, one per writer thread. Each call carries a fresh ``operation_id``. The
+item is a decision-free observation at a lat/lng with no claim and no cube
+evidence, so the data directory needs no cube; a write that confirms a claim is
+not among these rows. The per-token write rate limit is lifted for the run
+(``EARTHMEM_WRITE_RATE``), since it would otherwise be what is measured.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import CACHE_DIR, Timing
+
+__all__ = ["api_rows"]
+
+_UNLIMITED = {"EARTHMEM_WRITE_RATE": "1000000000", "EARTHMEM_WRITE_BURST": "1000000000"}
+
+
+def _args(k: int) -> dict[str, Any]:
+    return {
+        "type": "observation",
+        "title": f"fields under water #{k}",
+        "statement": "the paddy fields beside the Jumar river were under water on 2024-08-10",
+        "tags": ["flood", "river", "paddy"],
+        "details": "seen from the embankment road; water up to the field bunds",
+        "where": {"lat": 24.0 + (k % 100) * 1e-3, "lng": 89.0 + (k // 100 % 100) * 1e-3},
+        "metadata": {"source": "bench"},
+        "operation_id": f"bench-api-{k}",
+    }
+
+
+def _counter() -> Callable[[], int]:
+    n = [0]
+    lock = threading.Lock()
+
+    def nxt() -> int:
+        with lock:
+            n[0] += 1
+            return n[0]
+
+    return nxt
+
+
+def _p95(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=20)[-1] if len(samples) > 1 else samples[0]
+
+
+def api_rows(
+    backend: str,
+    memory_url: str | None,
+    run_writers: Callable[..., tuple[list[float], float]],
+    bare: Callable[[int, int], None],
+    n: int,
+    durability: str,
+) -> list[dict[str, Any]]:
+    """p50/p95 and writes/s with 1 and 8 writers, in process and over HTTP, vs the bare insert."""
+    from api.context import ServiceContext
+    from api.dispatch import call_primitive
+    from api.memory.auth import issue_token
+    from bench.queries.http_server import Server
+
+    out: list[dict[str, Any]] = []
+    saved = {k: os.environ.get(k) for k in _UNLIMITED}
+    os.environ.update(_UNLIMITED)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-memory-api-") as tmp:
+            data = Path(tmp) / "data"
+            data.mkdir()
+            ctx = ServiceContext(data, memory_url=memory_url)
+            token = issue_token(ctx.memory(), "bench", ("read", "write"))[0]
+            nxt = _counter()
+
+            def in_process(w: int, i: int) -> None:
+                answer = call_primitive(ctx, "memory_create", _args(nxt()), token=token)
+                if "error" in answer:
+                    raise RuntimeError(answer["error"])
+
+            out += _measure(f"in process, {backend}", in_process, run_writers, bare, n, durability)
+            ctx.memory().close()
+
+            import httpx
+
+            env = {**_UNLIMITED, **({"EARTHMEM_MEMORY_URL": memory_url} if memory_url else {})}
+            log = CACHE_DIR / "logs" / f"serve_memory_{backend.split()[0]}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with Server(data, log, quiet=True, workers=1, env=env) as srv:
+                local = threading.local()
+                headers = {"Authorization": f"Bearer {token}"}
+
+                def over_http(w: int, i: int) -> None:
+                    client = getattr(local, "client", None)
+                    if client is None:
+                        client = local.client = httpx.Client(
+                            base_url=srv.url, headers=headers, timeout=120
+                        )
+                    r = client.post("/v1/memory_create", json=_args(nxt()))
+                    if r.status_code != 200:
+                        raise RuntimeError(f"{r.status_code}: {r.text[:300]}")
+
+                out += _measure(
+                    f"over HTTP, {backend}", over_http, run_writers, bare, n, durability
+                )
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return out
+
+
+def _measure(
+    where: str,
+    one: Callable[[int, int], None],
+    run_writers: Callable[..., tuple[list[float], float]],
+    bare: Callable[[int, int], None],
+    n: int,
+    durability: str,
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for _ in range(min(10, n)):  # warm-up: connections, schema caches, the server's first calls
+        one(0, 0)
+    for writers in (1, 8):
+        per = max(1, n // writers)
+        lat, wall = run_writers(writers, per, one)
+        blat, bwall = run_writers(writers, per, bare)
+        ms = [x * 1e3 for x in lat]
+        t, b = Timing.of(ms), Timing.of([x * 1e3 for x in blat])
+        rate, brate = len(lat) / wall, len(blat) / bwall
+        sqlite_target = "sqlite" in where
+        rows.append(
+            {
+                "case": f"memory_create {where}, {writers} writer(s)",
+                "data": f"{len(lat)} creates, {writers} writer(s), {durability}",
+                **t.as_dict(),
+                "p95": _p95(ms),
+                "unit": "ms",
+                "writes_per_s": rate,
+                "baseline_case": "bare insert of the same row, same writers and durability",
+                "baseline": {**b.as_dict(), "writes_per_s": brate},
+                "ratio": t.median / b.median,
+                "ratio_def": "memory_create p50 / bare insert p50",
+                "target": (
+                    ("<= 5 ms" if writers == 1 else ">= 500 writes/s")
+                    if sqlite_target
+                    else "(info)"
+                ),
+                "met": (
+                    (t.median <= 5.0 if writers == 1 else rate >= 500) if sqlite_target else None
+                ),
+            }
+        )
+    return rows
