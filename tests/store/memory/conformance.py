@@ -535,18 +535,22 @@ class MemoryStoreConformance:
 
         got = store.item_vectors("p", ItemFilter())
         assert sorted(got.ids) == sorted([a, b, none, other, placeless, more])
-        assert got.embeddings.dtype == np.float32 and got.embeddings.shape == (4, 3)
+        assert got.embeddings.dtype == np.float32
+        assert got.embeddings.shape == (4, 3)
         assert (got.missing, got.other_dim) == (1, 1)
         row = {i: int(got.embedded[k]) for k, i in enumerate(got.ids)}
-        assert row[none] == -1 and row[other] == -1
+        assert row[none] == -1
+        assert row[other] == -1
         assert got.embeddings[row[a]].tolist() == [1.0, 0.0, 0.5]
         assert got.embeddings[row[b]].tolist() == [0.0, 2.0, -0.25]
         k = got.ids.index(a)
         assert (got.lat[k], got.lng[k]) == pytest.approx((24.005, 89.005))
         k = got.ids.index(placeless)
-        assert np.isnan(got.lat[k]) and np.isnan(got.lng[k])
+        assert np.isnan(got.lat[k])
+        assert np.isnan(got.lng[k])
         bugs = store.item_vectors("p", ItemFilter(types=("bug",)))
-        assert bugs.ids == (b,) and bugs.embeddings.shape == (1, 3)
+        assert bugs.ids == (b,)
+        assert bugs.embeddings.shape == (1, 3)
         assert store.item_vectors("nobody", ItemFilter()).ids == ()
         assert store.item_vectors("nobody", ItemFilter()).embeddings.shape == (0, 0)
 
