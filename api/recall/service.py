@@ -94,7 +94,9 @@ def recall(ctx: ServiceContext, args: RecallIn, caller: Caller) -> RecallAnswer:
     if degraded:
         why = vector.note if vector is not None and vector.note else "no embedder configured"
         notes.append(f"no vector lane ({why}): semantic matching did not run")
-    notes += [f"{r.lane}: {r.note}" for r in found.lanes if r.note and r.lane != "vector"]
+    notes += [
+        f"{r.lane}: {r.note}" for r in found.lanes if r.note and (r.ran or r.lane != "vector")
+    ]
     body: dict[str, Any] = {
         "hits": hits,
         "lanes": list(found.contributed),

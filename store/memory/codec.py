@@ -14,10 +14,20 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from store.errors import CanonicalFormError, InvalidCursor
 from store.facts import canonical_cbor, digest
 from store.memory.digest import anchor_from_dict, anchor_to_dict, rfc3339
-from store.memory.model import HistoryEntry, ItemFilter, MemoryItem, NewItem, Relation, Token
+from store.memory.model import (
+    HistoryEntry,
+    ItemFilter,
+    ItemVectors,
+    MemoryItem,
+    NewItem,
+    Relation,
+    Token,
+)
 
 __all__ = [
     "decode_cursor",
@@ -27,6 +37,7 @@ __all__ = [
     "from_us",
     "item_from_row",
     "item_row",
+    "item_vectors_from_rows",
     "jsonable",
     "pack_vector",
     "relation_from_row",
@@ -73,6 +84,45 @@ def unpack_vector(blob: bytes | None) -> tuple[float, ...] | None:
     if blob is None:
         return None
     return struct.unpack(f"<{len(blob) // 8}d", bytes(blob))
+
+
+def item_vectors_from_rows(rows: Any) -> ItemVectors:
+    """:class:`ItemVectors` of ``(id, embedding, min_lat, min_lng, max_lat, max_lng)`` rows.
+
+    Embeddings are packed float64 (:func:`pack_vector`); they are kept at float32
+    (what cosine ranking needs). Rows of a dimension other than the most common
+    one are counted in ``other_dim``, not returned.
+    """
+    n = len(rows)
+    ids = tuple(str(r[0]) for r in rows)
+    box = np.array(
+        [[np.nan if v is None else v for v in r[2:6]] for r in rows], dtype=np.float64
+    ).reshape(n, 4)
+    lat = (box[:, 0] + box[:, 2]) / 2
+    lng = (box[:, 1] + box[:, 3]) / 2
+    blobs = [bytes(r[1]) if r[1] is not None else None for r in rows]
+    sizes = [len(b) // 8 if b else 0 for b in blobs]
+    counts: dict[int, int] = {}
+    for size in sizes:
+        if size:
+            counts[size] = counts.get(size, 0) + 1
+    d = max(counts, key=lambda k: (counts[k], k)) if counts else 0
+    embedded = np.full(n, -1, dtype=np.int64)
+    keep = [i for i, size in enumerate(sizes) if size == d and d]
+    matrix = np.zeros((len(keep), d), dtype=np.float32)
+    for j, i in enumerate(keep):
+        matrix[j] = np.frombuffer(blobs[i], dtype="<f8")  # type: ignore[arg-type]
+        embedded[i] = j
+    missing = sum(1 for size in sizes if not size)
+    return ItemVectors(
+        ids=ids,
+        lat=lat,
+        lng=lng,
+        embedded=embedded,
+        embeddings=matrix,
+        missing=missing,
+        other_dim=n - missing - len(keep),
+    )
 
 
 def jsonable(value: Any) -> Any:

@@ -33,6 +33,7 @@ from store.facts import canonical_cbor, digest
 from store.memory.model import (
     HistoryEntry,
     ItemFilter,
+    ItemVectors,
     MemoryItem,
     NewItem,
     Page,
@@ -269,6 +270,11 @@ class MemoryStore(ABC):
         Raises:
             InvalidMemoryQuery: ``limit`` below 1.
         """
+
+    @abstractmethod
+    def item_vectors(self, project: str, where: ItemFilter) -> ItemVectors:
+        """Every matching item's id, anchor centre and embedding, as arrays (recall's
+        vector and geo-embedding lanes score them in bulk; one read, no paging)."""
 
     @abstractmethod
     def projects(self) -> list[str]:

@@ -32,6 +32,7 @@ __all__ = [
     "Anchor",
     "HistoryEntry",
     "ItemFilter",
+    "ItemVectors",
     "MemoryItem",
     "NewItem",
     "Page",
@@ -242,3 +243,35 @@ class Token:
     expires_at: dt.datetime | None
     revoked_at: dt.datetime | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class ItemVectors:
+    """Per-item arrays recall's vector and geo-embedding lanes score in bulk
+    (:meth:`~store.memory.interface.MemoryStore.item_vectors`).
+
+    Row ``i`` of every array is item ``ids[i]``. ``embeddings`` holds the rows of
+    the items embedded at the most common dimension; ``embedded[i]`` is that row's
+    index in it, or -1 (no embedding, or one of another dimension).
+    """
+
+    ids: tuple[str, ...]
+    lat: Any
+    """float64 (n,): centre latitude of each item's anchor box (NaN: no place)."""
+    lng: Any
+    """float64 (n,): centre longitude (NaN: no place)."""
+    embedded: Any
+    """int64 (n,): row of the item in ``embeddings``, or -1."""
+    embeddings: Any
+    """float32 (m, d): the items' embeddings (``d`` 0 when none is stored)."""
+    missing: int
+    """Items without an embedding."""
+    other_dim: int
+    """Items embedded at another dimension than ``embeddings``' (an earlier embedder)."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (cache accounting)."""
+        return int(
+            self.lat.nbytes + self.lng.nbytes + self.embedded.nbytes + self.embeddings.nbytes
+        ) + 64 * len(self.ids)

@@ -46,6 +46,7 @@ from store.memory.codec import (
     entry_from_row,
     filter_key,
     item_from_row,
+    item_vectors_from_rows,
     relation_from_row,
     to_us,
     token_from_row,
@@ -64,6 +65,7 @@ from store.memory.model import (
     RELATION_KINDS,
     HistoryEntry,
     ItemFilter,
+    ItemVectors,
     MemoryItem,
     NewItem,
     Page,
@@ -488,6 +490,18 @@ class SqlMemoryStore(MemoryStore):
         conds = self.conditions(project, where if where is not None else ItemFilter())
         with self._unavailable(), self.read_tx() as conn:
             return timeline.nearest_valid(conn, conds, at, limit)
+
+    def item_vectors(self, project: str, where: ItemFilter) -> ItemVectors:
+        """Ids, anchor centres and embeddings of the items matching ``where`` (one query)."""
+        c = items.c
+        q = (
+            sa.select(c.id, c.embedding, c.min_lat, c.min_lng, c.max_lat, c.max_lng)
+            .where(*self.conditions(project, where))
+            .order_by(c.id)
+        )
+        with self._unavailable(), self.read_tx() as conn:
+            rows = conn.execute(q).all()
+        return item_vectors_from_rows(rows)
 
     def projects(self) -> list[str]:
         """Every project with at least one history entry or token (sorted)."""

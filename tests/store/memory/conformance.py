@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 
@@ -508,6 +509,50 @@ class MemoryStoreConformance:
             "p", best, None, {"status": "deleted", "deleted_reason": "dup"}, "delete", meta()
         )
         assert [i for i, _ in store.search_text("p", "flooded paddy", limit=10)] == [mid]
+
+    def test_item_vectors(self, store: MemoryStore) -> None:
+        def mk(title: str, **kw: Any) -> str:
+            r = store.create("p", new_item(title, **kw), meta())
+            assert r.item is not None
+            return r.item.id
+
+        a = mk("a", embedding=(1.0, 0.0, 0.5))
+        b = mk("b", embedding=(0.0, 2.0, -0.25), type="bug")
+        none = mk("none", embedding=None)
+        other = mk("other", embedding=(1.0, 2.0))
+        placeless = mk(
+            "placeless",
+            type="decision",
+            anchor=Anchor("none", None, None),
+            embedding=(0.5, 0.5, 0.5),
+        )
+        more = mk("more", embedding=(9.0, 9.0, 9.0))
+        store.create("q", new_item("other project", embedding=(7.0, 7.0, 7.0)), meta())
+        deleted = mk("deleted", embedding=(3.0, 3.0, 3.0))
+        store.change(
+            "p", deleted, None, {"status": "deleted", "deleted_reason": "x"}, "delete", meta()
+        )
+
+        got = store.item_vectors("p", ItemFilter())
+        assert sorted(got.ids) == sorted([a, b, none, other, placeless, more])
+        assert got.embeddings.dtype == np.float32
+        assert got.embeddings.shape == (4, 3)
+        assert (got.missing, got.other_dim) == (1, 1)
+        row = {i: int(got.embedded[k]) for k, i in enumerate(got.ids)}
+        assert row[none] == -1
+        assert row[other] == -1
+        assert got.embeddings[row[a]].tolist() == [1.0, 0.0, 0.5]
+        assert got.embeddings[row[b]].tolist() == [0.0, 2.0, -0.25]
+        k = got.ids.index(a)
+        assert (got.lat[k], got.lng[k]) == pytest.approx((24.005, 89.005))
+        k = got.ids.index(placeless)
+        assert np.isnan(got.lat[k])
+        assert np.isnan(got.lng[k])
+        bugs = store.item_vectors("p", ItemFilter(types=("bug",)))
+        assert bugs.ids == (b,)
+        assert bugs.embeddings.shape == (1, 3)
+        assert store.item_vectors("nobody", ItemFilter()).ids == ()
+        assert store.item_vectors("nobody", ItemFilter()).embeddings.shape == (0, 0)
 
     # ------------------------------------------------------------------ tokens
 
