@@ -237,15 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--quick", action="store_true", help="80 writes per case")
+    ap.add_argument("--quick", action="store_true", help="40 writes per store case, 16 per API case")
     ap.add_argument("--n", type=int, default=800, help="writes per case")
     ap.add_argument("--json", default=None)
     ap.add_argument(
         "--store-only", action="store_true", help="skip the API rows (in process and over HTTP)"
     )
     args = ap.parse_args(argv)
-    n = 80 if args.quick else args.n
-    api_n = n // 2 if args.quick else n  # a smoke run: the API rows start a server per backend
+    n = 40 if args.quick else args.n
+    api_n = 16 if args.quick else n  # a smoke run: the API rows start a server per backend
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
