@@ -100,12 +100,14 @@ def place_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneH
     where = dataclasses.replace(q.where, bbox=box_around(point.lat, point.lng, point.radius_m))
     page = store.list_items(q.project, where, limit=q.candidates)
     scores: dict[str, float] = {}
+    read = {}
     for item in page.items:
         d = anchor_distance_m(item.anchor, point.lat, point.lng)
         if d is not None and d <= point.radius_m:
             scores[item.id] = 1.0 - d / point.radius_m if point.radius_m > 0 else 1.0
+            read[item.id] = item
     note = "candidates capped: more items lie in the box" if page.next_cursor else None
-    return LaneHits("place", scores, len(page.items), _ms(t0), note=note)
+    return LaneHits("place", scores, len(page.items), _ms(t0), note=note, items=read)
 
 
 def time_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneHits:

@@ -123,15 +123,18 @@ def _run_lanes(
     for lane in lanes:
         hits = lane(ctx, store, q)
         out.append(hits)
-        if hits.lane == "fts" and hits.scores and not q.seed_ids:
-            top = sorted(hits.scores, key=lambda i: -hits.scores[i])[:_SEEDS]
-            q = dataclasses.replace(q, seed_ids=tuple(top))
+        if hits.lane == "fts" and hits.ran:
+            ranked = tuple(sorted(hits.scores, key=lambda i: -hits.scores[i]))
+            q = dataclasses.replace(q, seed_ids=q.seed_ids or ranked[:_SEEDS], text_ids=ranked)
     return out
 
 
-def _visible(store: MemoryStore, plan: RecallPlan, ids: list[str]) -> dict[str, MemoryItem]:
+def _visible(
+    store: MemoryStore, plan: RecallPlan, ids: list[str], read: Mapping[str, MemoryItem]
+) -> dict[str, MemoryItem]:
     q = plan.query
-    items = store.get_many(q.project, ids)
+    fetched = {i.id: i for i in store.get_many(q.project, [i for i in ids if i not in read])}
+    items = [it for i in ids if (it := read.get(i) or fetched.get(i)) is not None]
     if q.as_of is not None:
         states = store.states_as_of(q.project, [i.id for i in items], q.as_of)
         items = [
@@ -211,7 +214,8 @@ def recall_items(
     notes: list[str] = []
     results = _run_lanes(ctx, store, q, lanes)
     ids = list(dict.fromkeys(i for r in results for i in r.scores))
-    visible = _visible(store, plan, ids)
+    read = {i: it for r in results for i, it in r.items.items()}
+    visible = _visible(store, plan, ids, read)
     results = _complete_place(results, visible, q)
     fusion = plan.fusion
     parts = _fuse(results, visible, fusion)

@@ -241,6 +241,7 @@ def feature_entities(ctx: ServiceContext) -> list[Entity]:
 @dataclass(frozen=True)
 class _Cities:
     places: tuple[Place, ...]
+    """Sorted by latitude (a radius search reads one latitude band)."""
     by_id: Mapping[str, int]
     lat: npt.NDArray[np.float64]
     lng: npt.NDArray[np.float64]
@@ -249,7 +250,7 @@ class _Cities:
 @lru_cache(maxsize=1)
 def _cities() -> _Cities:
     index, _ = geonames_index(GEONAMES_MIN_POPULATION)
-    places = tuple(index.places)
+    places = tuple(sorted(index.places, key=lambda p: (p.lat, p.id)))
     return _Cities(
         places,
         {p.id: i for i, p in enumerate(places)},
@@ -276,16 +277,19 @@ def entity_for_place(ctx: ServiceContext, place: Place) -> Entity | None:
 
 def _nearest_city(lat: float, lng: float, within_m: float) -> tuple[Place, float] | None:
     cities = _cities()
-    if not cities.places:
+    dlat = math.degrees(within_m / _EARTH_M)
+    lo, hi = np.searchsorted(cities.lat, [lat - dlat, lat + dlat], side="left")
+    if lo >= hi:
         return None
-    p1, p2 = np.radians(lat), np.radians(cities.lat)
+    band_lat, band_lng = cities.lat[lo:hi], cities.lng[lo:hi]
+    p1, p2 = np.radians(lat), np.radians(band_lat)
     h = (
         np.sin((p2 - p1) / 2) ** 2
-        + np.cos(p1) * np.cos(p2) * np.sin(np.radians(cities.lng - lng) / 2) ** 2
+        + np.cos(p1) * np.cos(p2) * np.sin(np.radians(band_lng - lng) / 2) ** 2
     )
     d = 2 * _EARTH_M * np.arcsin(np.minimum(1.0, np.sqrt(h)))
     i = int(np.argmin(d))
-    return (cities.places[i], float(d[i])) if d[i] <= within_m else None
+    return (cities.places[lo + i], float(d[i])) if d[i] <= within_m else None
 
 
 def get_entity(ctx: ServiceContext, entity_id: str) -> Entity | None:

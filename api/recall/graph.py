@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from api.recall.lanes import LaneHits, RecallQuery
-from store.memory.model import RELATION_KINDS
+from store.memory.model import RELATION_KINDS, MemoryItem
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -55,7 +55,9 @@ def _walk(store: MemoryStore, q: RecallQuery) -> tuple[dict[str, float], int]:
     return {i: 1.0 / h for i, h in hops.items() if h > 0}, looked
 
 
-def _shared_places(store: MemoryStore, q: RecallQuery) -> tuple[dict[str, float], int]:
+def _shared_places(
+    store: MemoryStore, q: RecallQuery, read: dict[str, MemoryItem]
+) -> tuple[dict[str, float], int]:
     scores: dict[str, float] = {}
     looked = 0
     seeds = [i for i in store.get_many(q.project, list(q.seed_ids[:SEEDS])) if i.anchor.bbox]
@@ -66,6 +68,7 @@ def _shared_places(store: MemoryStore, q: RecallQuery) -> tuple[dict[str, float]
         for item in page.items:
             if item.id != seed.id:
                 scores.setdefault(item.id, SHARED_PLACE_SCORE)
+                read[item.id] = item
     return scores, looked
 
 
@@ -77,9 +80,10 @@ def graph_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneH
     if not q.anchor_ids and not q.seed_ids:
         return LaneHits("graph", {}, 0, 0.0, ran=False, note="no anchor and no text hits")
     walked, n1 = _walk(store, q) if q.anchor_ids else ({}, 0)
-    shared, n2 = _shared_places(store, q) if q.seed_ids else ({}, 0)
+    read: dict[str, MemoryItem] = {}
+    shared, n2 = _shared_places(store, q, read) if q.seed_ids else ({}, 0)
     scores = {**shared, **walked}  # a relation hop outranks a shared place
     for i, s in shared.items():
         scores[i] = max(scores[i], s)
     wall = round((time.perf_counter() - t0) * 1000, 3)
-    return LaneHits("graph", scores, n1 + n2, wall)
+    return LaneHits("graph", scores, n1 + n2, wall, items=read)

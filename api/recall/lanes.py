@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from store.memory.model import ItemFilter
+from store.memory.model import ItemFilter, MemoryItem
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -63,6 +63,9 @@ class RecallQuery:
     """``time.monotonic()`` deadline of the query-embedding step (``embedDeadlineMs``)."""
     seed_ids: tuple[str, ...] = field(default=())
     """Top text hits, for lanes that expand from them (graph: shared places)."""
+    text_ids: tuple[str, ...] | None = None
+    """The fts lane's hits, best first, once it ran (None before: a lane that wants
+    text candidates then searches itself)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class LaneHits:
     ran: bool = True
     note: str | None = None
     """Why the lane did not run or ran degraded."""
+    items: Mapping[str, MemoryItem] = field(default_factory=dict)
+    """Candidates the lane read whole, by id (as stored now): the engine reads only the
+    others again."""
 
 
 Lane = Callable[["ServiceContext", "MemoryStore", RecallQuery], LaneHits]

@@ -20,8 +20,8 @@ matched:
 * a gazetteer city the query names (the gazetteer's own partial matching):
   :data:`SCORE_CITY` (times 0.7 when the gazetteer is not confident).
 
-Item titles: the database's full-text search proposes candidates for the query, and
-each is scored by rapidfuzz's token-set ratio of its title to the query
+Item titles: the database's full-text search proposes candidates for the query (the
+fts lane's best :data:`TITLE_CANDIDATES` hits), and each is scored by rapidfuzz's token-set ratio of its title to the query
 (:data:`SCORE_TITLE` times the ratio, when at least :data:`TITLE_MIN`).
 """
 
@@ -45,6 +45,7 @@ from api.recall.entities import (
 )
 from api.recall.lanes import LaneHits, RecallQuery
 from store.errors import StoreError
+from store.memory.model import MemoryItem
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -62,6 +63,7 @@ __all__ = [
     "SCORE_PART",
     "SCORE_RELATIVE",
     "SCORE_TITLE",
+    "TITLE_CANDIDATES",
     "TITLE_MIN",
     "EntityMatch",
     "match_entities",
@@ -79,6 +81,9 @@ FUZZY_MIN = 88.0
 """Least rapidfuzz ratio (0..100) of a feature name to a same-length run of query words."""
 TITLE_MIN = 70.0
 """Least rapidfuzz token-set ratio of an item's title to the query."""
+TITLE_CANDIDATES = 30
+"""Best full-text hits whose titles are compared with the query (the fts lane's when it
+ran: a title the query names ranks high in full text, its words being weighted most)."""
 DIRECTION_TOLERANCE_DEG = 67.5
 """Widest angle between the asked direction and the bearing to the feature."""
 MAX_MATCHED_ENTITIES = 8
@@ -324,15 +329,19 @@ def match_entities(ctx: ServiceContext, text: str) -> list[EntityMatch]:
 
 
 def _title_scores(
-    store: MemoryStore, q: RecallQuery, norm_text: str
+    store: MemoryStore, q: RecallQuery, norm_text: str, read: dict[str, MemoryItem]
 ) -> tuple[dict[str, float], int]:
-    hits = store.search_text(q.project, q.text, limit=q.candidates, where=q.where)
-    items = store.get_many(q.project, [i for i, _ in hits])
+    ids = q.text_ids
+    if ids is None:
+        hits = store.search_text(q.project, q.text, limit=TITLE_CANDIDATES, where=q.where)
+        ids = tuple(i for i, _ in hits)
+    items = store.get_many(q.project, list(ids[:TITLE_CANDIDATES]))
     out: dict[str, float] = {}
     for item in items:
         ratio = fuzz.token_set_ratio(" ".join(_words(item.title)), norm_text)
         if ratio >= TITLE_MIN:
             out[item.id] = SCORE_TITLE * ratio / 100
+            read[item.id] = item
     return out, len(items)
 
 
@@ -343,6 +352,7 @@ def name_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneHi
     scores: dict[str, float] = {}
     looked = 0
     notes: list[str] = []
+    read: dict[str, MemoryItem] = {}
     try:
         matches = match_entities(ctx, q.text)[:MAX_MATCHED_ENTITIES]
         for m in matches:
@@ -350,8 +360,9 @@ def name_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneHi
             looked += len(linked)
             for item, _ in linked:
                 scores[item.id] = max(scores.get(item.id, 0.0), m.score)
+                read[item.id] = item
             notes.append(f"{m.entity.id}: {m.why}" + (" (scan capped)" if truncated else ""))
-        titles, n_titles = _title_scores(store, q, " ".join(_words(q.text)))
+        titles, n_titles = _title_scores(store, q, " ".join(_words(q.text)), read)
         looked += n_titles
         for item_id, s in titles.items():
             scores[item_id] = max(scores.get(item_id, 0.0), s)
@@ -362,4 +373,5 @@ def name_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneHi
             "name", {}, looked, (time.perf_counter() - start) * 1000, False, f"store: {exc}"
         )
     note = "; ".join(notes) if notes else "no entity name or item title in the query"
-    return LaneHits("name", scores, looked, (time.perf_counter() - start) * 1000, True, note)
+    wall = (time.perf_counter() - start) * 1000
+    return LaneHits("name", scores, looked, wall, True, note, items=read)

@@ -327,19 +327,24 @@ class SqlMemoryStore(MemoryStore):
         """The project's items among ``item_ids``, in the given order (missing left out)."""
         if not item_ids:
             return []
+        # by id alone (unique): with the project in the WHERE as well, SQLite's planner
+        # takes the project index and scans every item of the project
         with self._unavailable(), self.read_tx() as conn:
             rows = conn.execute(
-                sa.select(*ITEM_COLUMNS).where(
-                    items.c.project == project, items.c.id.in_(list(item_ids))
-                )
+                sa.select(*ITEM_COLUMNS).where(items.c.id.in_(list(dict.fromkeys(item_ids))))
             ).all()
-        by_id = {r.id: item_from_row(r._mapping) for r in rows}
+        by_id = {r.id: item_from_row(r._mapping) for r in rows if r.project == project}
         return [by_id[i] for i in dict.fromkeys(item_ids) if i in by_id]
+
+    def project_condition(self, project: str, where: ItemFilter) -> sa.ColumnElement[bool]:
+        """The condition keeping the project's items (a backend may phrase it so that its
+        planner picks a better index for the rest of ``where``)."""
+        return items.c.project == project
 
     def conditions(self, project: str, where: ItemFilter) -> list[sa.ColumnElement[bool]]:
         """The WHERE conditions of a filter (project first; all AND-ed)."""
         c = items.c
-        out: list[sa.ColumnElement[bool]] = [c.project == project]
+        out: list[sa.ColumnElement[bool]] = [self.project_condition(project, where)]
         if where.types:
             out.append(c.type.in_(where.types))
         if where.statuses:

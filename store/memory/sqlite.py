@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from store.errors import MemoryBackendUnavailable
+from store.memory.model import ItemFilter
 from store.memory.schema import items
 from store.memory.sql import SqlMemoryStore
 
@@ -117,6 +118,14 @@ class SqliteMemoryStore(SqlMemoryStore):
     def insert_ignore(self, table: sa.Table) -> sa.Executable:
         """``INSERT ... ON CONFLICT DO NOTHING``."""
         return sqlite_dialect.insert(table).on_conflict_do_nothing()
+
+    def project_condition(self, project: str, where: ItemFilter) -> sa.ColumnElement[bool]:
+        """With a bbox, ``project || ''`` (not indexable): the planner then reads the R*Tree's
+        candidates by rowid instead of walking the project index in time order and testing
+        each item against the box, which reads every item of the project for a small box."""
+        if where.bbox is None:
+            return items.c.project == project
+        return items.c.project.op("||")(sa.literal_column("''")) == project
 
     def bbox_condition(self, bbox: tuple[float, float, float, float]) -> sa.ColumnElement[bool]:
         """Candidates from the R*Tree (its float32 boxes are rounded outward: a superset)."""

@@ -125,3 +125,87 @@ def test_ci_runs_every_client() -> None:
         pytest.skip("only under CI=true")
     for version in VERSIONS:
         inspector(version)  # fails the run when a client is missing
+
+
+# --------------------------------------------------------------------------- memory tools
+
+
+@pytest.fixture
+def memory(tiny_store: Any, tmp_path: Path) -> tuple[str, str]:
+    """A memory database with one item near the flood event, and a token of its project."""
+    from api.context import ServiceContext
+    from api.dispatch import call_primitive
+    from api.memory.auth import issue_token
+
+    url = f"sqlite:///{tmp_path / 'memory.sqlite'}"
+    ctx = ServiceContext(tiny_store.data, memory_url=url)
+    token = issue_token(ctx.memory(), "clients", ("read", "write"), actor="agent:clients")[0]
+    centre = tiny_store.event("flood")["centre"]
+    args = {
+        "type": "observation",
+        "title": "Embankment breached",
+        "statement": "The river embankment breached after the storm.",
+        "tags": ["flood"],
+        "where": {"lat": float(centre["lat"]), "lng": float(centre["lng"])},
+    }
+    call_primitive(ctx, "memory_create", args, token=token)
+    ctx.memory().close()
+    return url, token
+
+
+MEMORY_CALLS = (
+    ("earthmem_recall", ["query=embankment breached"]),
+    ("earthmem_memory_neighbors", ["id=place:1258526"]),  # Ranchi: the gazetteer's, no manifest
+    ("earthmem_memory_relations", ["id=place:1258526"]),
+)
+
+
+def _memory_tools(client: Inspector, target: list[str], tmp: Path, with_token: bool) -> None:
+    # 2.12 calls only tools tools/list names (the lean list has recall, not the entity tools);
+    # 0.15 calls any tool by name
+    calls = MEMORY_CALLS if client.name == "inspector-0.15" else MEMORY_CALLS[:1]
+    for tool, tool_args in calls:
+        call = ["--method", "tools/call", "--tool-name", tool]
+        for a in tool_args:
+            call += ["--tool-arg", a]
+        code, out = _run(client, target, call, tmp)
+        assert "output schema" not in out, out[-3000:]
+        result = _first_json(out)
+        assert "content" in result, out[-3000:]
+        answer = json.loads(result["content"][0]["text"])
+        if with_token:
+            assert code == 0, out[-3000:]
+            assert not result.get("isError"), out[-3000:]
+            assert answer["receipt"]["signature"], tool
+            if tool == "earthmem_recall":
+                assert [h["item"]["title"] for h in answer["hits"]] == ["Embankment breached"]
+        else:
+            assert result["isError"] is True, out[-3000:]
+            assert answer["error"]["code"] == "token_missing", (tool, answer)
+
+
+@pytest.mark.parametrize("with_token", [True, False], ids=["token", "no-token"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_memory_tools_over_stdio(
+    version: str, with_token: bool, data_dir: Path, memory: tuple[str, str], tmp_path: Path
+) -> None:
+    client = inspector(version)
+    url, token = memory
+    env = ["-e", f"EARTHMEM_MEMORY_URL={url}"]
+    if with_token:
+        env += ["-e", f"EARTHMEM_TOKEN={token}"]
+    target = _stdio_target(client, data_dir)
+    _memory_tools(client, [*env, *target], tmp_path, with_token)
+
+
+@pytest.mark.parametrize("with_token", [True, False], ids=["token", "no-token"])
+def test_memory_tools_over_http(
+    with_token: bool, data_dir: Path, memory: tuple[str, str], tmp_path: Path
+) -> None:
+    client = inspector("2.12")  # 0.15's CLI sends no headers: the token cannot reach HTTP
+    url, token = memory
+    with live_server(data_dir, 1, {"EARTHMEM_MEMORY_URL": url}) as base:
+        target = [base + "/mcp", "--transport", "http"]
+        if with_token:
+            target += ["--header", f"Authorization: Bearer {token}"]
+        _memory_tools(client, target, tmp_path, with_token)

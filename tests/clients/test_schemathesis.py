@@ -6,10 +6,13 @@ Bounded by ``EARTHMEM_FUZZ_SECONDS`` (``.ci/run`` gives it a couple of minutes;
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -43,6 +46,39 @@ def _schemathesis() -> str:
     return found
 
 
+MEMORY_ROUTES = {
+    "/v1/recall": {"query": "flood"},
+    "/v1/memory_neighbors": {"id": "place:1258526"},
+    "/v1/memory_relations": {"id": "place:1258526"},
+}
+
+
+def _post(url: str, body: dict[str, object], token: str | None) -> tuple[int, dict[str, object]]:
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _memory_routes_need_a_token(base: str, token: str) -> None:
+    """The recall and entity routes are in the schema schemathesis reads; with the token
+    they answer, without one a typed 401."""
+    with urllib.request.urlopen(f"{base}/openapi.json", timeout=60) as resp:
+        paths = json.loads(resp.read())["paths"]
+    for route, body in MEMORY_ROUTES.items():
+        assert route in paths, route
+        status, answer = _post(base + route, body, token)
+        assert status == 200, (route, answer)
+        status, answer = _post(base + route, body, None)
+        assert status == 401, (route, answer)
+        assert answer["error"]["code"] == "token_missing", (route, answer)  # type: ignore[index]
+
+
 @pytest.mark.parametrize("workers", [1, 2], ids=["1-worker", "2-workers"])
 def test_generated_requests_get_no_5xx_and_fit_the_schema(
     workers: int, data_dir: Path, tmp_path: Path
@@ -56,6 +92,7 @@ def test_generated_requests_get_no_5xx_and_fit_the_schema(
     store.close()
     env = {"EARTHMEM_MEMORY_URL": memory_url}
     with live_server(data_dir, workers, env) as base:
+        _memory_routes_need_a_token(base, token)
         proc = subprocess.run(
             [
                 exe,

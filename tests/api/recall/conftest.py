@@ -3,7 +3,6 @@ embedded memory database per test, and a writer that goes through memory_create.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,12 +17,20 @@ from store.errors import StoreError
 
 
 @pytest.fixture
-def ctx(tiny_store: Any, tmp_path: Path) -> ServiceContext:
+def memory_url(request: pytest.FixtureRequest) -> str:
+    """The memory database of a test: a fresh SQLite file, or (a test parametrised with
+    :data:`tests.api.recall.backends.BOTH_BACKENDS`) a fresh PostgreSQL database too."""
+    backend = getattr(request, "param", "sqlite")
+    return str(request.getfixturevalue("postgres_url" if backend == "postgresql" else "sqlite_url"))
+
+
+@pytest.fixture
+def ctx(tiny_store: Any, memory_url: str) -> ServiceContext:
     return ServiceContext(
         tiny_store.data,
         signer=Signer.generate(),
         manifest_path=tiny_store.sample / "manifest.json",
-        memory_url=f"sqlite:///{tmp_path / 'memory.sqlite'}",
+        memory_url=memory_url,
     )
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from api.memory.auth import issue_token
+from tests.api.recall.backends import BOTH_BACKENDS
 from tests.api.recall.conftest import Memory
 
 
+@BOTH_BACKENDS
 def test_kinds_and_limit(mem: Memory) -> None:
     obs = mem.write("canal breach", "the canal breached near the weir")
     dec = mem.write(
@@ -18,6 +20,7 @@ def test_kinds_and_limit(mem: Memory) -> None:
     assert len(mem.ids("canal", limit=1)) == 1
 
 
+@BOTH_BACKENDS
 def test_scopes_personal_team_project(mem: Memory) -> None:
     proj = mem.write("pump house", "the pump house roof leaks")
     mine = mem.write("pump house note", "my own pump house note", scope="user")

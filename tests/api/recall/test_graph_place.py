@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from api.dispatch import call_primitive
+from tests.api.recall.backends import BOTH_BACKENDS
 from tests.api.recall.conftest import Memory
 
 
@@ -13,6 +14,7 @@ def _relate(mem: Memory, src: dict, dst: dict, kind: str) -> None:
     )  # fmt: skip
 
 
+@BOTH_BACKENDS
 def test_anchor_depth_walks_relations_both_ways(mem: Memory) -> None:
     a = mem.write("sluice gate", "the sluice gate jammed")
     b = mem.write("gate motor", "a motor was ordered", offset=(0.2, 0.2))
@@ -31,6 +33,7 @@ def test_anchor_depth_walks_relations_both_ways(mem: Memory) -> None:
     assert mem.recall("elephants", anchor="01NOPE")["notes"]
 
 
+@BOTH_BACKENDS
 def test_items_sharing_a_place_with_the_top_text_hit(mem: Memory) -> None:
     lake = {"place": "Kanke Lake"}
     seed = mem.write("algal bloom", "green algal bloom on the water", where=lake)
@@ -66,6 +69,7 @@ def test_near_a_place_name_is_resolved_and_reported(mem: Memory) -> None:
     assert only["weak_match"] is False
 
 
+@BOTH_BACKENDS
 def test_near_filters_every_lane_not_only_the_top_text_hits(mem: Memory) -> None:
     import datetime as dt
 

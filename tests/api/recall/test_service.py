@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from api.memory.auth import issue_token
 from api.receipts import verify_answer
+from tests.api.recall.backends import BOTH_BACKENDS
 from tests.api.recall.conftest import Memory
 
 
+@BOTH_BACKENDS
 def test_recall_finds_ranks_and_signs(mem: Memory) -> None:
     flood = mem.write("fields under water", "the paddy fields beside the river were flooded")
     mem.write("road closed", "the road to the market was closed for repairs")
@@ -30,6 +32,7 @@ def test_recall_finds_ranks_and_signs(mem: Memory) -> None:
     assert flood["where"]["cell"] in answer["receipt"]["cells"]
 
 
+@BOTH_BACKENDS
 def test_a_subject_not_in_memory_is_a_weak_match(mem: Memory) -> None:
     mem.write("fields under water", "the paddy fields beside the river were flooded")
     mem.write("road closed", "the road to the market was closed for repairs")
@@ -41,6 +44,7 @@ def test_a_subject_not_in_memory_is_a_weak_match(mem: Memory) -> None:
     assert mem.recall("paddy fields flooded")["weak_match"] is False
 
 
+@BOTH_BACKENDS
 def test_a_token_sees_only_its_project_and_recall_never_writes(mem: Memory) -> None:
     mine = mem.write("fields under water", "the paddy fields were flooded")
     other = issue_token(mem.ctx.memory(), "elsewhere", ("read", "write"), actor="agent:x")[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from tests.api.recall.backends import BOTH_BACKENDS
 from tests.api.recall.conftest import Memory
 
 
@@ -19,6 +20,7 @@ def _update(mem: Memory, old: dict, statement: str) -> dict:
     return call_primitive(mem.ctx, "memory_update", args, token=mem.token)["result"]["item"]
 
 
+@BOTH_BACKENDS
 def test_what_did_we_know_across_a_supersession(mem: Memory) -> None:
     low = mem.write("reservoir level", "the reservoir level is low after the dry spell")
     high = _update(mem, low, "the reservoir level is high after the monsoon")
@@ -44,6 +46,7 @@ def test_what_did_we_know_across_a_supersession(mem: Memory) -> None:
     assert by_item["resolved"]["asOfEvent"]["seq"] == 1
 
 
+@BOTH_BACKENDS
 def test_deleted_items_show_as_of_before_the_deletion(mem: Memory) -> None:
     from api.dispatch import call_primitive
 
@@ -57,6 +60,7 @@ def test_deleted_items_show_as_of_before_the_deletion(mem: Memory) -> None:
     assert mem.ids("culvert", include_superseded=True) == [gone["id"]]
 
 
+@BOTH_BACKENDS
 def test_at_ranks_the_item_valid_then_first(mem: Memory) -> None:
     march = mem.write("river bank", "erosion of the river bank", valid_at="2024-03-01")
     august = mem.write("river bank", "erosion of the river bank", valid_at="2024-08-10")
