@@ -15,7 +15,9 @@ gets no materialisation but an observation naming the reason, and the step then
 fails (:data:`CHECKS_STOPPED`), so Dagster marks exactly those partitions failed.
 """
 
+import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from dagster import (
@@ -28,10 +30,12 @@ from dagster import (
     AssetObservation,
     AssetsDefinition,
     BackfillPolicy,
+    BetaWarning,
     Failure,
     MaterializeResult,
     MultiPartitionKey,
     Output,
+    PreviewWarning,
     asset,
 )
 
@@ -63,8 +67,35 @@ class FamilyAssets(NamedTuple):
     """The family's cube bands and inventory rows, one commit per week."""
 
 
+@contextmanager
+def _chosen_dagster_features() -> Iterator[None]:
+    """Silence the two notices of Dagster features these assets use on purpose, and only them.
+
+    Single-run backfills (``backfill_policy``, beta) are what let a range of weeks share one
+    run; partitioned checks (``partitions_def`` on a check spec, preview) are what record a
+    check per (week, block). Dagster warns at every definition, so in every run's process.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message="Parameter `backfill_policy` of function `asset`",
+            category=BetaWarning,
+        )
+        warnings.filterwarnings(
+            "ignore",
+            message="Specifying a partitions_def on an AssetCheckSpec",
+            category=PreviewWarning,
+        )
+        yield
+
+
 def scene_assets(family: SceneFamily[Any]) -> FamilyAssets:
     """Define the discovery and cube assets of a family (partitioned by week x block)."""
+    with _chosen_dagster_features():
+        return _define(family)
+
+
+def _define(family: SceneFamily[Any]) -> FamilyAssets:
 
     @asset(
         name=f"{family.name}_items",

@@ -44,3 +44,24 @@ def test_weeks_align_with_cube_time_chunks() -> None:
     import datetime as dt
 
     assert week_key_of(dt.date(2024, 3, 15)) == "2024-03-14"
+
+
+def test_definitions_load_without_warnings_and_run_steps_in_process() -> None:
+    """Every run's process loads the definitions: no Dagster beta/preview notices there."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dagster import in_process_executor
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", "import pipelines.definitions"],
+        cwd=repo,
+        env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert defs.executor == in_process_executor
