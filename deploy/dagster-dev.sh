@@ -33,6 +33,10 @@ stop() {
     done
     echo "dagster dev did not stop within ${stop_seconds}s: killing its processes" >&2
     kill -KILL -- "-$pid" 2>/dev/null || true
+    for _ in $(seq 1 20); do # SIGKILL is delivered asynchronously: wait (up to 5 s) until gone
+        pgrep -g "$pid" >/dev/null 2>&1 || break
+        sleep 0.25
+    done
     exit 0
 }
 trap stop INT TERM
