@@ -71,11 +71,8 @@ lock:  ## re-resolve requirements.lock from pyproject.toml
 serve: setup
 	$(BIN)/earthmem serve --data $(DATA)
 
-dagster: setup  ## the Dagster UI on http://127.0.0.1:3000
-	mkdir -p $(DAGSTER_HOME) && cp -n dagster.yaml $(DAGSTER_HOME)/dagster.yaml || true
-	EARTHMEM_DATA=$(CURDIR)/$(DATA) EARTHMEM_CATALOG=$(CURDIR)/$(DATA)/sample/catalog.json \
-	EARTHMEM_AREA=$(CURDIR)/$(DATA)/sample/manifest.json \
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+dagster: setup  ## the Dagster UI on http://127.0.0.1:3000 (Ctrl-C or SIGTERM stops all of it)
+	exec deploy/dagster-dev.sh $(BIN) $(CURDIR)/$(DATA)
 
 clean:
 	rm -rf $(DATA) .pytest_cache .mypy_cache .ruff_cache

@@ -58,7 +58,7 @@ def ingest(
     from pipelines.run import ingest_area
 
     home = Path(os.environ.get("DAGSTER_HOME") or (data / "dagster_home"))
-    cfg = Path(__file__).resolve().parents[1] / "dagster.yaml"
+    cfg = Path(__file__).resolve().parents[1] / "deploy" / "dagster.yaml"
     catalog_path = catalog or str(data / "sample" / "catalog.json")
     area_path = area or str(data / "sample" / "manifest.json")
 

@@ -1,7 +1,10 @@
 """Schedules and sensors: a daily ingest of the current week, a STAC sensor for new items, and a
 weekly collection of old history (:mod:`pipelines.retention`)."""
 
+import hashlib
 import json
+from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
 from dagster import (
@@ -22,9 +25,11 @@ from dagster import (
     sensor,
 )
 
-from pipelines.partitions import register_area_blocks, scene_key, week_key_of
+from pipelines.partitions import WEEKS, register_area_blocks, scene_key, week_key_of
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
 from pipelines.retention import DEFAULT_KEEP_DAYS, collect
+from store.cube import CubeReader
+from store.errors import CubeNotFound
 
 __all__ = ["daily_ingest", "gc_job", "scene_ingest_job", "stac_new_items_sensor", "weekly_gc"]
 
@@ -44,7 +49,11 @@ def daily_ingest(context: ScheduleEvaluationContext, area: AreaResource) -> list
     """Every morning: (re)ingest the current and previous week for every block of the area."""
     today = context.scheduled_execution_time.date()
     blocks = register_area_blocks(context.instance, area.bbox)
-    weeks = sorted({week_key_of(today - timedelta(days=7)), week_key_of(today)})
+    weeks = sorted(
+        w
+        for w in {week_key_of(today - timedelta(days=7)), week_key_of(today)}
+        if WEEKS.has_partition_key(w)  # an area with a past period has no current weeks
+    )
     return [
         RunRequest(run_key=f"{w}|{b}|{today.isoformat()}", partition_key=scene_key(w, b))
         for w in weeks
@@ -56,51 +65,79 @@ FIRST_TICK_START = date(2017, 1, 1)
 """The sensor's first tick looks back to here (both Sentinel-2 satellites in orbit)."""
 OVERLAP_DAYS = 30
 """Later ticks re-search from the newest item seen minus this (late-published items)."""
+SCENE_FAMILIES = (("s2", "sentinel-2-l2a"), ("s1", "sentinel-1-rtc"))
+"""``(inventory prefix, STAC collection)`` of the families the sensor watches."""
 
 
 @sensor(
     job=scene_ingest_job, minimum_interval_seconds=900, default_status=DefaultSensorStatus.STOPPED
 )
 def stac_new_items_sensor(
-    context: SensorEvaluationContext, scenes: SceneSourceResource, area: AreaResource
+    context: SensorEvaluationContext,
+    scenes: SceneSourceResource,
+    area: AreaResource,
+    store: StoreResource,
 ) -> SensorResult | SkipReason:
-    """Notice S2/S1 items not seen before in the area and request their (week, block) partitions.
+    """Request the (week, block) partitions holding S2/S1 items the store does not hold yet.
 
-    Cursor: ``{"since": <date>, "seen": [item ids since then]}``.
+    What is already ingested is read from the store itself (the tip inventory: the item ids
+    each partition stores), not remembered by the sensor: on an ingested store the first tick
+    requests nothing, and a new item requests exactly the partitions it touches. A partition
+    is requested once per set of items it lacks (the run key is that set's digest, which
+    Dagster never launches twice), so an item that cannot be stored (unreadable, no observed
+    cells) does not bring its partition back every tick.
+
+    Cursor: ``{"since": <date>}``, the newest acquisition seen minus :data:`OVERLAP_DAYS`
+    (a high-water mark of constant size).
     """
     state = json.loads(context.cursor) if context.cursor else {}
     since = date.fromisoformat(state["since"]) if "since" in state else FIRST_TICK_START
-    seen: set[str] = set(state.get("seen", []))
-    min_lat, min_lng, max_lat, max_lng = area.bbox
-    bbox = (min_lng, min_lat, max_lng, max_lat)
     end = datetime.now(UTC).date()
     source = scenes.open()
-    new_weeks: set[str] = set()
-    newest = since
-    kept: set[str] = set()
-    for collection in ("sentinel-2-l2a", "sentinel-1-rtc"):
-        for item in source.search(collection, bbox, since, end).items:
-            day = item.datetime.date()
-            newest = max(newest, day)
-            kept.add(item.id)
-            if item.id not in seen:
-                new_weeks.add(week_key_of(day))
-    cursor_since = max(since, newest - timedelta(days=OVERLAP_DAYS))
-    cursor = json.dumps({"since": cursor_since.isoformat(), "seen": sorted(kept | seen)})
-    if not new_weeks:
-        return SkipReason(f"no new items in the area since {since.isoformat()}")
     blocks = register_area_blocks(context.instance, area.bbox)
+    stored = _stored_ids(store.data_dir)
+    missing: dict[tuple[str, str], set[str]] = defaultdict(set)
+    newest = since
+    for block in blocks:
+        window = area.block_window(block)
+        if window is None:
+            continue
+        for family, collection in SCENE_FAMILIES:
+            for item in source.search(collection, window.bounds(), since, end).items:
+                day = item.datetime.date()
+                newest = max(newest, day)
+                week = week_key_of(day)
+                if not WEEKS.has_partition_key(week):
+                    continue  # outside the area's declared period
+                if item.id not in stored(f"{family}|{scene_key(week, block)}"):
+                    missing[(week, block)].add(item.id)
+    cursor = json.dumps({"since": max(since, newest - timedelta(days=OVERLAP_DAYS)).isoformat()})
+    if not missing:
+        return SensorResult(
+            skip_reason=f"the store holds every S2/S1 item found since {since.isoformat()}",
+            cursor=cursor,
+        )
     return SensorResult(
         run_requests=[
-            RunRequest(
-                run_key=f"{w}|{b}|{cursor_since.isoformat()}|{len(kept)}",
-                partition_key=scene_key(w, b),
-            )
-            for w in sorted(new_weeks)
-            for b in blocks
+            RunRequest(run_key=f"{scene_key(w, b)}|{_digest(ids)}", partition_key=scene_key(w, b))
+            for (w, b), ids in sorted(missing.items())
         ],
         cursor=cursor,
     )
+
+
+def _stored_ids(data_dir: str) -> Callable[[str], frozenset[str]]:
+    """Partition key -> item ids the store's tip holds (nothing when there is no cube yet)."""
+    try:
+        inventory = CubeReader(data_dir).inventory
+    except CubeNotFound:
+        return lambda _key: frozenset()
+    return inventory.partition_item_ids
+
+
+def _digest(ids: set[str]) -> str:
+    """A short digest of a set of item ids (the run key of the partition that lacks them)."""
+    return hashlib.blake2b("\n".join(sorted(ids)).encode(), digest_size=8).hexdigest()
 
 
 class GcConfig(Config):

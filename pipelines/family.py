@@ -6,9 +6,9 @@ the checks run on the stack before it is written, the cube bands it fills and
 the inventory rows it records. :func:`ingest_range` runs the same loop for
 every family over a run's partitions (one, or a range of weeks of one block):
 stack each week, check it, hand a week that passed to the write-behind thread
-(one cube commit per week, with its partition key), and merge the weeks' check
-results into one per check. :mod:`pipelines.family_assets` wires a family into
-its two Dagster assets.
+(one cube commit per week, with its partition key), and return each partition's
+own outcome (its checks, metadata, snapshot, or why it wrote nothing).
+:mod:`pipelines.family_assets` wires a family into its two Dagster assets.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from pipelines.scenes import (
     Discovery,
     ScenePartition,
     WriteBehind,
-    merge_check_results,
     skip_line,
 )
 from pipelines.sources.models import SceneItem, Skip
@@ -37,7 +36,7 @@ from store.inventory import InventoryRow
 __all__ = [
     "KEEP_CHECK",
     "FamilyCheck",
-    "RangeOutcome",
+    "PartitionOutcome",
     "SceneFamily",
     "WeekArrays",
     "ingest_range",
@@ -124,13 +123,47 @@ KEEP_CHECK = FamilyCheck(
 
 
 @dataclass(frozen=True)
-class RangeOutcome:
-    """What :func:`ingest_range` did over a run's partitions."""
+class PartitionOutcome:
+    """What :func:`ingest_range` did with one (week, block) partition of a run.
 
+    A partition is *written* (its snapshot committed, or nothing to change) or *stopped*: a
+    failed ERROR check (a held week included) kept its week out of the cube, and
+    :attr:`reason` says why. The Dagster wiring reports a written partition as a
+    materialisation and a stopped one as a failure of the partition.
+    """
+
+    key: str
+    """The Dagster partition key (``"block|week"``)."""
+    week: str
+    """Week key."""
+    checks: tuple[AssetCheckResult, ...]
+    """One result per check of :attr:`SceneFamily.all_checks`, in that order."""
     metadata: dict[str, Any] = field(default_factory=dict)
-    """The cube asset's materialisation metadata (weeks written, snapshot ids, skips)."""
-    check_results: list[AssetCheckResult] = field(default_factory=list)
-    """One result per check for the whole range."""
+    """This partition's own metadata: scenes found, read and skipped, clear fraction,
+    chunks written, the snapshot it committed (``"none"`` if it wrote nothing), held ids."""
+    reason: str | None = None
+    """Why nothing was written (None: written)."""
+
+    @property
+    def written(self) -> bool:
+        """The partition's week is in the cube (or it had nothing to write)."""
+        return self.reason is None
+
+    def summary(self) -> str:
+        """One operator-readable line: what the partition read, skipped, wrote or why it did not."""
+        m = self.metadata
+        head = (
+            f"{self.key}: {m.get('scenes_read', 0)} of {len(m.get('scenes', []))} scenes read,"
+            f" {len(m.get('skipped', []))} skipped"
+        )
+        if self.reason is not None:
+            return f"{head}; nothing written: {self.reason}"
+        clear = m.get("clear_fraction")
+        clear_text = f", clear {clear:.0%}" if isinstance(clear, float) else ""
+        return (
+            f"{head}{clear_text}; {m.get('chunks_written', 0)} chunks written,"
+            f" snapshot {m.get('snapshot_id', 'none')}"
+        )
 
 
 def ingest_range(
@@ -139,7 +172,7 @@ def ingest_range(
     found: Discovery,
     writer: CubeWriter,
     warn: Callable[[str], None],
-) -> RangeOutcome:
+) -> list[PartitionOutcome]:
     """Stack, check and write each of a run's partitions, in week order.
 
     The rule that keeps what is stored: a week is rewritten (cube chunks and
@@ -158,10 +191,10 @@ def ingest_range(
     A partition without a window or items that stores nothing has its inventory
     rows removed (a commit only if it had some); a week whose ERROR checks fail is
     not written. The rows a week stores are read from the cube's tip inventory
-    (versioned with the chunks) when the run starts. Week N is committed on a background thread while week N+1 is read.
-    Every skip (discovery and read) is in the asset metadata (``skipped``), a
-    written week's own skips in its commit metadata, the held weeks with their
-    reasons in ``held_weeks``.
+    (versioned with the chunks) when the run starts. Week N is committed on a
+    background thread while week N+1 is read. Every partition's outcome carries its
+    own checks, skips (discovery skips without an acquisition time are named in every
+    partition of the run: they cannot be placed in a week) and snapshot.
 
     Args:
         family: The scene family.
@@ -171,68 +204,104 @@ def ingest_range(
         warn: Logs a warning (the run's logger).
 
     Returns:
-        The asset metadata and the merged check results.
+        One outcome per partition, in week order.
     """
     tip = CubeReader(writer.data_dir).inventory
-    per_week: dict[str, list[AssetCheckResult]] = {}
-    read_skips: list[Skip] = []
-    held: dict[str, list[str]] = {}
-    with WriteBehind() as behind:
-        for part in parts:
+    undated = [skip_line(s) for s in found.skipped if s.when is None]
+    pending: list[tuple[ScenePartition, list[AssetCheckResult], dict[str, Any], str | None]] = []
+    with WriteBehind[tuple[str, int]]() as behind:
+        for part in sorted(parts, key=lambda p: (p.week, p.block)):
             items = found.by_week.get(part.week, []) if part.window is not None else []
             key = f"{family.name}|{part.key}"
             stored = tip.partition_item_ids(key)
             skips = found.skips_in(part.week)
+            meta: dict[str, Any] = {"scenes": sorted(i.id for i in items), "scenes_read": 0}
             if not items and not stored:
-                with writer.transaction(part.key, metadata={"asset": family.asset}) as tx:
-                    tx.write_inventory(key, [])
+                meta["skipped"] = [*(skip_line(s) for s in skips), *undated]
+                behind.submit(part.key, partial(_clear_week, family, writer, part))
+                pending.append((part, [], meta, None))
                 continue
+            results: list[AssetCheckResult] = []
+            dropped: list[str]
             if not items:
                 dropped = _dropped(stored, frozenset(), found, skips, items)
-                per_week[part.week] = [_keep_check(family, dropped)]
-                held[part.week] = dropped
-                warn(f"{family.name} {part.key}: week held, stored overpasses kept: {dropped}")
-                continue
-            assert part.window is not None
-            week = family.stack_week(items, part.window, part.t0)
-            read_skips.extend(week.skipped)
-            skips = [*skips, *week.skipped]
-            rows = family.inventory_rows(week, family.name, part.block)
-            new_ids = frozenset(i for r in rows for i in r.item_ids)
-            dropped = _dropped(stored, new_ids, found, skips, items)
-            per_week[part.week] = [
-                *family.evaluate_checks(week, part.window),
-                _keep_check(family, dropped),
-            ]
-            if dropped:
-                held[part.week] = dropped
-                warn(f"{family.name} {part.key}: week held, stored overpasses kept: {dropped}")
-                continue
-            if any(
-                not c.passed and c.severity == AssetCheckSeverity.ERROR for c in per_week[part.week]
-            ):
-                warn(f"{family.name} {part.key}: checks failed, week not written")
-                continue
-            ids = sorted(i.id for i in items)
+            else:
+                assert part.window is not None
+                week = family.stack_week(items, part.window, part.t0)
+                skips = [*skips, *week.skipped]
+                rows = family.inventory_rows(week, family.name, part.block)
+                new_ids = frozenset(i for r in rows for i in r.item_ids)
+                dropped = _dropped(stored, new_ids, found, skips, items)
+                results = family.evaluate_checks(week, part.window)
+                unread = {s.item_id for s in week.skipped}
+                meta["scenes_read"] = sum(1 for i in items if i.id not in unread)
+                total = sum(r.total_cells for r in rows)
+                meta["clear_fraction"] = (
+                    round(sum(r.clear_cells for r in rows) / total, 4) if total else 0.0
+                )
+            results.append(_keep_check(family, dropped))
             lines = [skip_line(s) for s in skips]
-            behind.submit(
-                part.week, partial(write_week, family, writer, part, week, ids, rows, lines)
-            )
+            meta["skipped"] = [*lines, *undated]
+            reason = None
+            if dropped:
+                meta["held"] = dropped
+                reason = f"week held, stored overpasses kept: {'; '.join(dropped)}"
+            else:
+                failed = [
+                    str(c.check_name)
+                    for c in results
+                    if not c.passed and c.severity == AssetCheckSeverity.ERROR
+                ]
+                if failed:
+                    reason = f"ERROR checks failed: {', '.join(failed)}"
+            if reason is not None:
+                warn(f"{family.name} {part.key}: {reason}")
+            else:
+                ids = sorted(i.id for i in items)
+                behind.submit(
+                    part.key, partial(write_week, family, writer, part, week, ids, rows, lines)
+                )
+            pending.append((part, results, meta, reason))
     written = behind.results()
-    results = merge_check_results(per_week) or [
-        AssetCheckResult(
-            check_name=c.name, passed=True, metadata={"note": "no scenes in these partitions"}
+    out = []
+    for part, results, meta, reason in pending:
+        if reason is None:
+            snapshot, chunks = written[part.key]
+            meta["snapshot_id"] = snapshot or "none"
+            meta["chunks_written"] = chunks
+        else:
+            meta["snapshot_id"] = "none"
+            meta["chunks_written"] = 0
+        out.append(
+            PartitionOutcome(part.key, part.week, _complete(family, results, meta), meta, reason)
+        )
+    return out
+
+
+def _complete(
+    family: SceneFamily[Any], results: list[AssetCheckResult], meta: dict[str, Any]
+) -> tuple[AssetCheckResult, ...]:
+    """One result per check, in the family's order; a check not evaluated passes with a note."""
+    by_name = {str(r.check_name): r for r in results}
+    note = (
+        "not evaluated: no scenes read this week" if meta.get("scenes") else "no scenes this week"
+    )
+    return tuple(
+        by_name.get(c.name)
+        or AssetCheckResult(
+            check_name=c.name, asset_key=family.asset, passed=True, metadata={"note": note}
         )
         for c in family.all_checks
-    ]
-    skipped = [skip_line(s) for s in dict.fromkeys((*found.skipped, *read_skips))]
-    metadata: dict[str, Any] = {
-        "weeks_written": sorted(written),
-        "snapshots": written,
-        "skipped": skipped,
-        "held_weeks": held,
-    }
-    return RangeOutcome(metadata, results)
+    )
+
+
+def _clear_week(
+    family: SceneFamily[Any], writer: CubeWriter, part: ScenePartition
+) -> tuple[str, int]:
+    """Commit a week with no items: its inventory rows removed (no commit when it had none)."""
+    with writer.transaction(part.key, metadata={"asset": family.asset}) as tx:
+        tx.write_inventory(f"{family.name}|{part.key}", [])
+    return str(tx.snapshot_id), 0
 
 
 def _dropped(
@@ -275,14 +344,14 @@ def write_week(
     item_ids: list[str],
     rows: list[InventoryRow],
     skipped: list[str],
-) -> str:
+) -> tuple[str, int]:
     """Commit one week (all 7 days, so the partition owns its chunks) and its inventory rows.
 
     The commit metadata names the week's skips (``skipped``: ``id: [code] reason``).
     The rows go into the same commit as the chunks: a snapshot never has one without the other.
 
     Returns:
-        The snapshot id of the commit.
+        The snapshot id of the commit and the number of chunks it wrote.
     """
     win = part.window
     assert win is not None
@@ -295,4 +364,4 @@ def write_week(
             tx.write(band, tslots, win.lat_q0, win.lng_q0, week.values[key])
         tx.write(family.flag_band, tslots, win.lat_q0, win.lng_q0, family.flags(week))
         tx.write_inventory(f"{family.name}|{part.key}", rows)
-    return str(tx.snapshot_id)
+    return str(tx.snapshot_id), tx.chunks_written

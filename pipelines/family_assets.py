@@ -5,25 +5,57 @@ in one run (``context.partition_keys``), and each week still commits its own
 cube snapshot with its partition key, so a run killed mid-range keeps every
 week it finished. The work is done by :func:`pipelines.scenes.discover` and
 :func:`pipelines.family.ingest_range`.
+
+What the UI shows is per (week, block) partition, as the cube stores it: the cube
+asset emits one materialisation per written partition, in week order (so the
+asset's latest materialisation is its newest week), with that partition's own
+metadata, and one check evaluation per check and partition (its checks are
+partitioned like the asset). A partition a failed ERROR check kept out of the cube
+gets no materialisation but an observation naming the reason, and the step then
+fails (:data:`CHECKS_STOPPED`), so Dagster marks exactly those partitions failed.
 """
 
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetKey,
+    AssetMaterialization,
+    AssetObservation,
     AssetsDefinition,
     BackfillPolicy,
+    BetaWarning,
+    Failure,
     MaterializeResult,
+    MultiPartitionKey,
+    Output,
+    PreviewWarning,
     asset,
 )
 
-from pipelines.family import SceneFamily, ingest_range
+from pipelines.family import PartitionOutcome, SceneFamily, ingest_range
 from pipelines.partitions import SCENE_PARTITIONS
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
-from pipelines.scenes import discover, discovery_metadata, scene_partitions
+from pipelines.scenes import (
+    discover,
+    discovery_metadata,
+    partition_discovery_metadata,
+    scene_partitions,
+)
 
-__all__ = ["FamilyAssets", "scene_assets"]
+__all__ = ["CHECKS_STOPPED", "FamilyAssets", "scene_assets"]
+
+CHECKS_STOPPED = "earthmem/checks_stopped"
+"""Metadata key of the step failure raised when checks kept partitions out of the cube:
+the stopped partition keys (a run failed only for this is a check outcome, not an error)."""
+
+CubeEvent = AssetMaterialization | AssetObservation | AssetCheckEvaluation | Output[None]
 
 
 class FamilyAssets(NamedTuple):
@@ -35,8 +67,35 @@ class FamilyAssets(NamedTuple):
     """The family's cube bands and inventory rows, one commit per week."""
 
 
+@contextmanager
+def _chosen_dagster_features() -> Iterator[None]:
+    """Silence the two notices of Dagster features these assets use on purpose, and only them.
+
+    Single-run backfills (``backfill_policy``, beta) are what let a range of weeks share one
+    run; partitioned checks (``partitions_def`` on a check spec, preview) are what record a
+    check per (week, block). Dagster warns at every definition, so in every run's process.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message="Parameter `backfill_policy` of function `asset`",
+            category=BetaWarning,
+        )
+        warnings.filterwarnings(
+            "ignore",
+            message="Specifying a partitions_def on an AssetCheckSpec",
+            category=PreviewWarning,
+        )
+        yield
+
+
 def scene_assets(family: SceneFamily[Any]) -> FamilyAssets:
     """Define the discovery and cube assets of a family (partitioned by week x block)."""
+    with _chosen_dagster_features():
+        return _define(family)
+
+
+def _define(family: SceneFamily[Any]) -> FamilyAssets:
 
     @asset(
         name=f"{family.name}_items",
@@ -52,8 +111,15 @@ def scene_assets(family: SceneFamily[Any]) -> FamilyAssets:
     def items(
         context: AssetExecutionContext, scenes: SceneSourceResource, area: AreaResource
     ) -> MaterializeResult:
-        found = discover(family.collection, scene_partitions(context, area), scenes)
-        return MaterializeResult(metadata=discovery_metadata(found))
+        parts = scene_partitions(context, area)
+        found = discover(family.collection, parts, scenes)
+        for part in parts:
+            context.add_asset_metadata(
+                partition_discovery_metadata(found, part.week), partition_key=part.key
+            )
+        n = discovery_metadata(found)["n_items"]
+        context.log.info(f"{family.name}: {n} items found over {len(parts)} partitions")
+        return MaterializeResult()
 
     @asset(
         name=family.asset,
@@ -63,8 +129,14 @@ def scene_assets(family: SceneFamily[Any]) -> FamilyAssets:
         group_name=family.group,
         kinds={"zarr", "icechunk"},
         deps=[items],
+        output_required=False,  # materialisations are emitted per written partition
         check_specs=[
-            AssetCheckSpec(c.name, asset=family.asset, description=c.description)
+            AssetCheckSpec(
+                c.name,
+                asset=family.asset,
+                description=c.description,
+                partitions_def=SCENE_PARTITIONS,
+            )
             for c in family.all_checks
         ],
     )
@@ -73,10 +145,66 @@ def scene_assets(family: SceneFamily[Any]) -> FamilyAssets:
         scenes: SceneSourceResource,
         store: StoreResource,
         area: AreaResource,
-    ) -> MaterializeResult:
+    ) -> Iterator[CubeEvent]:
         parts = scene_partitions(context, area)
         found = discover(family.collection, parts, scenes)
-        outcome = ingest_range(family, parts, found, store.writer(), context.log.warning)
-        return MaterializeResult(metadata=outcome.metadata, check_results=outcome.check_results)
+        outcomes = ingest_range(family, parts, found, store.writer(), context.log.warning)
+        selected = context.selected_asset_check_keys
+        for outcome in outcomes:  # week order
+            context.log.info(f"{family.asset} {outcome.summary()}")
+            yield from _partition_events(family, outcome, selected)
+        for key in sorted(selected, key=lambda k: k.name):
+            yield Output(
+                None, output_name=context.assets_def.get_output_name_for_asset_check_key(key)
+            )
+        stopped = [o for o in outcomes if not o.written]
+        if stopped:
+            raise Failure(
+                description=(
+                    f"{len(stopped)} of {len(outcomes)} partitions not written (ERROR checks): "
+                    + "; ".join(f"{o.key}: {o.reason}" for o in stopped)
+                )[:4000],
+                metadata={CHECKS_STOPPED: [o.key for o in stopped]},
+                allow_retries=False,
+            )
 
     return FamilyAssets(items, cube)
+
+
+def _partition_events(
+    family: SceneFamily[Any], outcome: PartitionOutcome, selected: Any
+) -> Iterator[CubeEvent]:
+    """A partition's materialisation (or observation of why not) and its check evaluations."""
+    tags = _partition_tags(outcome.key)
+    if outcome.written:
+        yield AssetMaterialization(
+            asset_key=family.asset, partition=outcome.key, metadata=outcome.metadata, tags=tags
+        )
+    else:
+        yield AssetObservation(
+            asset_key=family.asset,
+            partition=outcome.key,
+            description=f"not written: {outcome.reason}"[:2000],
+            metadata={**outcome.metadata, "not_written": str(outcome.reason)},
+            tags=tags,
+        )
+    for result in outcome.checks:
+        check_key = AssetCheckKey(AssetKey(family.asset), str(result.check_name))
+        if check_key not in selected:
+            continue
+        yield AssetCheckEvaluation(
+            asset_key=AssetKey(family.asset),
+            check_name=check_key.name,
+            passed=result.passed,
+            metadata=result.metadata,
+            severity=result.severity,
+            description=result.description,
+            partition=outcome.key,
+        )
+
+
+def _partition_tags(key: str) -> dict[str, str]:
+    """The per-dimension tags Dagster puts on a multi-partition event (the UI filters by them)."""
+    block, week = key.split("|")
+    mk = MultiPartitionKey({"block": block, "week": week})
+    return {f"dagster/partition/{dim}": k for dim, k in mk.keys_by_dimension.items()}

@@ -84,14 +84,19 @@ def instance_setup(instance: DagsterInstance) -> Any:
 def open_instance(home: str | os.PathLike[str], config: Path | None = None) -> DagsterInstance:
     """Open (creating on first use) the persistent instance at ``home``, serialised.
 
-    Sets ``DAGSTER_HOME`` (worker processes open the same instance from it) and copies
-    ``config`` to ``<home>/dagster.yaml`` when the home has none. The caller closes the
-    instance (``with open_instance(...) as instance:``).
+    Sets ``DAGSTER_HOME`` (worker processes open the same instance from it) and writes
+    ``config`` to ``<home>/dagster.yaml`` when the home has none or another one (the repo's
+    config is the instance's: a later change to it reaches an existing home). The caller
+    closes the instance (``with open_instance(...) as instance:``).
     """
     root = Path(home).resolve()
     with setup_lock(root):
         target = root / "dagster.yaml"
-        if config is not None and config.exists() and not target.exists():
+        if (
+            config is not None
+            and config.exists()
+            and (not target.exists() or target.read_bytes() != config.read_bytes())
+        ):
             tmp = root / f".dagster.yaml.tmp-{uuid.uuid4().hex[:8]}"
             shutil.copy(config, tmp)
             os.replace(tmp, target)

@@ -8,11 +8,16 @@
   :data:`PARTITION_BLOCK_LEVEL`), registered for the configured area by
   :func:`register_area_blocks` (the CLI and the sensor call it).
 - Tessera: one partition per vintage year.
+- An area that declares a period (the sample's manifest does) gets the weeks of that
+  period only (:func:`weeks_for`); a live one keeps weeks up to the current one.
 """
 
 from __future__ import annotations
 
-from datetime import date
+import os
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
 
 from dagster import (
     DagsterInstance,
@@ -24,6 +29,7 @@ from dagster import (
 )
 
 from pipelines.instance import instance_setup
+from pipelines.resources import load_period
 from store import blocks
 from store.cube import TIME_CHUNK_DAYS
 from store.tslot import day_slot, slot_to_date
@@ -39,22 +45,48 @@ __all__ = [
     "scene_key",
     "week_key_of",
     "week_t0",
+    "weeks_for",
 ]
 
 PARTITION_BLOCK_LEVEL = 8
 """Blocks of 256 x 256 cells (~2.4 km); each owns 2 x 2 cube chunks of level 7."""
-WEEKS = TimeWindowPartitionsDefinition(
-    start="2022-12-29",  # a Thursday: day slot 19355 = 7 * 2765
-    fmt="%Y-%m-%d",
-    cron_schedule="0 0 * * 4",
-    timezone="UTC",
-    end_offset=1,  # the current, still-open week can be ingested as scenes arrive
-)
-BLOCKS = DynamicPartitionsDefinition(name="blocks")
-SCENE_PARTITIONS = MultiPartitionsDefinition({"week": WEEKS, "block": BLOCKS})
+FIRST_WEEK = "2022-12-29"
+"""First week partition of a live area (a Thursday: day slot 19355 = 7 * 2765)."""
+AREA_ENV = "EARTHMEM_AREA"
+"""The area JSON of the code location (see :mod:`pipelines.resources`)."""
+
+
+def weeks_for(period: tuple[date, date] | None) -> TimeWindowPartitionsDefinition:
+    """The week partitions of an area: those of its declared period, or live weeks.
+
+    A period (a sample's, whose scenes exist only then) gives the weeks holding its first to
+    its last day, so the UI shows no week that cannot have scenes and "materialize missing"
+    launches none. Without one the weeks run from :data:`FIRST_WEEK` to the current, still
+    open week (scenes keep arriving).
+    """
+    common: dict[str, Any] = {"fmt": "%Y-%m-%d", "cron_schedule": "0 0 * * 4", "timezone": "UTC"}
+    if period is None:
+        return TimeWindowPartitionsDefinition(start=FIRST_WEEK, end_offset=1, **common)
+    first = max(week_key_of(period[0]), FIRST_WEEK)
+    end = date.fromisoformat(week_key_of(period[1])) + timedelta(days=7)  # exclusive
+    return TimeWindowPartitionsDefinition(start=first, end=end.isoformat(), **common)
+
+
+def _configured_period() -> tuple[date, date] | None:
+    """The period of the configured area (``EARTHMEM_AREA``), if it declares one.
+
+    Read when the definitions load: Dagster needs the partitions then. No area configured,
+    or none readable yet (before the sample is built), means live weeks.
+    """
+    path = os.environ.get(AREA_ENV)
+    if not path or not Path(path).is_file():
+        return None
+    return load_period(path)
+
+
 TESSERA_YEARS = StaticPartitionsDefinition([str(y) for y in range(2017, 2026)])
 
-assert day_slot("2022-12-29") % TIME_CHUNK_DAYS == 0
+assert day_slot(FIRST_WEEK) % TIME_CHUNK_DAYS == 0
 
 
 def week_t0(week_key: str) -> int:
@@ -66,6 +98,12 @@ def week_key_of(d: date) -> str:
     """Week partition key holding a date."""
     slot = day_slot(d)
     return slot_to_date(slot - slot % TIME_CHUNK_DAYS).isoformat()
+
+
+WEEKS = weeks_for(_configured_period())
+"""The week partitions of the configured area (:func:`weeks_for`)."""
+BLOCKS = DynamicPartitionsDefinition(name="blocks")
+SCENE_PARTITIONS = MultiPartitionsDefinition({"week": WEEKS, "block": BLOCKS})
 
 
 def scene_key(week: str, block: str) -> MultiPartitionKey:

@@ -14,6 +14,7 @@ environment variables read when Dagster builds resources at run time
 from __future__ import annotations
 
 import json
+from datetime import date
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, cast
@@ -25,7 +26,14 @@ from pipelines.sources import SceneSource, SourceConfig, SourceKind, open_source
 from store import address, blocks
 from store.cube import CubeWriter
 
-__all__ = ["AreaResource", "SceneSourceResource", "StoreResource", "default_resources", "load_area"]
+__all__ = [
+    "AreaResource",
+    "SceneSourceResource",
+    "StoreResource",
+    "default_resources",
+    "load_area",
+    "load_period",
+]
 
 
 def load_area(path: str | Path) -> tuple[str, tuple[float, float, float, float]]:
@@ -42,6 +50,29 @@ def load_area(path: str | Path) -> tuple[str, tuple[float, float, float, float]]
         )
     name = str(doc.get("name", Path(path).stem))
     return name, (bbox[1], bbox[0], bbox[3], bbox[2])
+
+
+def load_period(path: str | Path) -> tuple[date, date] | None:
+    """The period an area JSON declares (``"period": {"start", "end"}``, ISO dates), or None.
+
+    A sample area has one (its scenes exist only then); a live area has none.
+
+    Raises:
+        ValueError: A period that is not two ISO dates with start <= end.
+    """
+    doc: dict[str, Any] = json.loads(Path(path).read_text())
+    period = doc.get("period")
+    if period is None:
+        return None
+    try:
+        start, end = date.fromisoformat(period["start"]), date.fromisoformat(period["end"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"area period must be {{'start', 'end'}} ISO dates, got {period!r}"
+        ) from exc
+    if start > end:
+        raise ValueError(f"area period starts after it ends: {period!r}")
+    return start, end
 
 
 class StoreResource(ConfigurableResource):

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
+from pipelines.family_assets import CHECKS_STOPPED
 from pipelines.instance import fail_dead_runs, run_tags
 from pipelines.memory.assets import memory_rechecks
 from pipelines.partitions import register_area_blocks, scene_key, week_key_of
@@ -79,7 +80,8 @@ class RangeRun(NamedTuple):
     key: str
     """``first partition key..last week``."""
     ok: bool
-    """The run succeeded."""
+    """The run succeeded (a run failed only because ERROR checks kept partitions out of the
+    cube counts as succeeded: those partitions are in ``failed_checks`` and ``held``)."""
     failed_checks: list[str]
     """Checks that did not pass (``(warn)`` suffix for WARN severity)."""
     skipped: list[str]
@@ -230,19 +232,39 @@ def _record_range(report: IngestReport, run: RangeRun, partitions: int) -> None:
 
 
 def _skips_and_held(result: Any) -> tuple[list[str], list[str]]:
-    """The ``skipped`` and ``held_weeks`` metadata of a run's cube materialisations, each once."""
+    """The ``skipped`` and ``held`` metadata of a run's per-partition cube events, each once.
+
+    Written partitions carry them on their materialisation, partitions kept out of the cube
+    on their observation.
+    """
     skipped: dict[str, None] = {}
     held: dict[str, None] = {}
-    for ev in result.get_asset_materialization_events():
-        mat = ev.step_materialization_data.materialization
-        asset = mat.asset_key.to_user_string()
-        meta = mat.metadata
+    for ev in result.all_events:
+        if ev.is_step_materialization:
+            asset_event = ev.step_materialization_data.materialization
+        elif ev.is_asset_observation:
+            asset_event = ev.asset_observation_data.asset_observation
+        else:
+            continue
+        asset = asset_event.asset_key.to_user_string()
+        meta = asset_event.metadata
+        week = str(asset_event.partition or "").rpartition("|")[2]
         if "skipped" in meta:
             skipped.update((f"{asset}: {s}", None) for s in meta["skipped"].value)
-        if "held_weeks" in meta:
-            for week, lines in sorted(meta["held_weeks"].value.items()):
-                held.update((f"{asset} {week}: {line}", None) for line in lines)
+        if "held" in meta:
+            held.update((f"{asset} {week}: {line}", None) for line in meta["held"].value)
     return list(skipped), list(held)
+
+
+def _run_ok(result: Any) -> bool:
+    """The run succeeded, or its only failures are checks keeping partitions out of the cube."""
+    if result.success:
+        return True
+    failures = [ev for ev in result.all_events if ev.is_step_failure]
+    return bool(failures) and all(
+        CHECKS_STOPPED in getattr(ev.step_failure_data.user_failure_data, "metadata", {})
+        for ev in failures
+    )
 
 
 def _collect(result: Any, key: str, report: IngestReport) -> None:
@@ -289,6 +311,4 @@ def materialize_range(
         },
     )
     skipped, held = _skips_and_held(result)
-    return RangeRun(
-        f"{start}..{last_week}", bool(result.success), _failed_checks(result), skipped, held
-    )
+    return RangeRun(f"{start}..{last_week}", _run_ok(result), _failed_checks(result), skipped, held)

@@ -21,9 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from dagster import AssetCheckResult, AssetExecutionContext, MultiPartitionKey
+from dagster import AssetExecutionContext, MultiPartitionKey
 
 from pipelines.lattice import LatticeWindow
 from pipelines.partitions import week_key_of, week_t0
@@ -36,7 +36,7 @@ __all__ = [
     "WriteBehind",
     "discover",
     "discovery_metadata",
-    "merge_check_results",
+    "partition_discovery_metadata",
     "scene_partitions",
     "skip_line",
 ]
@@ -140,46 +140,29 @@ def discovery_metadata(found: Discovery) -> dict[str, Any]:
     }
 
 
+def partition_discovery_metadata(found: Discovery, week: str) -> dict[str, Any]:
+    """One partition's discovery metadata: its week's item ids, their count, its skips.
+
+    Skips without an acquisition time cannot be placed in a week: every partition names them.
+    """
+    ids = [i.id for i in found.by_week.get(week, [])]
+    skips = [*found.skips_in(week), *(s for s in found.skipped if s.when is None)]
+    return {"item_ids": ids, "n_items": len(ids), "skipped": [skip_line(s) for s in skips]}
+
+
 def skip_line(skip: Skip) -> str:
     """One skip as reported in metadata and the CLI summary: ``item id: [code] reason``."""
     return f"{skip.item_id}: [{skip.code}] {skip.reason}"
 
 
-def merge_check_results(per_week: dict[str, list[AssetCheckResult]]) -> list[AssetCheckResult]:
-    """One result per check for a run: passed only if every week passed; failing weeks listed."""
-    names: dict[str, list[tuple[str, AssetCheckResult]]] = defaultdict(list)
-    for week, results in sorted(per_week.items()):
-        for r in results:
-            names[str(r.check_name)].append((week, r))
-    merged = []
-    for name, rows in names.items():
-        failing = [(w, r) for w, r in rows if not r.passed]
-        first = rows[0][1]
-        metadata: dict[str, Any] = {
-            "weeks_checked": len(rows),
-            "weeks_failed": [w for w, _ in failing],
-        }
-        if failing:
-            metadata["first_failure"] = {
-                k: str(v.value) for k, v in (failing[0][1].metadata or {}).items()
-            }
-        merged.append(
-            AssetCheckResult(
-                check_name=name,
-                asset_key=first.asset_key,
-                passed=not failing,
-                severity=first.severity,
-                metadata=metadata,
-            )
-        )
-    return merged
+T = TypeVar("T")
 
 
-class WriteBehind:
+class WriteBehind(Generic[T]):
     """Run a range's weekly cube writes on one background thread, behind the reads.
 
     ``submit`` queues a week's write (a callable that commits it and returns
-    the snapshot id) and returns at once, so the caller reads the next week
+    what the caller wants back, e.g. the snapshot id) and returns at once, so the caller reads the next week
     while this one is compressed and committed. At most ``depth`` writes wait
     or run at a time (memory stays bounded to ``depth + 1`` week stacks);
     writes run one at a time, in submission order. A write that raised makes
@@ -197,10 +180,10 @@ class WriteBehind:
             raise ValueError("depth must be >= 1")
         self.depth = depth
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: deque[tuple[str, Future[str]]] = deque()
-        self._done: dict[str, str] = {}
+        self._pending: deque[tuple[str, Future[T]]] = deque()
+        self._done: dict[str, T] = {}
 
-    def __enter__(self) -> WriteBehind:
+    def __enter__(self) -> WriteBehind[T]:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="earthmem-write")
         return self
 
@@ -223,12 +206,12 @@ class WriteBehind:
             if pool is not None:
                 pool.shutdown(wait=True)
 
-    def submit(self, week: str, write: Callable[[], str]) -> None:
+    def submit(self, week: str, write: Callable[[], T]) -> None:
         """Queue one week's write (waits first while ``depth`` writes are pending).
 
         Args:
-            week: The week key (the key of :meth:`results`).
-            write: Commits the week; returns its snapshot id.
+            week: The week's key (the key of :meth:`results`).
+            write: Commits the week; returns what :meth:`results` gives for it.
 
         Raises:
             RuntimeError: Used outside its ``with`` block.
@@ -244,6 +227,6 @@ class WriteBehind:
             week, fut = self._pending.popleft()
             self._done[week] = fut.result()
 
-    def results(self) -> dict[str, str]:
-        """Week key -> snapshot id of the writes that finished (all of them after the block)."""
+    def results(self) -> dict[str, T]:
+        """Week key -> what the write returned, of the writes that finished (all after the block)."""
         return dict(self._done)

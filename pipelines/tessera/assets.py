@@ -29,25 +29,34 @@ __all__ = [
 COLLECTION = "tessera-embeddings"
 
 
-@asset(partitions_def=TESSERA_YEARS, group_name="tessera", kinds={"stac"})
-def tessera_items(
-    context: AssetExecutionContext, scenes: SceneSourceResource, area: AreaResource
-) -> list[SceneItem]:
-    """Tessera tiles of the partition's year touching the area."""
-    year = int(context.partition_key)
+def _vintage_items(scenes: SceneSourceResource, area: AreaResource, year: int) -> list[SceneItem]:
+    """Tessera tiles of one vintage touching the area, searched from the configured source."""
     min_lat, min_lng, max_lat, max_lng = area.bbox
     found = scenes.open().search(
         COLLECTION, (min_lng, min_lat, max_lng, max_lat), date(year, 1, 1), date(year, 12, 31)
     )
-    items = [i for i in found.items if i.tessera_year in (None, year)]
-    context.add_output_metadata({"item_ids": [i.id for i in items]})
-    return items
+    return [i for i in found.items if i.tessera_year in (None, year)]
+
+
+@asset(partitions_def=TESSERA_YEARS, group_name="tessera", kinds={"stac"})
+def tessera_items(
+    context: AssetExecutionContext, scenes: SceneSourceResource, area: AreaResource
+) -> MaterializeResult:
+    """Tessera tiles of the partition's year touching the area (ids recorded).
+
+    Nothing is stored by Dagster: the items name files under the data directory, so the cube
+    asset searches them again from the configured source (a moved data directory is read
+    where it is now).
+    """
+    items = _vintage_items(scenes, area, int(context.partition_key))
+    return MaterializeResult(metadata={"item_ids": [i.id for i in items]})
 
 
 @asset(
     partitions_def=TESSERA_YEARS,
     group_name="tessera",
     kinds={"zarr", "icechunk"},
+    deps=[tessera_items],
     check_specs=[
         AssetCheckSpec(
             "valid_vectors",
@@ -58,19 +67,20 @@ def tessera_items(
 )
 def geotessera_embeddings(
     context: AssetExecutionContext,
-    tessera_items: list[SceneItem],
+    scenes: SceneSourceResource,
     store: StoreResource,
     area: AreaResource,
 ) -> MaterializeResult:
     """int8 vectors + per-cell scale + bin128 sign codes of one vintage over the area."""
     year = int(context.partition_key)
+    tiles = _vintage_items(scenes, area, year)
     win = area.window()
-    vintage = load_vintage(tessera_items, win, year)
+    vintage = load_vintage(tiles, win, year)
     finite = np.isfinite(vintage.scale)
     bad_scale = int((vintage.scale[finite] <= 0).sum())
     slot = np.array([year_slot(date(year, 1, 1))])
     snapshot = None
-    if tessera_items:
+    if tiles:
         with store.writer().transaction(
             f"tessera|{year}", metadata={"asset": "geotessera_embeddings"}
         ) as tx:
@@ -101,7 +111,7 @@ def geotessera_embeddings(
         check_results=[
             AssetCheckResult(
                 check_name="valid_vectors",
-                passed=bad_scale == 0 and (vintage.n_valid > 0 or not tessera_items),
+                passed=bad_scale == 0 and (vintage.n_valid > 0 or not tiles),
                 metadata={"valid_cells": vintage.n_valid, "non_positive_scales": bad_scale},
             )
         ],
@@ -121,7 +131,7 @@ def geotessera_year_table(
     year = int(context.partition_key)
     n = build_year_table(store.data_dir, area.window(), year)
     return MaterializeResult(
-        metadata={"rows": n, "path": str(store.knn_dir / "geotessera" / str(year))}
+        metadata={"rows": n, "path": f"knn/geotessera/{year}"}  # under the data directory
     )
 
 

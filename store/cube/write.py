@@ -125,6 +125,7 @@ class CubeTransaction:
         self._inventory: dict[str, PartitionRows] = {}
         self._decoded: dict[tuple[str, tuple[int, int, int]], npt.NDArray[Any] | None] = {}
         self._touched: set[tuple[str, tuple[int, int, int]]] = set()
+        self._written: set[tuple[str, tuple[int, ...]]] = set()
         self._open = True
         self.partition_key = partition_key
         """The partition this transaction materialises."""
@@ -132,6 +133,11 @@ class CubeTransaction:
         """Snapshot id after a successful exit (the tip if nothing changed)."""
         self.committed = False
         """Whether exiting created a new snapshot."""
+
+    @property
+    def chunks_written(self) -> int:
+        """Distinct chunks (of every band) this transaction's writes cover, all-fill ones included."""
+        return len(self._written)
 
     def _array(self, spec: BandSpec) -> zarr.Array:
         arr = self._arrays.get(spec.array_path)
@@ -183,6 +189,7 @@ class CubeTransaction:
             if codec.path in _SUMMARY_INPUTS:
                 decoded[(codec.path, (coords[0], coords[1], coords[2]))] = None if fill else chunk
         pending.update(encoded)
+        self._written.update((codec.path, tuple(c)) for c, _, _, _ in boxes)
         self._decoded.update(decoded)
         self._touch(codec.path, [(c[0], c[1], c[2]) for c, _, _, _ in boxes])
 
@@ -240,20 +247,19 @@ class CubeTransaction:
                 self._write_chunks(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data)
                 return
         self._flush()  # Zarr reads the store: it must see this transaction's chunks
+        side = self._array(spec).chunks[1]
+        tcs = sorted({int(x) // spec.time_chunk for x in t})
+        coords = [
+            (tc, cy, cx)
+            for tc in tcs
+            for cy in range(lat_q0 // side, (lat_q0 + h - 1) // side + 1)
+            for cx in range(lng_q0 // side, (lng_q0 + w - 1) // side + 1)
+        ]
+        self._written.update((spec.array_path, c) for c in coords)
         if spec.array_path in _SUMMARY_INPUTS:  # the store holds these chunks now
             path = spec.array_path
             self._decoded = {k: v for k, v in self._decoded.items() if k[0] != path}
-            side = self._array(spec).chunks[1]
-            tcs = sorted({int(x) // spec.time_chunk for x in t})
-            self._touch(
-                path,
-                [
-                    (tc, cy, cx)
-                    for tc in tcs
-                    for cy in range(lat_q0 // side, (lat_q0 + h - 1) // side + 1)
-                    for cx in range(lng_q0 // side, (lng_q0 + w - 1) // side + 1)
-                ],
-            )
+            self._touch(path, coords)
         if contiguous:
             self._array(spec)[(slice(int(t[0]), int(t[-1]) + 1), ys, xs)] = data
         else:

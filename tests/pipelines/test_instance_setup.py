@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent(
     from pipelines.partitions import register_area_blocks
     while not go.exists():  # every process imported Dagster: start together
         time.sleep(0.005)
-    with open_instance(home, Path("dagster.yaml")) as inst:
+    with open_instance(home, Path("deploy/dagster.yaml")) as inst:
         print(len(register_area_blocks(inst, {bbox})))
     """
 ).format(bbox=BBOX)
@@ -71,3 +71,14 @@ def test_ingests_started_together_on_a_fresh_directory_share_one_instance(tmp_pa
                 area_blocks(BBOX)
             )
             assert inst.get_runs() == []
+
+
+def test_the_repo_config_reaches_an_existing_home(tmp_path) -> None:
+    """An instance opened with the repo's config gets that config, also over an older copy."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: true\n")  # an older copy
+    config = Path("deploy/dagster.yaml")
+    with open_instance(home, config) as inst:
+        assert inst.root_directory == str(home.resolve())
+    assert (home / "dagster.yaml").read_bytes() == config.read_bytes()
