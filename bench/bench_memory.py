@@ -237,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--quick", action="store_true", help="40 writes per store case, 16 per API case")
+    ap.add_argument(
+        "--quick", action="store_true", help="40 writes per store case, 16 per API case"
+    )
     ap.add_argument("--n", type=int, default=800, help="writes per case")
     ap.add_argument("--json", default=None)
     ap.add_argument(
