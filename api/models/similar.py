@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from api.models.common import (
+    AS_OF_DOC,
     CELL_SCHEMA,
     INPUT_CONFIG,
     KEY_SCHEMA,
@@ -136,6 +137,7 @@ class IsLikeIn(BaseModel):
 
     a: str = Field(description="cell64 of the first place.", json_schema_extra=CELL_SCHEMA)
     b: str = Field(description="cell64 of the second place.", json_schema_extra=CELL_SCHEMA)
+    as_of: str | None = Field(None, description=AS_OF_DOC)
 
 
 class VintageSimilarity(BaseModel):

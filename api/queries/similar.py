@@ -55,6 +55,7 @@ __all__ = [
     "RERANK_MIN_CANDIDATES",
     "find_similar",
     "is_like",
+    "snapshot_vintages",
     "vector_value",
 ]
 
@@ -152,7 +153,8 @@ def _year_bound(as_of_tslot: int | None, notes: list[str]) -> int | None:
     return 1970 + int(as_of_tslot)
 
 
-def _existing_years(reader: CubeReader) -> set[int]:
+def snapshot_vintages(reader: CubeReader) -> set[int]:
+    """The Tessera vintages (years) whose chunks exist in a reader's snapshot."""
     coords = reader.chunks("geotessera.scale")
     return {1970 + int(t) for t in np.unique(coords[:, 0]).tolist()} if coords.size else set()
 
@@ -256,7 +258,9 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
     with store_errors():
         # the cube is only read for as-of bounds and filters; the tables stand alone otherwise
         reader = ctx.reader(args.as_of_signed_at) if args.as_of_signed_at or args.filter else None
-        years_ok = _existing_years(reader) if reader is not None and args.as_of_signed_at else None
+        years_ok = (
+            snapshot_vintages(reader) if reader is not None and args.as_of_signed_at else None
+        )
         bound = _year_bound(args.as_of_tslot, notes)
         vintage: int | None
         if band == "geotessera.multi_year":
@@ -444,15 +448,18 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
     "of the per-vintage cosines over the vintages where both cells have vectors.",
 )
 def is_like(ctx: ServiceContext, args: IsLikeIn) -> IsLikeAnswer:
-    """is_like {a, b}."""
+    """is_like {a, b, as_of?}."""
     a = parse_cell_arg(args.a, "a")
     b = parse_cell_arg(args.b, "b")
     with store_errors():
-        reader = ctx.reader()
+        reader = ctx.reader_as_of(args.as_of)
+        # as_of: only the vintages whose chunks the snapshot holds (a vintage's vectors are
+        # written once, so the tables hold that snapshot's vectors)
+        years = snapshot_vintages(reader) if args.as_of is not None else None
         per = []
         facts = []
         cosines = []
-        for year in ctx.vintages():
+        for year in (y for y in ctx.vintages() if years is None or y in years):
             table = ctx.table(f"geotessera/{year}")
             tslot = int(table.meta.get("tslot", year - 1970))
             ra, rb = table.row_of(a.raw), table.row_of(b.raw)
@@ -495,6 +502,7 @@ def is_like(ctx: ServiceContext, args: IsLikeIn) -> IsLikeAnswer:
             "no vintage holds vectors for both cells"
             if per
             else "the store holds no Tessera vintage"
+            + (f" in snapshot {reader.snapshot_id}" if years is not None else "")
         )
     if overall is not None and not math.isfinite(overall):
         overall = None
