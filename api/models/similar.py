@@ -19,6 +19,7 @@ from api.models.common import (
 )
 
 __all__ = [
+    "DistinctPixels",
     "FilterStats",
     "FindSimilarAnswer",
     "FindSimilarBody",
@@ -61,6 +62,12 @@ class FindSimilarIn(BaseModel):
         None,
         description="Claim every returned cell must satisfy; cells with no fact for its band are dropped.",
     )
+    distinct_pixels: bool = Field(
+        True,
+        description="Drop candidates that share the key cell's source Tessera pixel (a 10 m pixel "
+        "covers up to 2 x 2 cells: byte-identical copies of the key, not other places). false "
+        "keeps them.",
+    )
     as_of_tslot: TSlot | None = Field(
         None,
         description="Use the latest vintage at or before this year slot (year - 1970; day slots accepted).",
@@ -99,6 +106,19 @@ class FilterStats(BaseModel):
     )
 
 
+class DistinctPixels(BaseModel):
+    """Candidates sharing the key's source pixel."""
+
+    model_config = OUTPUT_CONFIG
+
+    applied: bool = Field(description="Whether they were dropped (distinct_pixels).")
+    dropped: int = Field(description="Candidates dropped for sharing the key's pixel.")
+    same_pixel_cells: list[str] = Field(
+        description="The key's surrounding cells found to share its pixel (dropped or not)."
+    )
+    rule: str = Field(description="How a shared pixel is recognised.")
+
+
 class FindSimilarBody(BaseModel):
     """find_similar answer without its receipt."""
 
@@ -116,6 +136,9 @@ class FindSimilarBody(BaseModel):
     rerank_multiple: int | None = Field(description="Hamming candidates per neighbour (rerank).")
     neighbours: list[Neighbour] = Field(description="Nearest first; the query cell is excluded.")
     filter: FilterStats | None = Field(description="Filter statistics when a filter was given.")
+    distinct_pixels: DistinctPixels | None = Field(
+        description="Same-pixel candidates of a cell key (null for an inline key)."
+    )
     scope: dict[str, Any] | None = Field(description="Scope as received.")
     as_of_signed_at: str | None = Field(description="Transaction-time bound as received.")
     assumptions: list[str] = Field(

@@ -42,6 +42,7 @@ from api.queries._common import (
     parse_cell_arg,
     store_errors,
 )
+from api.queries.similar_pixels import SAME_PIXEL_RULE, same_pixel_rows
 from api.registry import primitive
 from store import address
 from store.claims import evaluate, parse_claim
@@ -221,12 +222,13 @@ def _pick_vintage(
     "key is a cell64 or 'inline:[x, ...]'; k 1..1000; band geotessera (latest vintage), "
     "geotessera.multi_year or geotessera.bin128; mode cosine (exact), hamming, hamming_then_rerank; "
     "filter is a claim (cells without a fact for its band are dropped). Neighbours nearest first, the "
-    "query cell excluded. An empty result means nobody has a vector nearby, not that nowhere resembles "
+    "query cell excluded, and by default (distinct_pixels) the cells sharing its 10 m Tessera pixel "
+    "(its byte-identical adjacent copies; the count dropped is in the answer). An empty result means nobody has a vector nearby, not that nowhere resembles "
     "the key. Intent alias: find_like.",
     cost="heavy",
 )
 def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
-    """find_similar {key, k, band, mode, filter, as_of_tslot, as_of_signed_at, scope}."""
+    """find_similar {key, k, band, mode, filter, distinct_pixels, as_of_tslot, as_of_signed_at, scope}."""
     key = _resolve_key(args)
     k = args.k
     if isinstance(k, bool) or not 1 <= k <= K_MAX:
@@ -308,6 +310,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         # vectors, are written once); a table served without a cube has none
         fact_reader = reader if reader is not None else _tip_or_none(ctx)
         exclude_row: int | None = None
+        same_pixel: list[tuple[int, int]] = []
         query: npt.NDArray[Any]
         facts = []
         cells_read: list[str] = []
@@ -330,6 +333,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
                 )
             exclude_row = row
             query = table.vector(row)
+            same_pixel = same_pixel_rows(table, cell.lat_q, cell.lng_q, row)
             cells_read.append(cell.cell)
             facts.append(
                 make_fact(
@@ -353,6 +357,23 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             mask, filter_stats = _filter_mask(
                 ctx, reader or ctx.reader(), table, args.filter.model_dump()
             )
+        pixels = None
+        if cell is not None and table.n:
+            drop = same_pixel if args.distinct_pixels else []
+            if drop:
+                keep = np.ones(table.n, bool) if mask is None else mask.copy()
+                keep[[r for r, _ in drop]] = False
+                mask = keep
+            pixels = {
+                "applied": args.distinct_pixels,
+                "dropped": len(drop),
+                "same_pixel_cells": address.format_cells(
+                    np.array([c for _, c in same_pixel], np.uint64)
+                ).tolist()
+                if same_pixel
+                else [],
+                "rule": SAME_PIXEL_RULE,
+            }
         # the table's calibrated multiple (measured recall@10 >= 0.95 when it was written),
         # and never fewer than RERANK_MIN_CANDIDATES candidates
         multiple = max(table.rerank_multiple, math.ceil(RERANK_MIN_CANDIDATES / k))
@@ -420,6 +441,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         "rerank_multiple": multiple if mode == "hamming_then_rerank" else None,
         "neighbours": neighbours,
         "filter": filter_stats,
+        "distinct_pixels": pixels,
         "scope": args.scope,
         "as_of_signed_at": args.as_of_signed_at,
         "assumptions": notes,
