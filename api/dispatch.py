@@ -50,11 +50,12 @@ from api.queries.ask import ask
 from api.queries.cell import confirm, did_change, trajectory
 from api.queries.describe import what_is_here
 from api.queries.fact import resolve_fact
+from api.queries.is_like import is_like
 from api.queries.lattice import cells_in, locate_point
 from api.queries.places import where_is
 from api.queries.read import read_cell_values, read_cells_values
 from api.queries.read_area import read_area
-from api.queries.similar import find_similar, is_like
+from api.queries.similar import find_similar
 from api.queries.verify import verify_receipt
 from api.recall.graph_api import memory_neighbors, memory_relations
 from api.recall.service import recall
