@@ -48,6 +48,7 @@ from api.queries._common import finish, signed_dump
 from api.queries.area import area_over_time
 from api.queries.ask import ask
 from api.queries.cell import confirm, did_change, trajectory
+from api.queries.coverage import coverage
 from api.queries.describe import what_is_here
 from api.queries.fact import resolve_fact
 from api.queries.is_like import is_like
@@ -165,7 +166,7 @@ PRIMITIVES: dict[str, Primitive] = {
             recall,
             memory_neighbors,
             memory_relations,
-            # the agent's loop (issue 17): reads, locate, cite, verify
+            # the agent's loop (issue 17): reads, locate, cite, verify, coverage
             read_cell_values,
             read_cells_values,
             read_area,
@@ -173,6 +174,7 @@ PRIMITIVES: dict[str, Primitive] = {
             cells_in,
             verify_receipt,
             resolve_fact,
+            coverage,
             tools,
         ),
     )

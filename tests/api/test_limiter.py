@@ -49,6 +49,7 @@ def test_primitives_declare_their_cost_class() -> None:
         "read_area",  # grows with the area
         "cells_in",  # the inside test grows with the area
         "fact",  # may read up to 32 older snapshots
+        "coverage",  # reads the flags of every overpass over an area
     }
     assert set(costs.values()) <= {"light", "heavy"}
 
