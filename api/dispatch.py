@@ -56,6 +56,7 @@ from api.queries.lattice import cells_in, locate_point
 from api.queries.places import where_is
 from api.queries.read import read_cell_values, read_cells_values
 from api.queries.read_area import read_area
+from api.queries.season import compare_same_doy
 from api.queries.similar import find_similar
 from api.queries.verify import verify_receipt
 from api.recall.graph_api import memory_neighbors, memory_relations
@@ -166,7 +167,7 @@ PRIMITIVES: dict[str, Primitive] = {
             recall,
             memory_neighbors,
             memory_relations,
-            # the agent's loop (issue 17): reads, locate, cite, verify, coverage
+            # the agent's loop (issue 17): reads, locate, cite, verify, coverage, seasons
             read_cell_values,
             read_cells_values,
             read_area,
@@ -175,6 +176,7 @@ PRIMITIVES: dict[str, Primitive] = {
             verify_receipt,
             resolve_fact,
             coverage,
+            compare_same_doy,
             tools,
         ),
     )

@@ -50,6 +50,7 @@ def test_primitives_declare_their_cost_class() -> None:
         "cells_in",  # the inside test grows with the area
         "fact",  # may read up to 32 older snapshots
         "coverage",  # reads the flags of every overpass over an area
+        "compare_same_doy",  # an area's overpasses in every year's season
     }
     assert set(costs.values()) <= {"light", "heavy"}
 
