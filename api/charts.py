@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import blake3
 
@@ -24,6 +25,7 @@ __all__ = [
     "ChartStore",
     "chart_id_of",
     "render_area_chart",
+    "render_count_map",
 ]
 
 CHART_STORE_COUNT = 128
@@ -96,6 +98,42 @@ def render_area_chart(series: Sequence[ChartSeries], *, title: str, ylabel: str)
     ax.set_title(title, fontsize=10)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def render_count_map(counts: Any, *, title: str) -> bytes:
+    """Render a small map (400 x 400 px at most) of per-cell counts as PNG bytes.
+
+    Args:
+        counts: ``(rows, columns)`` counts, row 0 the southernmost; NaN outside the area.
+        title: Map title.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    grid = np.asarray(counts, dtype=np.float64)
+    fig = Figure(figsize=(4, 4), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    finite = grid[np.isfinite(grid)]
+    top = float(finite.max()) if finite.size else 1.0
+    img = ax.imshow(
+        np.ma.masked_invalid(grid),
+        origin="lower",
+        cmap="viridis",
+        vmin=0,
+        vmax=max(top, 1.0),
+        interpolation="nearest",
+    )
+    fig.colorbar(img, ax=ax, shrink=0.8, label="clear observations")
+    ax.set_title(title, fontsize=8)
+    ax.set_xticks([])
+    ax.set_yticks([])
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})

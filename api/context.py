@@ -112,6 +112,7 @@ def refresh_seconds(value: str | float | None = None) -> float:
 
 
 _AS_OF_READERS = 4  # readers opened as_of a time, kept (LRU)
+_HISTORY_LISTED = 10  # snapshots a snapshot_not_found for an as_of lists (newest first)
 
 
 def _parse_as_of(text: str) -> dt.datetime:
@@ -404,7 +405,8 @@ class ServiceContext:
         return reader
 
     def _history_details(self) -> dict[str, Any]:
-        """The oldest and newest snapshots (what an ``as_of`` may name)."""
+        """The oldest, the newest and the :data:`_HISTORY_LISTED` newest snapshots (what an
+        ``as_of`` may name)."""
         try:
             snaps = self.reader().list_snapshots()
         except (StoreError, ApiError):
@@ -413,11 +415,14 @@ class ServiceContext:
         def one(s: Any) -> dict[str, str]:
             return {"snapshot_id": s.id, "written_at": s.written_at.isoformat()}
 
-        return (
-            {"snapshots": len(snaps), "oldest": one(snaps[-1]), "newest": one(snaps[0])}
-            if snaps
-            else {}
-        )
+        if not snaps:
+            return {}
+        return {
+            "snapshots": len(snaps),
+            "oldest": one(snaps[-1]),
+            "newest": one(snaps[0]),
+            "recent": [one(s) for s in snaps[:_HISTORY_LISTED]],
+        }
 
     def snapshot_time(self, snapshot_id: str) -> dt.datetime | None:
         """Commit time of a snapshot, or None if unknown."""

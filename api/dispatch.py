@@ -48,13 +48,16 @@ from api.queries._common import finish, signed_dump
 from api.queries.area import area_over_time
 from api.queries.ask import ask
 from api.queries.cell import confirm, did_change, trajectory
+from api.queries.coverage import coverage
 from api.queries.describe import what_is_here
 from api.queries.fact import resolve_fact
+from api.queries.is_like import is_like
 from api.queries.lattice import cells_in, locate_point
 from api.queries.places import where_is
 from api.queries.read import read_cell_values, read_cells_values
 from api.queries.read_area import read_area
-from api.queries.similar import find_similar, is_like
+from api.queries.season import compare_same_doy
+from api.queries.similar import find_similar
 from api.queries.verify import verify_receipt
 from api.recall.graph_api import memory_neighbors, memory_relations
 from api.recall.service import recall
@@ -164,7 +167,7 @@ PRIMITIVES: dict[str, Primitive] = {
             recall,
             memory_neighbors,
             memory_relations,
-            # the agent's loop (issue 17): reads, locate, cite, verify
+            # the agent's loop (issue 17): reads, locate, cite, verify, coverage, seasons
             read_cell_values,
             read_cells_values,
             read_area,
@@ -172,6 +175,8 @@ PRIMITIVES: dict[str, Primitive] = {
             cells_in,
             verify_receipt,
             resolve_fact,
+            coverage,
+            compare_same_doy,
             tools,
         ),
     )

@@ -6,6 +6,9 @@ Every row is measured against a baseline in the same run:
   direct :meth:`store.cube.CubeReader.cell_series` read of the same cell, band
   and window (reader opened once) - the read a user of the cube alone would do.
   Target: p50 <= 2 ms.
+* The agent's loop (:mod:`bench.queries.loop`): read_cell (target p50 <= 1 ms) vs the
+  same values straight from the Zarr chunks, read_cells of 256 cells, fact resolution and
+  verify_receipt, each paired with its baseline.
 * ``did_change`` over HTTP: the ``earthmem serve`` command in a subprocess on
   an ephemeral loopback port, load from a separate process
   (:mod:`bench.loadgen`, keep-alive connections, time-bounded), one server
@@ -47,6 +50,7 @@ from bench.common import demo_area, machine, write_json
 from bench.queries.area import bench_area
 from bench.queries.did_change import bench_did_change
 from bench.queries.http_server import bench_http
+from bench.queries.loop import bench_loop
 from bench.queries.memory import bench_memory
 from bench.queries.rows import log
 from bench.queries.worst_case import bench_worst_case
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--http-seconds", type=float, default=None)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--memory-cells", type=int, default=None)
-    ap.add_argument("--only", default="did_change,http,area,worst_case,memory")
+    ap.add_argument("--only", default="did_change,http,loop,area,worst_case,memory")
     args = ap.parse_args(argv)
     quick = args.quick
     size = args.size or ("tiny" if quick else "demo")
@@ -100,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         r, info["http"] = bench_http(area, change_args, http_s, args.connections)
         rows += r
         log(f"http done ({time.perf_counter() - t_start:.0f} s)")
+    if "loop" in only:
+        r, info["loop"] = bench_loop(area, 50 if quick else 1000)
+        rows += r
+        log(f"loop done ({time.perf_counter() - t_start:.0f} s)")
     if "area" in only:
         year = 2024
         r, info["area"] = bench_area(area, 1.0, year, 3 if quick else 15, 2 if quick else 7)

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.models.common import INPUT_CONFIG, OUTPUT_CONFIG, BBox, Fact, Signed
+from api.models.common import AS_OF_DOC, INPUT_CONFIG, OUTPUT_CONFIG, BBox, Fact, Signed
 
 __all__ = [
     "AnomalyOut",
@@ -58,6 +58,7 @@ class AreaOverTimeIn(BaseModel):
     clear_fraction: float = Field(
         0.4, description="Overpasses whose clear fraction over the area is below this are excluded."
     )
+    as_of: str | None = Field(None, description=AS_OF_DOC)
     chart: bool = Field(
         True, description="Render the PNG chart (base64 in the answer, and by chart_id)."
     )

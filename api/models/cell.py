@@ -6,7 +6,16 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from api.models.common import CELL_SCHEMA, INPUT_CONFIG, OUTPUT_CONFIG, Claim, Fact, Signed, TSlot
+from api.models.common import (
+    AS_OF_DOC,
+    CELL_SCHEMA,
+    INPUT_CONFIG,
+    OUTPUT_CONFIG,
+    Claim,
+    Fact,
+    Signed,
+    TSlot,
+)
 
 __all__ = [
     "ChangeEnd",
@@ -39,6 +48,7 @@ class DidChangeIn(BaseModel):
         "Get valid tslots from trajectory.",
         json_schema_extra={"minItems": 2, "maxItems": 2},
     )
+    as_of: str | None = Field(None, description=AS_OF_DOC)
 
 
 class ChangeEnd(BaseModel):
@@ -108,6 +118,7 @@ class TrajectoryIn(BaseModel):
         description="Optional [t0, t1] (inclusive, increasing day slots).",
         json_schema_extra={"minItems": 2, "maxItems": 2},
     )
+    as_of: str | None = Field(None, description=AS_OF_DOC)
 
 
 class TrajectoryPoint(BaseModel):
@@ -156,6 +167,7 @@ class ConfirmIn(BaseModel):
     cell: str = Field(
         description="cell64 where the claim is tested.", json_schema_extra=CELL_SCHEMA
     )
+    as_of: str | None = Field(None, description=AS_OF_DOC)
 
 
 class ConfirmBody(BaseModel):

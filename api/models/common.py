@@ -18,6 +18,7 @@ from store.address import CELL64_PATTERN
 from store.tslot import MAX_DAY_SLOT
 
 __all__ = [
+    "AS_OF_DOC",
     "BBOX_SCHEMA",
     "CELL_SCHEMA",
     "INPUT_CONFIG",
@@ -30,6 +31,13 @@ __all__ = [
     "Signed",
     "TSlot",
 ]
+
+AS_OF_DOC = (
+    "Read the snapshot committed at or before this RFC 3339 time, or the snapshot with this id "
+    "(default: the newest); the answer's snapshot_id names the snapshot read."
+)
+"""Description of every cube primitive's ``as_of`` argument (parsed by
+:meth:`api.context.ServiceContext.reader_as_of`)."""
 
 INPUT_CONFIG = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 """Config of argument models: unknown fields refused, aliases and names both accepted, no

@@ -9,7 +9,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.models.common import CELL_SCHEMA, INPUT_CONFIG, OUTPUT_CONFIG, Fact, Receipt, Signed
+from api.models.common import (
+    AS_OF_DOC,
+    CELL_SCHEMA,
+    INPUT_CONFIG,
+    OUTPUT_CONFIG,
+    Fact,
+    Receipt,
+    Signed,
+)
 
 __all__ = [
     "AlternativeOut",
@@ -314,6 +322,7 @@ class WhatIsHereIn(BaseModel):
     description: str | None = Field(
         None, description="Free text; used as the place when `cell` and `place` are absent."
     )
+    as_of: str | None = Field(None, description=AS_OF_DOC)
 
 
 class WhatIsHereBody(BaseModel):

@@ -6,7 +6,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.models.common import CELL_SCHEMA, INPUT_CONFIG, OUTPUT_CONFIG, BBox, Fact, Signed, TSlot
+from api.models.common import (
+    AS_OF_DOC,
+    CELL_SCHEMA,
+    INPUT_CONFIG,
+    OUTPUT_CONFIG,
+    BBox,
+    Fact,
+    Signed,
+    TSlot,
+)
 
 __all__ = [
     "MAX_READ_CELLS",
@@ -27,11 +36,6 @@ __all__ = [
 MAX_READ_CELLS = 256
 """Most cells one read_cells call reads."""
 
-_AS_OF = (
-    "Read the snapshot committed at or before this RFC 3339 time, or the snapshot with this id "
-    "(default: the newest)."
-)
-
 
 class ReadCellIn(BaseModel):
     """Arguments of read_cell."""
@@ -47,7 +51,7 @@ class ReadCellIn(BaseModel):
     )
     tslot: TSlot | None = Field(None, description="Read this day slot (not with date).")
     date: str | None = Field(None, description="Read this day, YYYY-MM-DD (not with tslot).")
-    as_of: str | None = Field(None, description=_AS_OF)
+    as_of: str | None = Field(None, description=AS_OF_DOC)
 
 
 class BandValue(BaseModel):
@@ -106,7 +110,7 @@ class ReadCellsIn(BaseModel):
         description="Scalar or flag bands.", json_schema_extra={"minItems": 1, "maxItems": 32}
     )
     tslot: TSlot | None = Field(None, description="Read this day slot (default: latest clear).")
-    as_of: str | None = Field(None, description=_AS_OF)
+    as_of: str | None = Field(None, description=AS_OF_DOC)
 
 
 class CellValues(BaseModel):
@@ -158,7 +162,7 @@ class ReadAreaIn(BaseModel):
         "is listed (the statistics still use every cell).",
         json_schema_extra={"minimum": 1, "maximum": 5000},
     )
-    as_of: str | None = Field(None, description=_AS_OF)
+    as_of: str | None = Field(None, description=AS_OF_DOC)
 
 
 class AreaCellValue(BaseModel):

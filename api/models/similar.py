@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from api.models.common import (
+    AS_OF_DOC,
     CELL_SCHEMA,
     INPUT_CONFIG,
     KEY_SCHEMA,
@@ -18,6 +19,8 @@ from api.models.common import (
 )
 
 __all__ = [
+    "DistinctPixels",
+    "ExamplesOut",
     "FilterStats",
     "FindSimilarAnswer",
     "FindSimilarBody",
@@ -27,6 +30,7 @@ __all__ = [
     "IsLikeIn",
     "Neighbour",
     "VintageSimilarity",
+    "WithinOut",
 ]
 
 
@@ -59,6 +63,30 @@ class FindSimilarIn(BaseModel):
     filter: Claim | None = Field(
         None,
         description="Claim every returned cell must satisfy; cells with no fact for its band are dropped.",
+    )
+    distinct_pixels: bool = Field(
+        True,
+        description="Drop candidates that share the key cell's source Tessera pixel (a 10 m pixel "
+        "covers up to 2 x 2 cells: byte-identical copies of the key, not other places). false "
+        "keeps them.",
+    )
+    positives: list[str] | None = Field(
+        None,
+        description="More example cell64s like the key (search from examples; the key is the "
+        "first positive, 16 positives at most). Scored by the centroid of the unit vectors.",
+        json_schema_extra={"maxItems": 15},
+    )
+    negatives: list[str] | None = Field(
+        None,
+        description="Example cell64s unlike what is sought (16 at most): the query moves away "
+        "from their mean (q = mean(positives) - 0.5 * mean(negatives), unit vectors).",
+        json_schema_extra={"maxItems": 16},
+    )
+    within: dict[str, Any] | list[float] | None = Field(
+        None,
+        description="Only candidates whose cell centre lies inside this bbox "
+        "({min_lat, min_lng, max_lat, max_lng} or its 4-list) or GeoJSON Polygon/MultiPolygon "
+        "(area_over_time's caps, 100 km^2).",
     )
     as_of_tslot: TSlot | None = Field(
         None,
@@ -98,6 +126,40 @@ class FilterStats(BaseModel):
     )
 
 
+class DistinctPixels(BaseModel):
+    """Candidates sharing the key's source pixel."""
+
+    model_config = OUTPUT_CONFIG
+
+    applied: bool = Field(description="Whether they were dropped (distinct_pixels).")
+    dropped: int = Field(description="Candidates dropped for sharing the key's pixel.")
+    same_pixel_cells: list[str] = Field(
+        description="The key's surrounding cells found to share its pixel (dropped or not)."
+    )
+    rule: str = Field(description="How a shared pixel is recognised.")
+
+
+class ExamplesOut(BaseModel):
+    """The examples a search from examples scored by."""
+
+    model_config = OUTPUT_CONFIG
+
+    positives: list[str] = Field(description="The key ('inline' for a vector) and the positives.")
+    negatives: list[str] = Field(description="The negatives.")
+    negative_weight: float = Field(description="Pull of the negatives' mean.")
+    formula: str = Field(description="The scoring rule.")
+
+
+class WithinOut(BaseModel):
+    """The area candidates were restricted to."""
+
+    model_config = OUTPUT_CONFIG
+
+    area_km2: float = Field(description="Geodesic area.")
+    n_cells: int = Field(description="Lattice cells inside.")
+    eligible: int = Field(description="Table rows (vectors) inside, before the other filters.")
+
+
 class FindSimilarBody(BaseModel):
     """find_similar answer without its receipt."""
 
@@ -115,6 +177,13 @@ class FindSimilarBody(BaseModel):
     rerank_multiple: int | None = Field(description="Hamming candidates per neighbour (rerank).")
     neighbours: list[Neighbour] = Field(description="Nearest first; the query cell is excluded.")
     filter: FilterStats | None = Field(description="Filter statistics when a filter was given.")
+    distinct_pixels: DistinctPixels | None = Field(
+        description="Same-pixel candidates of a cell key (null for an inline key)."
+    )
+    examples: ExamplesOut | None = Field(
+        None, description="Positives and negatives scored by (null: the key alone)."
+    )
+    within: WithinOut | None = Field(None, description="The within area, when given.")
     scope: dict[str, Any] | None = Field(description="Scope as received.")
     as_of_signed_at: str | None = Field(description="Transaction-time bound as received.")
     assumptions: list[str] = Field(
@@ -136,6 +205,7 @@ class IsLikeIn(BaseModel):
 
     a: str = Field(description="cell64 of the first place.", json_schema_extra=CELL_SCHEMA)
     b: str = Field(description="cell64 of the second place.", json_schema_extra=CELL_SCHEMA)
+    as_of: str | None = Field(None, description=AS_OF_DOC)
 
 
 class VintageSimilarity(BaseModel):

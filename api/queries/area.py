@@ -463,7 +463,7 @@ def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAns
     with store_errors():  # coordinates off the globe: invalid_latitude / invalid_longitude
         areas = [parse_area(i, g, b) for i, g, b in specs]
     with store_errors():
-        reader = ctx.reader()
+        reader = ctx.reader_as_of(args.as_of)
         family = REGISTRY[band].family
         cands = [ctx.overpasses(reader, family, area.box, t0, t1) for area in areas]
         keep = _check_budget(ctx, reader, band, areas, cands)

@@ -214,12 +214,12 @@ def robust_sigma(values: npt.NDArray[np.float64], floor: float) -> tuple[float, 
     "(no_observation) listing the nearest valid tslots; get valid tslots from trajectory.",
 )
 def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
-    """did_change {cell, band, window: [t0, t1]}."""
+    """did_change {cell, band, window: [t0, t1], as_of?}."""
     cell = parse_cell_arg(args.cell)
     band = canonical_scalar_band(args.band)
     t0, t1 = check_window(args.window)
     with store_errors():
-        reader = ctx.reader()
+        reader = ctx.reader_as_of(args.as_of)
         snapshot_id = reader.snapshot_id
         series = read_cell(ctx, reader, band, cell.lat_q, cell.lng_q)
         ends = []
@@ -330,12 +330,12 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
     "pick valid tslots for did_change. Optional window [t0, t1] (inclusive).",
 )
 def trajectory(ctx: ServiceContext, args: TrajectoryIn) -> TrajectoryAnswer:
-    """trajectory {cell, band, window?}."""
+    """trajectory {cell, band, window?, as_of?}."""
     cell = parse_cell_arg(args.cell)
     band = canonical_scalar_band(args.band)
     window = check_window(args.window) if args.window is not None else None
     with store_errors():
-        reader = ctx.reader()
+        reader = ctx.reader_as_of(args.as_of)
         s = read_cell(ctx, reader, band, cell.lat_q, cell.lng_q)
         keep = np.ones(s.tslots.size, bool)
         if window is not None:
@@ -389,13 +389,13 @@ def trajectory(ctx: ServiceContext, args: TrajectoryIn) -> TrajectoryAnswer:
     "the cell has no fact the claim can rest on.",
 )
 def confirm(ctx: ServiceContext, args: ConfirmIn) -> ConfirmAnswer:
-    """confirm {claim, cell}."""
+    """confirm {claim, cell, as_of?}."""
     cell = parse_cell_arg(args.cell)
     raw = args.claim.model_dump()
     band = canonical_scalar_band(raw.get("band"), allow_flags=True)
     claim = parse_claim(raw, band)
     with store_errors():
-        reader = ctx.reader()
+        reader = ctx.reader_as_of(args.as_of)
         s = read_cell(ctx, reader, band, cell.lat_q, cell.lng_q)
         result = evaluate(claim, s.tslots, s.values)
         used = np.flatnonzero(result.used[:, 0])

@@ -33,7 +33,7 @@ from api.queries._common import (
 )
 from api.queries.cell import SIGMA_FLOOR, Z_THRESHOLD, read_cell, robust_sigma
 from api.queries.locate import Located, geocode, manifest_features, pinned, where_text
-from api.queries.similar import vector_value
+from api.queries.similar import snapshot_vintages, vector_value
 from api.recall.consult import consult_memory
 from api.registry import primitive
 from store import address, blocks
@@ -221,9 +221,11 @@ def _prototypes(ctx: ServiceContext, table: Any) -> dict[str, tuple[npt.NDArray[
 
 
 def land_cover(
-    ctx: ServiceContext, reader: CubeReader, cell: CellRef
+    ctx: ServiceContext, reader: CubeReader, cell: CellRef, years: set[int] | None = None
 ) -> tuple[dict[str, Any] | None, str | None, list[dict[str, Any]]]:
     """Nearest land-cover class prototype of the cell's Tessera vector, per vintage.
+
+    ``years``: only these vintages (those of an as-of snapshot); default every table's.
 
     Prototypes: for each land-cover class of the manifest's labelled features
     (``landcover_code`` named by the manifest's class table, else the feature
@@ -239,7 +241,8 @@ def land_cover(
     facts: list[dict[str, Any]] = []
     latest: dict[str, Any] | None = None
     any_proto = False
-    for year in ctx.vintages():
+    vintages = [y for y in ctx.vintages() if years is None or y in years]
+    for year in vintages:
         table = ctx.table(f"geotessera/{year}")
         tslot_y = int(table.meta.get("tslot", year - 1970))
         row = table.row_of(cell.raw)
@@ -282,8 +285,8 @@ def land_cover(
             "prototype_cells": {label: n for label, (_, n) in protos.items()},
         }
     if latest is None:
-        if not ctx.vintages():
-            note = "the store holds no Tessera vintage"
+        if not vintages:
+            note = "the store holds no Tessera vintage" + (" in this snapshot" if years else "")
         elif not any_proto:
             note = "no labelled features (manifest) with enough embedded cells to build prototypes"
         else:
@@ -322,11 +325,12 @@ def _store_area(ctx: ServiceContext, reader: CubeReader) -> dict[str, float] | N
     }
 
 
-def describe_cell(ctx: ServiceContext, loc: Located) -> dict[str, Any]:
-    """The what_is_here body (without receipt) at a located cell."""
+def describe_cell(ctx: ServiceContext, loc: Located, as_of: str | None = None) -> dict[str, Any]:
+    """The what_is_here body (without receipt) at a located cell, from the snapshot ``as_of``
+    names (default: the tip)."""
     cell = loc.cell
     with store_errors():
-        reader = ctx.reader()
+        reader = ctx.reader_as_of(as_of)
         facts: list[dict[str, Any]] = []
         latest: list[dict[str, Any]] = []
         availability: list[dict[str, Any]] = []
@@ -374,7 +378,8 @@ def describe_cell(ctx: ServiceContext, loc: Located) -> dict[str, Any]:
                 facts.append(f)
                 ids.append(f["fact_id"])
             changes.append({"band": band, **step, "fact_ids": ids})
-        lc, lc_note, lc_facts = land_cover(ctx, reader, cell)
+        years = snapshot_vintages(reader) if as_of is not None else None
+        lc, lc_note, lc_facts = land_cover(ctx, reader, cell, years)
         facts.extend(lc_facts)
         data_here = any(a["n_observations"] for a in availability)
         store_area = _store_area(ctx, reader)
@@ -507,9 +512,9 @@ def _locate_what(ctx: ServiceContext, args: WhatIsHereIn) -> Located:
 def what_is_here(
     ctx: ServiceContext, args: WhatIsHereIn, caller: Caller | None = None
 ) -> WhatIsHereAnswer:
-    """what_is_here {cell | place | description} (memory consulted for a caller)."""
+    """what_is_here {cell | place | description, as_of?} (memory consulted for a caller)."""
     loc = _locate_what(ctx, args)
-    body = describe_cell(ctx, loc)
+    body = describe_cell(ctx, loc, args.as_of)
     label = loc.place.name if loc.place is not None else f"cell {loc.cell.cell}"
     with store_errors():
         body["memory"] = consult_memory(ctx, caller, loc.cell.lat, loc.cell.lng, loc.place, label)

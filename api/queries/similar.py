@@ -1,4 +1,4 @@
-"""Embedding queries: find_similar (intent alias find_like) and is_like, over the k-NN tables.
+"""Embedding queries: find_similar (intent alias find_like) over the k-NN tables.
 
 Vintage and snapshot semantics
 ------------------------------
@@ -31,17 +31,23 @@ from api.models import (
     FindSimilarAnswer,
     FindSimilarBody,
     FindSimilarIn,
-    IsLikeAnswer,
-    IsLikeBody,
-    IsLikeIn,
 )
 from api.queries._common import (
+    CellRef,
     canonical_scalar_band,
     finish,
     make_fact,
     parse_cell_arg,
     store_errors,
 )
+from api.queries.similar_examples import (
+    EXAMPLE_FORMULA,
+    NEGATIVE_WEIGHT,
+    example_cells,
+    example_query,
+    within_mask,
+)
+from api.queries.similar_pixels import SAME_PIXEL_RULE, same_pixel_rows
 from api.registry import primitive
 from store import address
 from store.claims import evaluate, parse_claim
@@ -54,7 +60,7 @@ __all__ = [
     "MAX_INLINE_CHARS",
     "RERANK_MIN_CANDIDATES",
     "find_similar",
-    "is_like",
+    "snapshot_vintages",
     "vector_value",
 ]
 
@@ -138,6 +144,49 @@ def _resolve_key(args: FindSimilarIn) -> str:
     return given[0].strip()
 
 
+def _cell_row(
+    ctx: ServiceContext, table: KnnTable, ref: CellRef, band: str, vintage: int | None
+) -> int:
+    """The table row of a key or example cell.
+
+    Raises:
+        NotFound: ``no_vector`` naming the cell and the vintages holding one.
+    """
+    row = table.row_of(ref.raw)
+    if row is None:
+        held = [
+            y for y in ctx.vintages() if ctx.table(f"geotessera/{y}").row_of(ref.raw) is not None
+        ]
+        raise NotFound(
+            f"cell {ref.cell} has no {band} vector" + (f" in vintage {vintage}" if vintage else ""),
+            code="no_vector",
+            details={"cell": ref.cell, "vintages_with_vector": held},
+        )
+    return row
+
+
+def _vector_fact(
+    ctx: ServiceContext,
+    reader: CubeReader | None,
+    ref: CellRef,
+    band: str,
+    tslot: int,
+    table: KnnTable,
+    row: int,
+) -> dict[str, Any]:
+    return make_fact(
+        ctx,
+        reader,
+        ref.cell,
+        band if band != "geotessera.bin128" else "geotessera",
+        tslot,
+        vector_value(table, row),
+        lat_q=ref.lat_q,
+        lng_q=ref.lng_q,
+        tempo="year",
+    )
+
+
 def _year_bound(as_of_tslot: int | None, notes: list[str]) -> int | None:
     if as_of_tslot is None:
         return None
@@ -152,7 +201,8 @@ def _year_bound(as_of_tslot: int | None, notes: list[str]) -> int | None:
     return 1970 + int(as_of_tslot)
 
 
-def _existing_years(reader: CubeReader) -> set[int]:
+def snapshot_vintages(reader: CubeReader) -> set[int]:
+    """The Tessera vintages (years) whose chunks exist in a reader's snapshot."""
     coords = reader.chunks("geotessera.scale")
     return {1970 + int(t) for t in np.unique(coords[:, 0]).tolist()} if coords.size else set()
 
@@ -219,12 +269,13 @@ def _pick_vintage(
     "key is a cell64 or 'inline:[x, ...]'; k 1..1000; band geotessera (latest vintage), "
     "geotessera.multi_year or geotessera.bin128; mode cosine (exact), hamming, hamming_then_rerank; "
     "filter is a claim (cells without a fact for its band are dropped). Neighbours nearest first, the "
-    "query cell excluded. An empty result means nobody has a vector nearby, not that nowhere resembles "
+    "query cell excluded, and by default (distinct_pixels) the cells sharing its 10 m Tessera pixel "
+    "(its byte-identical adjacent copies; the count dropped is in the answer). An empty result means nobody has a vector nearby, not that nowhere resembles "
     "the key. Intent alias: find_like.",
     cost="heavy",
 )
 def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
-    """find_similar {key, k, band, mode, filter, as_of_tslot, as_of_signed_at, scope}."""
+    """find_similar {key, k, band, mode, filter, distinct_pixels, as_of_tslot, as_of_signed_at, scope}."""
     key = _resolve_key(args)
     k = args.k
     if isinstance(k, bool) or not 1 <= k <= K_MAX:
@@ -245,6 +296,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         )
     is_inline = key.startswith("inline:")
     cell = None if is_inline else parse_cell_arg(key, "key")
+    extra_pos, negatives = example_cells(args.positives, args.negatives)
     notes: list[str] = []
     if args.scope is not None:
         notes.append(SINGLE_TENANT)
@@ -256,7 +308,9 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
     with store_errors():
         # the cube is only read for as-of bounds and filters; the tables stand alone otherwise
         reader = ctx.reader(args.as_of_signed_at) if args.as_of_signed_at or args.filter else None
-        years_ok = _existing_years(reader) if reader is not None and args.as_of_signed_at else None
+        years_ok = (
+            snapshot_vintages(reader) if reader is not None and args.as_of_signed_at else None
+        )
         bound = _year_bound(args.as_of_tslot, notes)
         vintage: int | None
         if band == "geotessera.multi_year":
@@ -304,6 +358,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         # vectors, are written once); a table served without a cube has none
         fact_reader = reader if reader is not None else _tip_or_none(ctx)
         exclude_row: int | None = None
+        same_pixel: list[tuple[int, int]] = []
         query: npt.NDArray[Any]
         facts = []
         cells_read: list[str] = []
@@ -311,37 +366,37 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             cells_read.append(cell.cell)
             query = np.zeros(table.d)
         elif cell is not None:
-            row = table.row_of(cell.raw)
-            if row is None:
-                held = [
-                    y
-                    for y in ctx.vintages()
-                    if ctx.table(f"geotessera/{y}").row_of(cell.raw) is not None
-                ]
-                raise NotFound(
-                    f"cell {cell.cell} has no {band} vector"
-                    + (f" in vintage {vintage}" if vintage else ""),
-                    code="no_vector",
-                    details={"cell": cell.cell, "vintages_with_vector": held},
-                )
+            row = _cell_row(ctx, table, cell, band, vintage)
             exclude_row = row
             query = table.vector(row)
+            same_pixel = same_pixel_rows(table, cell.lat_q, cell.lng_q, row)
             cells_read.append(cell.cell)
-            facts.append(
-                make_fact(
-                    ctx,
-                    fact_reader,
-                    cell.cell,
-                    band if band != "geotessera.bin128" else "geotessera",
-                    tslot,
-                    vector_value(table, row),
-                    lat_q=cell.lat_q,
-                    lng_q=cell.lng_q,
-                    tempo="year",
-                )
-            )
+            facts.append(_vector_fact(ctx, fact_reader, cell, band, tslot, table, row))
         else:
             query = _parse_inline(key, table.d)
+
+        examples = None
+        example_rows: set[int] = set()
+        if (extra_pos or negatives) and table.n:
+            vecs: dict[str, list[npt.NDArray[Any]]] = {"positives": [query], "negatives": []}
+            for role, refs in (("positives", extra_pos), ("negatives", negatives)):
+                for ref in refs:
+                    r = _cell_row(ctx, table, ref, band, vintage)
+                    example_rows.add(r)
+                    vecs[role].append(table.vector(r))
+                    same_pixel += same_pixel_rows(table, ref.lat_q, ref.lng_q, r)
+                    cells_read.append(ref.cell)
+                    facts.append(_vector_fact(ctx, fact_reader, ref, band, tslot, table, r))
+            query = example_query(vecs["positives"], vecs["negatives"])
+            examples = {
+                "positives": [key if cell is None else cell.cell, *(c.cell for c in extra_pos)],
+                "negatives": [c.cell for c in negatives],
+                "negative_weight": NEGATIVE_WEIGHT,
+                "formula": EXAMPLE_FORMULA,
+            }
+        if exclude_row is not None:
+            example_rows.add(exclude_row)
+        same_pixel = sorted({rc for rc in same_pixel if rc[0] not in example_rows})
 
         mask = None
         filter_stats = None
@@ -349,6 +404,29 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             mask, filter_stats = _filter_mask(
                 ctx, reader or ctx.reader(), table, args.filter.model_dump()
             )
+        within = None
+        if args.within is not None and table.n:
+            inside, within = within_mask(table, args.within)
+            mask = inside if mask is None else mask & inside
+        pixels = None
+        drop: list[tuple[int, int]] = []
+        if (cell is not None or example_rows) and table.n:
+            drop = same_pixel if args.distinct_pixels else []
+            pixels = {
+                "applied": args.distinct_pixels,
+                "dropped": len(drop),
+                "same_pixel_cells": address.format_cells(
+                    np.array([c for _, c in same_pixel], np.uint64)
+                ).tolist()
+                if same_pixel
+                else [],
+                "rule": SAME_PIXEL_RULE,
+            }
+        off = {r for r, _ in drop} | (example_rows - {exclude_row})
+        if off:  # the examples and (distinct_pixels) their pixels' copies are never returned
+            keep = np.ones(table.n, bool) if mask is None else mask.copy()
+            keep[sorted(off)] = False
+            mask = keep
         # the table's calibrated multiple (measured recall@10 >= 0.95 when it was written),
         # and never fewer than RERANK_MIN_CANDIDATES candidates
         multiple = max(table.rerank_multiple, math.ceil(RERANK_MIN_CANDIDATES / k))
@@ -416,6 +494,9 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         "rerank_multiple": multiple if mode == "hamming_then_rerank" else None,
         "neighbours": neighbours,
         "filter": filter_stats,
+        "distinct_pixels": pixels,
+        "examples": examples,
+        "within": within,
         "scope": args.scope,
         "as_of_signed_at": args.as_of_signed_at,
         "assumptions": notes,
@@ -432,83 +513,4 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         answer,
         cells_read,
         table_snapshot,
-    )
-
-
-@primitive(
-    "is_like",
-    IsLikeIn,
-    IsLikeAnswer,
-    "How alike are two cells? Cosine of their Tessera embeddings, per vintage and overall.",
-    "Per vintage: cosine in [-1, 1] (null when a cell has no vector that year). Overall: the mean "
-    "of the per-vintage cosines over the vintages where both cells have vectors.",
-)
-def is_like(ctx: ServiceContext, args: IsLikeIn) -> IsLikeAnswer:
-    """is_like {a, b}."""
-    a = parse_cell_arg(args.a, "a")
-    b = parse_cell_arg(args.b, "b")
-    with store_errors():
-        reader = ctx.reader()
-        per = []
-        facts = []
-        cosines = []
-        for year in ctx.vintages():
-            table = ctx.table(f"geotessera/{year}")
-            tslot = int(table.meta.get("tslot", year - 1970))
-            ra, rb = table.row_of(a.raw), table.row_of(b.raw)
-            cos = None
-            if ra is not None and rb is not None:
-                va = table.vector(ra).astype(np.int64)
-                vb = table.vector(rb).astype(np.int64)
-                den = table.norm(ra) * table.norm(rb)
-                if den > 0:
-                    cos = float(np.dot(va, vb)) / den
-                    cosines.append((year, cos))
-            for ref, r in ((a, ra), (b, rb)):
-                if r is not None:
-                    facts.append(
-                        make_fact(
-                            ctx,
-                            reader,
-                            ref.cell,
-                            "geotessera",
-                            tslot,
-                            vector_value(table, r),
-                            lat_q=ref.lat_q,
-                            lng_q=ref.lng_q,
-                            tempo="year",
-                        )
-                    )
-            per.append(
-                {
-                    "vintage": year,
-                    "tslot": tslot,
-                    "cosine": cos,
-                    "a_has_vector": ra is not None,
-                    "b_has_vector": rb is not None,
-                }
-            )
-    overall = float(np.mean([c for _, c in cosines])) if cosines else None
-    note = None
-    if overall is None:
-        note = (
-            "no vintage holds vectors for both cells"
-            if per
-            else "the store holds no Tessera vintage"
-        )
-    if overall is not None and not math.isfinite(overall):
-        overall = None
-    answer = {
-        "a": a.cell,
-        "b": b.cell,
-        "band": "geotessera",
-        "per_vintage": per,
-        "vintages_compared": [y for y, _ in cosines],
-        "cosine": overall,
-        "note": note,
-        "snapshot_id": reader.snapshot_id,
-        "facts": facts,
-    }
-    return finish(
-        ctx, "is_like", args, IsLikeBody, IsLikeAnswer, answer, [a.cell, b.cell], reader.snapshot_id
     )

@@ -55,6 +55,8 @@ def test_primitives_declare_their_cost_class() -> None:
         "read_area",  # grows with the area
         "cells_in",  # the inside test grows with the area
         "fact",  # may read up to 32 older snapshots
+        "coverage",  # reads the flags of every overpass over an area
+        "compare_same_doy",  # an area's overpasses in every year's season
     }
     assert set(costs.values()) <= {"light", "heavy"}
 

@@ -213,6 +213,10 @@ EXPECTED_ROWS = {
     "queries": [
         "did_change p50, in process, warm context",
         "did_change over HTTP, 16 keep-alive connections",
+        "read_cell p50 (1 band, latest clear), in process, warm context",
+        "read_cells p50, 256 cells x 1 band",
+        "fact resolution p50",
+        "verify_receipt p50",
         "area_over_time ~1 km^2 x 1 year, cold context",
         "area_over_time means vs exactextract weighted_mean on the cube",
         "query server peak RSS (VmHWM), find_similar all modes",
