@@ -87,6 +87,9 @@ CORE_PRIMITIVES: tuple[str, ...] = (
     "find_similar",
     "recall",
     "memory_create",
+    "memory_get",
+    "memory_neighbors",
+    "memory_relations",
     "read_cell",
     "locate",
     "fact",
@@ -108,7 +111,7 @@ def core_primitives() -> list[str]:
     ToolsAnswer,
     "Every primitive this server has, including those MCP tools/list leaves out.",
     "MCP tools/list shows a core set (the intent router, find_similar, recall, memory_create, "
-    "read_cell, locate, fact, verify_receipt, tools); every primitive listed here is callable by "
+    "memory_get, memory_neighbors, memory_relations, read_cell, locate, fact, verify_receipt, tools); every primitive listed here is callable by "
     "name (earthmem_<name>) through tools/call and at POST /v1/<name>. With name: that "
     "primitive's input and output schemas and full description.",
 )
