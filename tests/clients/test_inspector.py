@@ -74,12 +74,12 @@ def _check(client: Inspector, target: list[str], tmp: Path, cell: str) -> None:
     code, out = _run(client, target, ["--method", "tools/list"], tmp)
     assert code == 0, out[-3000:]
     names = {t["name"] for t in _first_json(out)["tools"]}
-    # the lean list: the core set and the router; trajectory, not listed, is called below
+    # the lean list: the core set and the router; trajectory is not listed
     assert names == {f"earthmem_{p}" for p in core_primitives()} | {INTENT_TOOL}
     assert "earthmem_trajectory" not in names
 
-    good = ["--method", "tools/call", "--tool-name", "earthmem_trajectory"]
-    good += ["--tool-arg", f"cell={cell}", "--tool-arg", "band=ndvi"]
+    good = ["--method", "tools/call", "--tool-name", "earthmem_read_cell"]
+    good += ["--tool-arg", f"cell={cell}"]
     code, out = _run(client, target, good, tmp)
     assert code == 0, out[-3000:]
     result = _first_json(out)
@@ -88,11 +88,21 @@ def _check(client: Inspector, target: list[str], tmp: Path, cell: str) -> None:
     assert answer["cell"] == cell
     assert answer["receipt"]["signature"]
 
+    if client.name == "inspector-0.15":
+        # 0.15 calls a tool tools/list left out by name (2.12 refuses tools it was not shown)
+        unlisted = ["--method", "tools/call", "--tool-name", "earthmem_trajectory"]
+        unlisted += ["--tool-arg", f"cell={cell}", "--tool-arg", "band=ndvi"]
+        code, out = _run(client, target, unlisted, tmp)
+        assert code == 0, out[-3000:]
+        result = _first_json(out)
+        assert not result.get("isError"), out[-3000:]
+        assert json.loads(result["content"][0]["text"])["cell"] == cell
+
     code, out = _run(client, target, ["--method", "tools/call", "--tool-name", INTENT_TOOL], tmp)
     assert code == 0, out[-3000:]  # the needs_intent_type envelope fits IntentAnswer's schema
 
-    bad = ["--method", "tools/call", "--tool-name", "earthmem_trajectory"]
-    bad += ["--tool-arg", "cell=zz.top", "--tool-arg", "band=ndvi"]
+    bad = ["--method", "tools/call", "--tool-name", "earthmem_read_cell"]
+    bad += ["--tool-arg", "cell=zz.top"]
     code, out = _run(client, target, bad, tmp)
     assert "output schema" not in out, out[-3000:]
     result = _first_json(out)
