@@ -33,7 +33,6 @@ thread per key (the others wait for it).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import logging
@@ -71,8 +70,6 @@ __all__ = [
     "MANIFEST_CANDIDATES",
     "REQUIRE_TOKEN_ENV",
     "ServiceContext",
-    "gazetteer_feature",
-    "nearest_slots",
     "refresh_seconds",
 ]
 
@@ -228,6 +225,7 @@ class ServiceContext:
         """
         if self._gazetteer is None:
             from api.places import Gazetteer
+            from api.places.gazetteer import gazetteer_feature
 
             features = [
                 gazetteer_feature(f)
@@ -590,34 +588,3 @@ def _find_manifest(data_dir: Path) -> Path | None:
         if path.is_file():
             return path
     return None
-
-
-def gazetteer_feature(feature: dict[str, Any]) -> dict[str, Any]:
-    """A manifest feature (``centre`` {lat, lng}, GeoJSON ``geometry``) as a gazetteer feature.
-
-    Adds ``lat``/``lng`` from ``centre`` and ``bbox`` ``[west, south, east, north]``
-    from the geometry's bounds, unless the feature already has them.
-    """
-    out = dict(feature)
-    centre = feature.get("centre")
-    if isinstance(centre, dict) and "lat" not in out:
-        out["lat"], out["lng"] = centre.get("lat"), centre.get("lng")
-    geometry = feature.get("geometry")
-    if isinstance(geometry, dict) and "bbox" not in out:
-        from shapely.geometry import shape
-
-        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
-            out["bbox"] = list(shape(geometry).bounds)
-    return out
-
-
-def nearest_slots(
-    slots: Sequence[int] | npt.NDArray[np.int64], t: int
-) -> tuple[int | None, int | None]:
-    """Nearest slot strictly before and strictly after ``t`` in a sorted slot list."""
-    arr = np.asarray(slots, dtype=np.int64)
-    i = int(np.searchsorted(arr, t, side="left"))
-    before = int(arr[i - 1]) if i > 0 else None
-    j = int(np.searchsorted(arr, t, side="right"))
-    after = int(arr[j]) if j < arr.size else None
-    return before, after

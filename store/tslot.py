@@ -12,8 +12,12 @@ Pure functions; bad input raises :class:`store.errors.InvalidDate`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
 
 from store.errors import InvalidDate, InvalidTempo
 
@@ -26,6 +30,7 @@ __all__ = [
     "check_tempo",
     "day_of_year",
     "day_slot",
+    "nearest_slots",
     "parse_datetime",
     "parse_when",
     "slot_to_date",
@@ -170,3 +175,15 @@ def day_of_year(slot: int) -> int:
         InvalidDate: slot outside the day-slot range or not an int.
     """
     return slot_to_date(slot).timetuple().tm_yday
+
+
+def nearest_slots(
+    slots: Sequence[int] | npt.NDArray[np.int64], t: int
+) -> tuple[int | None, int | None]:
+    """Nearest slot strictly before and strictly after ``t`` in a sorted slot list."""
+    arr = np.asarray(slots, dtype=np.int64)
+    i = int(np.searchsorted(arr, t, side="left"))
+    before = int(arr[i - 1]) if i > 0 else None
+    j = int(np.searchsorted(arr, t, side="right"))
+    after = int(arr[j]) if j < arr.size else None
+    return before, after

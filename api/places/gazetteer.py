@@ -5,6 +5,7 @@ See :mod:`api.places` for the matching and confidence rules.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ __all__ = [
     "QUALIFIER_NEAR_KM",
     "Gazetteer",
     "default_gazetteer",
+    "gazetteer_feature",
     "resolve",
 ]
 
@@ -450,3 +452,22 @@ def resolve(text: str) -> GazetteerResult:
         InvalidArgument: Non-string, empty, over-long text or control characters.
     """
     return default_gazetteer().resolve(text)
+
+
+def gazetteer_feature(feature: dict[str, Any]) -> dict[str, Any]:
+    """A manifest feature (``centre`` {lat, lng}, GeoJSON ``geometry``) as a gazetteer feature.
+
+    Adds ``lat``/``lng`` from ``centre`` and ``bbox`` ``[west, south, east, north]``
+    from the geometry's bounds, unless the feature already has them.
+    """
+    out = dict(feature)
+    centre = feature.get("centre")
+    if isinstance(centre, dict) and "lat" not in out:
+        out["lat"], out["lng"] = centre.get("lat"), centre.get("lng")
+    geometry = feature.get("geometry")
+    if isinstance(geometry, dict) and "bbox" not in out:
+        from shapely.geometry import shape
+
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+            out["bbox"] = list(shape(geometry).bounds)
+    return out

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from api.context import ServiceContext, nearest_slots
+from api.context import ServiceContext
 from api.errors import NoObservation
 from api.models import (
     ConfirmAnswer,
@@ -36,6 +36,7 @@ from api.registry import primitive
 from store import address
 from store.claims import evaluate, parse_claim
 from store.cube import CubeReader
+from store.tslot import nearest_slots
 
 __all__ = [
     "SIGMA_FLOOR",

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from api.context import ServiceContext, nearest_slots
+from api.context import ServiceContext
 from api.errors import InvalidArgument
 from api.models.read import (
     MAX_READ_CELLS,
@@ -38,6 +38,7 @@ from store import tslot as tslots
 from store.cube import CubeReader
 from store.cube.bands import FLAG_BANDS, SCALAR_BANDS
 from store.errors import InvalidDate
+from store.tslot import nearest_slots
 
 __all__ = ["canonical_bands", "read_band", "read_cell_values", "read_cells_values", "time_of"]
 
