@@ -10,7 +10,10 @@ What the UI shows is per (week, block) partition, as the cube stores it: the cub
 asset emits one materialisation per written partition, in week order (so the
 asset's latest materialisation is its newest week), with that partition's own
 metadata, and one check evaluation per check and partition (its checks are
-partitioned like the asset). A partition a failed ERROR check kept out of the cube
+partitioned like the asset), bound to the materialisation it checks: Dagster binds a check
+result to its target only in single-partition runs, and the UI's check status per partition
+counts an evaluation as current only when it names the partition's latest materialisation
+(without it every written week's checks show as not evaluated). A partition a failed ERROR check kept out of the cube
 gets no materialisation but an observation naming the reason, and the step then
 fails (:data:`CHECKS_STOPPED`), so Dagster marks exactly those partitions failed.
 """
@@ -28,15 +31,22 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     AssetObservation,
+    AssetRecordsFilter,
     AssetsDefinition,
     BackfillPolicy,
     BetaWarning,
+    DagsterInstance,
     Failure,
     MaterializeResult,
     MultiPartitionKey,
     Output,
     PreviewWarning,
     asset,
+)
+
+# The public AssetCheckEvaluation takes this record, which Dagster 1.13 does not export.
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
 )
 
 from pipelines.family import PartitionOutcome, SceneFamily, ingest_range
@@ -152,7 +162,7 @@ def _define(family: SceneFamily[Any]) -> FamilyAssets:
         selected = context.selected_asset_check_keys
         for outcome in outcomes:  # week order
             context.log.info(f"{family.asset} {outcome.summary()}")
-            yield from _partition_events(family, outcome, selected)
+            yield from _partition_events(family, outcome, selected, context)
         for key in sorted(selected, key=lambda k: k.name):
             yield Output(
                 None, output_name=context.assets_def.get_output_name_for_asset_check_key(key)
@@ -172,13 +182,21 @@ def _define(family: SceneFamily[Any]) -> FamilyAssets:
 
 
 def _partition_events(
-    family: SceneFamily[Any], outcome: PartitionOutcome, selected: Any
+    family: SceneFamily[Any],
+    outcome: PartitionOutcome,
+    selected: Any,
+    context: AssetExecutionContext,
 ) -> Iterator[CubeEvent]:
     """A partition's materialisation (or observation of why not) and its check evaluations."""
     tags = _partition_tags(outcome.key)
+    target = None
     if outcome.written:
         yield AssetMaterialization(
             asset_key=family.asset, partition=outcome.key, metadata=outcome.metadata, tags=tags
+        )
+        # the event is stored before the generator resumes: read back its storage id
+        target = _target_of(
+            context.instance, AssetKey(family.asset), outcome.key, context.run.run_id
         )
     else:
         yield AssetObservation(
@@ -200,7 +218,23 @@ def _partition_events(
             severity=result.severity,
             description=result.description,
             partition=outcome.key,
+            target_materialization_data=target,
         )
+
+
+def _target_of(
+    instance: DagsterInstance, asset_key: AssetKey, partition: str, run_id: str
+) -> AssetCheckEvaluationTargetMaterializationData | None:
+    """The materialisation this run just stored for ``partition`` (None if it is not there)."""
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1
+    ).records
+    if not records or records[0].event_log_entry.run_id != run_id:
+        return None
+    mat = records[0]
+    return AssetCheckEvaluationTargetMaterializationData(
+        storage_id=mat.storage_id, run_id=run_id, timestamp=mat.timestamp
+    )
 
 
 def _partition_tags(key: str) -> dict[str, str]:

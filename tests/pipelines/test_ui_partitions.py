@@ -17,9 +17,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import AssetCheckKey, AssetKey, DagsterEventType, DagsterInstance, instance_for_test
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    DagsterEventType,
+    DagsterInstance,
+    instance_for_test,
+    partition_loading_context,
+)
 from dagster._core.event_api import PartitionKeyFilter
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._core.storage.asset_check_execution_record import (
+    AssetCheckExecutionRecordStatus,
+    AssetCheckExecutionResolvedStatus,
+)
+from dagster._core.storage.asset_check_state import AssetCheckState, bulk_update_asset_check_state
 from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
 
 from pipelines.partitions import SCENE_PARTITIONS, register_area_blocks, scene_key, week_key_of
@@ -59,6 +70,10 @@ class Backfill:
     """The partitions the backfill run materialised, in event order."""
     latest: str | None
     """The asset's latest materialisation's partition, after the backfill."""
+    check_status: dict[str, dict[str, set[str]]]
+    """check -> UI status (SUCCEEDED, FAILED, ...) -> partitions, as the asset's check page
+    computes it (only evaluations of the partition's latest materialisation count), after
+    the unrelated week was re-materialised."""
 
 
 def _clearest_s2_item(sample: Path) -> tuple[Path, dict]:
@@ -107,7 +122,9 @@ def backfill(tiny_sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         ]
         # re-materialise an unrelated week
         materialize_range(res, inst, block, weeks[-1], weeks[-1])
+        check_status = {c.name: _ui_check_status(inst, c.name) for c in S2_CHECKS}
         return Backfill(
+            check_status=check_status,
             data=data,
             res=res,
             block=block,
@@ -147,6 +164,20 @@ def backfill(tiny_sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         )
 
 
+def _ui_check_status(inst: DagsterInstance, name: str) -> dict[str, set[str]]:
+    """A check's partitions per status, by the state the webserver's check page reads."""
+    key = AssetCheckKey(S2, name)
+    with partition_loading_context(dynamic_partitions_store=inst):  # the blocks dimension
+        state = bulk_update_asset_check_state(
+            inst, [(key, SCENE_PARTITIONS)], {key: AssetCheckState.empty()}
+        )[key]
+        return {
+            status.value: set(subset.subset_value.get_partition_keys())
+            for status, subset in state.subsets.items()
+            if not subset.is_empty
+        }
+
+
 def _latest_check(inst: DagsterInstance, name: str, partition: str) -> Any:
     key = AssetCheckKey(S2, name)
     got = inst.event_log_storage.get_latest_asset_check_execution_by_key(
@@ -171,6 +202,20 @@ def test_checks_are_recorded_per_partition_and_survive_other_weeks(backfill: Bac
     again = backfill.bad_after_other_week
     assert again.status == AssetCheckExecutionRecordStatus.FAILED
     assert again.run_id == bad.run_id
+
+
+def test_the_ui_shows_every_partitions_check_status(backfill: Backfill) -> None:
+    """The check page's status per partition: a written week's checks count only when bound
+    to its materialisation (found through the webserver: without the binding every written
+    week showed no check status, only the stopped week did)."""
+    succeeded = AssetCheckExecutionResolvedStatus.SUCCEEDED.value
+    failed = AssetCheckExecutionResolvedStatus.FAILED.value
+    sanity = backfill.check_status["reflectance_sanity"]
+    assert sanity.get(failed) == {backfill.bad}
+    assert set(backfill.good) <= sanity.get(succeeded, set())
+    for name, status in backfill.check_status.items():
+        shown = set().union(*status.values())
+        assert set(backfill.good) <= shown, name  # every written week has a status
 
 
 def test_each_partition_carries_its_own_metadata_and_log_line(backfill: Backfill) -> None:
