@@ -158,6 +158,8 @@ class PartitionOutcome:
         )
         if self.reason is not None:
             return f"{head}; nothing written: {self.reason}"
+        if "outside_area" in m:
+            return f"{head}; nothing to read: {m['outside_area']}"
         clear = m.get("clear_fraction")
         clear_text = f", clear {clear:.0%}" if isinstance(clear, float) else ""
         return (
@@ -218,6 +220,8 @@ def ingest_range(
             meta: dict[str, Any] = {"scenes": sorted(i.id for i in items), "scenes_read": 0}
             if not items and not stored:
                 meta["skipped"] = [*(skip_line(s) for s in skips), *undated]
+                if part.window is None:  # e.g. a block added by hand in the UI
+                    meta["outside_area"] = f"block {part.block} does not meet the area"
                 behind.submit(part.key, partial(_clear_week, family, writer, part))
                 pending.append((part, [], meta, None))
                 continue

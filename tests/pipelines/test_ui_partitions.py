@@ -261,3 +261,22 @@ def test_a_partition_stopped_by_an_error_check_shows_failed_with_its_reason(
 def test_latest_materialisation_is_the_newest_week_of_the_range(backfill: Backfill) -> None:
     assert backfill.in_run == backfill.good  # week order (the failed week has none)
     assert backfill.latest == backfill.good[-1]
+
+
+def test_a_block_that_misses_the_area_says_so(tiny_sample_dir: Path, tmp_path: Path) -> None:
+    """A block added by hand in the UI that does not meet the area: its partition says why
+    nothing was read (found in the UI: it showed green with "0 of 0 scenes read")."""
+    res = resources_for(
+        tmp_path / "data", tiny_sample_dir / "catalog.json", tiny_sample_dir / "manifest.json"
+    )
+    far = "b8.7979.9255"  # the manifest's bbox read in the wrong (lng, lat) order
+    assert res["area"].block_window(far) is None
+    with instance_for_test() as inst:
+        inst.add_dynamic_partitions("blocks", [far])
+        week = week_key_of(date(2023, 1, 12))
+        materialize_range(res, inst, far, week, week)
+        record = inst.fetch_materializations(S2, limit=1).records[0]
+        meta = record.asset_materialization.metadata if record.asset_materialization else {}
+        run_logs = [e.user_message for e in inst.all_logs(record.run_id) if e.dagster_event is None]
+    assert "does not meet the area" in str(meta["outside_area"].value)
+    assert any("nothing to read: block b8.7979.9255" in line for line in run_logs)
