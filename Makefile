@@ -44,7 +44,7 @@ $(CLIENTS)/node_modules/.package-lock.json: $(CLIENTS)/package.json $(CLIENTS)/p
 clients: $(CLIENTS)/node_modules/.package-lock.json  ## install the pinned outside clients (MCP Inspector CLIs, node 22)
 
 clients-test: setup clients  ## the outside clients against a live server: Inspector CLI over stdio/HTTP, schemathesis
-	EARTHMEM_FUZZ_SECONDS=$(EARTHMEM_FUZZ_SECONDS) $(BIN)/pytest -v -rA -m "clients or fuzz" $(CLIENTS)
+	EARTHMEM_FUZZ_SECONDS=$(EARTHMEM_FUZZ_SECONDS) $(BIN)/pytest -v -rA $(PYTEST_PARALLEL) -m "clients or fuzz" $(CLIENTS)
 
 fuzz: setup  ## a longer schemathesis run (EARTHMEM_FUZZ_SECONDS, default 900) against a live server
 	EARTHMEM_FUZZ_SECONDS=$(EARTHMEM_FUZZ_SECONDS) $(BIN)/pytest -v -rA -s -m fuzz $(CLIENTS)

@@ -35,6 +35,10 @@ from typing import IO, Any
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
+from pipelines import dagster_sqlite
+
+dagster_sqlite.install()  # the home's SQLite files without an fsync per event (see there)
+
 __all__ = [
     "LIVE_DIRNAME",
     "OWNER_TAG",
