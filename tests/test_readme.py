@@ -359,6 +359,7 @@ def test_lint_and_types_run_beside_the_suite() -> None:
     and ``.ci/run`` must each run lint and the type check themselves."""
     makefile = (ROOT / "Makefile").read_text()
     recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
-    assert "ruff check" in recipe and "ruff format --check" in recipe and "mypy" in recipe
+    for command in ("ruff check", "ruff format --check", "mypy"):
+        assert command in recipe, command
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"make .*\blint\b.*\btypecheck\b", ci)
