@@ -23,6 +23,7 @@ it (Dagster's own webserver and daemon processes keep SQLite's defaults).
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from pathlib import Path
@@ -39,9 +40,13 @@ PRAGMA = "PRAGMA synchronous=OFF"
 _installed = False
 
 
-def is_instance_file(path: str, home: str | None = None) -> bool:
-    """Whether a SQLite database file lies under the Dagster home (``$DAGSTER_HOME``)."""
-    root = home if home is not None else os.environ.get("DAGSTER_HOME")
+@functools.lru_cache(maxsize=4096)
+def is_instance_file(path: str, home: str | None) -> bool:
+    """Whether a SQLite database file lies under the Dagster home ``home``.
+
+    Remembered per (file, home): Dagster opens a connection per statement group.
+    """
+    root = home
     if not root or not path:
         return False
     try:
@@ -54,7 +59,7 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
     if not isinstance(dbapi_connection, sqlite3.Connection):
         return
     row = dbapi_connection.execute("PRAGMA database_list").fetchone()
-    if row is not None and is_instance_file(row[2]):
+    if row is not None and is_instance_file(row[2], os.environ.get("DAGSTER_HOME")):
         dbapi_connection.execute(PRAGMA)
 
 
