@@ -159,3 +159,42 @@ def test_rest_and_mcp_serve_it(tiny_store: Any, clearing_cell: str) -> None:
             assert verify_answer(json.loads(json.dumps(got.structured_content))).ok
 
     anyio.run(main)
+
+
+def test_read_cells_batch_is_read_cell_byte_for_byte(
+    ctx: ServiceContext, clearing_cell: str
+) -> None:
+    """read_cells (vectorised per block) gives per cell exactly read_cell's entries and facts:
+    the same fact ids, sources and statuses, at the latest clear value and at tslots that
+    hold a value, a masked observation or nothing, across a block edge."""
+    geo = address.decode(clearing_cell)
+    cells = [
+        address.format_cell(address.q_to_raw(geo.lat_q + dy, geo.lng_q + dx))
+        for dy in range(-8, 8, 3)
+        for dx in range(-8, 8, 3)
+    ]
+    # a cell of the next storage block too, and one far outside the sample (no data)
+    side = 1 << ctx.reader().block_level
+    cells.append(address.format_cell(address.q_to_raw(geo.lat_q, geo.lng_q + side)))
+    cells.append(address.format_cell(address.q_to_raw(geo.lat_q + 50 * side, geo.lng_q)))
+    bands = ["ndvi", "vh", "s2.clear", "s1.valid"]
+    tr = run(ctx, "trajectory", {"cell": clearing_cell, "band": "ndvi"})
+    times: list[int | None] = [None, tr.points[0].tslot, tr.points[0].tslot - 1]
+    times += [p.tslot for p in tr.points if p.value is None][:2]
+    statuses = set()
+    for t in times:
+        args: dict[str, Any] = {"cells": cells, "bands": bands}
+        one_args: dict[str, Any] = {"bands": bands}
+        if t is not None:
+            args["tslot"] = one_args["tslot"] = t
+        many = run(ctx, "read_cells", args)
+        facts = []
+        for c in many.cells:
+            one = run(ctx, "read_cell", {"cell": c.cell, **one_args})
+            assert [v.model_dump() for v in c.values] == [v.model_dump() for v in one.values]
+            facts += [f.model_dump() for f in one.facts]
+            statuses |= {v.status for v in one.values}
+        assert [f.model_dump() for f in many.facts] == facts
+        assert many.n_values == len(facts)
+        assert verify_answer(_doc(many)).ok
+    assert statuses == {"ok", "masked", "no_observation"}
