@@ -156,7 +156,32 @@ def test_rest_and_mcp_serve_it(tiny_store: Any, clearing_cell: str) -> None:
                 "earthmem_read_cell", {"cell": clearing_cell, "bands": ["ndvi"]}
             )
             assert not got.is_error
-            assert verify_answer(json.loads(json.dumps(got.structured_content))).ok
+            one = json.loads(json.dumps(got.structured_content))
+            assert verify_answer(one).ok
+            listed = {t.name for t in (await mcp.list_tools()).tools}
+            assert "earthmem_read_cells" not in listed  # called by name all the same
+            other = address.neighbours(clearing_cell)[0]
+            many = await mcp.call_tool(
+                "earthmem_read_cells", {"cells": [clearing_cell, other], "bands": ["ndvi"]}
+            )
+            assert not many.is_error
+            doc = json.loads(json.dumps(many.structured_content))
+            assert verify_answer(doc).ok
+            assert doc["cells"][0]["values"] == one["values"]
+            bad = await mcp.call_tool(
+                "earthmem_read_cells", {"cells": [clearing_cell] * 257, "bands": ["ndvi"]}
+            )
+            assert bad.is_error
+            assert json.loads(bad.content[0].text)["error"]["code"] == "too_many_cells"
+            fid = one["values"][0]["fact_id"]
+            fact = await mcp.call_tool("earthmem_fact", {"fact_id": fid})
+            assert not fact.is_error
+            assert fact.structured_content["fact"]["fact_id"] == fid
+            checked = await mcp.call_tool("earthmem_verify_receipt", {"answer": one})
+            assert checked.structured_content["valid"] is True
+            bad = await mcp.call_tool("earthmem_verify_receipt", {"answer": {"cell": "x"}})
+            assert bad.is_error
+            assert json.loads(bad.content[0].text)["error"]["code"] == "invalid_answer"
 
     anyio.run(main)
 
