@@ -133,6 +133,62 @@ INTENTS: dict[str, IntentSpec] = {
             answers="an index over an area for each overpass, with spread, anomaly, trend and chart",
         ),
         IntentSpec(
+            "read_cell",
+            "read_cell",
+            needs=("cell",),
+            optional=("bands", "tslot", "date", "as_of"),
+            answers="'what is the NDVI here': bands' values at one cell (latest clear, or on a "
+            "day), each with its fact id, date, clear flag and sources (many cells: "
+            "earthmem_read_cells)",
+        ),
+        IntentSpec(
+            "read_area",
+            "read_area",
+            needs=("band",),
+            one_of=("geometry", "bbox"),
+            optional=("date", "tslot", "max_cells", "as_of"),
+            answers="one band over an area on one overpass day (date or tslot): the cells' "
+            "values and their statistics",
+        ),
+        IntentSpec(
+            "locate",
+            "locate",
+            needs=("lat", "lng"),
+            answers="the cell64 at a coordinate, its bounds and its eight neighbours",
+        ),
+        IntentSpec(
+            "coverage",
+            "coverage",
+            needs=(),
+            one_of=("cell", "bbox", "geometry"),
+            optional=("band", "start_date", "end_date", "map", "as_of"),
+            answers="'what data is there': the bands holding data, their dates and clear "
+            "counts per month (an area: a map of observation counts)",
+        ),
+        IntentSpec(
+            "compare_same_doy",
+            "compare_same_doy",
+            needs=("band", "date"),
+            one_of=("cell", "geometry", "bbox"),
+            optional=("years", "as_of"),
+            answers="'is this normal for the season': the value at a date against the same "
+            "+-15 days of the other years (baseline median, range, robust z)",
+        ),
+        IntentSpec(
+            "fact",
+            "fact",
+            needs=("fact_id",),
+            answers="the fact a fact id names (cell, band, tslot, value, sources) and whether "
+            "the current snapshot still holds it",
+        ),
+        IntentSpec(
+            "verify_receipt",
+            "verify_receipt",
+            needs=("answer",),
+            optional=("public_key",),
+            answers="whether a saved answer's signed receipt checks (a tampered one: false)",
+        ),
+        IntentSpec(
             "recall",
             "recall",
             needs=("query",),
@@ -172,19 +228,46 @@ class IntentRequest(BaseModel):
     place: str | None = Field(None, description="what_is_here, ask: a place name to geocode.")
     cell: str | None = Field(
         None,
-        description="cell64. Required by did_change and confirm; optional for what_is_here and "
-        "ask; find_like accepts it as an alias of `key`.",
+        description="cell64. Required by did_change, confirm and read_cell; one way to place "
+        "coverage and compare_same_doy; optional for what_is_here and ask; find_like accepts "
+        "it as an alias of `key`.",
         json_schema_extra=CELL_SCHEMA,
     )
-    lat: float | None = Field(None, description="ask: latitude, paired with `lng`.")
-    lng: float | None = Field(None, description="ask: longitude, paired with `lat`.")
+    lat: float | None = Field(None, description="ask, locate: latitude, paired with `lng`.")
+    lng: float | None = Field(None, description="ask, locate: longitude, paired with `lat`.")
     a: str | None = Field(
         None, description="is_like: cell64 of the first place.", json_schema_extra=CELL_SCHEMA
     )
     b: str | None = Field(
         None, description="is_like: cell64 of the second place.", json_schema_extra=CELL_SCHEMA
     )
-    band: str | None = Field(None, description='did_change: the band, e.g. "indices.ndvi".')
+    band: str | None = Field(
+        None,
+        description="did_change, read_area, compare_same_doy, coverage: the band, e.g. "
+        '"indices.ndvi" (or "ndvi").',
+    )
+    bands: list[str] | None = Field(
+        None, description='read_cell: bands to read, e.g. ["ndvi", "vh"] (default: all).'
+    )
+    date: str | None = Field(
+        None, description="read_cell, read_area, compare_same_doy: the day, YYYY-MM-DD."
+    )
+    tslot: TSlot | None = Field(None, description="read_cell, read_area: the day slot (or date).")
+    max_cells: int | None = Field(None, description="read_area: most cell values listed.")
+    map: bool | None = Field(None, description="coverage: an area's observation-count PNG.")
+    years: list[int] | None = Field(None, description="compare_same_doy: the years compared.")
+    as_of: str | None = Field(
+        None,
+        description="read_cell, read_area, coverage, compare_same_doy: an RFC 3339 time or a "
+        "snapshot id to answer from.",
+    )
+    fact_id: str | None = Field(None, description="fact: a fact id from any answer (f2:...).")
+    answer: dict[str, Any] | None = Field(
+        None, description="verify_receipt: a saved answer, receipt included."
+    )
+    public_key: str | None = Field(
+        None, description="verify_receipt: the ed25519 public key (hex) to trust."
+    )
     window: list[TSlot] | None = Field(
         None,
         description="did_change: [start, end] tslots (day slots since 1970-01-01 for "
@@ -205,16 +288,20 @@ class IntentRequest(BaseModel):
         '{"band": "indices.ndvi", "op": "gt", "value": 0.4}.',
     )
     geometry: dict[str, Any] | None = Field(
-        None, description="area_over_time: a GeoJSON Polygon or MultiPolygon."
+        None,
+        description="area_over_time, read_area, coverage, compare_same_doy: a GeoJSON Polygon "
+        "or MultiPolygon.",
     )
     bbox: BBox = Field(
-        None, description="area_over_time: {min_lat, min_lng, max_lat, max_lng} or a 4-list."
+        None,
+        description="area_over_time, read_area, coverage, compare_same_doy: {min_lat, min_lng, "
+        "max_lat, max_lng} or a 4-list.",
     )
     areas: list[dict[str, Any]] | None = Field(
         None, description="area_over_time: up to 6 {id, geometry | bbox}, one chart line each."
     )
-    start_date: str | None = Field(None, description="area_over_time: YYYY-MM-DD.")
-    end_date: str | None = Field(None, description="area_over_time: YYYY-MM-DD.")
+    start_date: str | None = Field(None, description="area_over_time, coverage: YYYY-MM-DD.")
+    end_date: str | None = Field(None, description="area_over_time, coverage: YYYY-MM-DD.")
     index: str | None = Field(
         None, description="area_over_time: ndvi, ndwi, ndmi, lswi, evi, vv, vh or vh_vv."
     )

@@ -27,7 +27,8 @@ through ``json.dumps``/``json.loads`` digests to the same bytes.
 
 Two encoders give the same bytes and the same errors: the reference
 :func:`canonical_cbor_reference` (normalise, then ``cbor2``) and the one-pass
-:func:`fast_cbor` for plain values; :func:`canonical_cbor` tries the second
+:func:`fast_cbor` for plain values (key order in Python, bytes by cbor2's C encoder in
+its default mode, which writes every float as float64); :func:`canonical_cbor` tries the second
 and falls back to the first.
 
 Fact id
@@ -67,6 +68,7 @@ __all__ = [
     "content_digest",
     "digest",
     "fact_id",
+    "fact_ids",
     "fact_record",
     "fast_cbor",
     "normalise",
@@ -178,8 +180,10 @@ def canonical_cbor_reference(value: Any) -> bytes:
 
 # --------------------------------------------------------------------------- the one-pass encoder
 
-# One pass that normalises and encodes plain values (exact types dict, list, tuple, str,
-# int within 64 bits, finite float, bool, None, bytes). Anything else (numpy values,
+# One pass checks plain values (exact types dict, list, tuple, str, int within 64 bits,
+# finite float, bool, None, bytes) and re-makes their maps in canonical key order; then
+# cbor2's C encoder in its default mode writes them: definite lengths, maps in the order
+# given, every float as float64 -- the canonical bytes. Anything else (numpy values,
 # subclasses, non-string keys, NaN, big ints, unencodable strings, deep nesting) raises
 # _Slow and the caller takes the reference path above, so both paths give the same bytes
 # and the same errors. Map keys are sorted length-first, then bytewise, as
@@ -225,44 +229,61 @@ def _key_order(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
     return order
 
 
-def _encode_fast(value: Any, out: list[bytes], allow_bytes: bool, drop_none: bool) -> None:
+_SCALARS = (str, bool, type(None))
+
+
+def _plain(value: Any, allow_bytes: bool, drop_none: bool) -> Any:
+    """The value with its maps re-made in canonical key order (None values dropped when
+    ``drop_none``), checked to be plain; raises _Slow otherwise. Leaves are checked in
+    the loops rather than by a call each, which is most of the work."""
     t = type(value)
-    if t is str:
-        data = value.encode("utf-8")
-        out.append(_head(3, len(data)))
-        out.append(data)
-    elif t is float:
-        if value - value != 0.0:  # NaN or infinity
-            raise _Slow
-        out.append(b"\xfb" + _F64.pack(value))
-    elif t is dict:
-        order = _key_order(tuple(value))
-        if drop_none:
-            order = tuple(kb for kb in order if value[kb[0]] is not None)
-        out.append(_head(5, len(order)))
-        for k, kb in order:
-            out.append(kb)
-            _encode_fast(value[k], out, allow_bytes, drop_none)
-    elif t is int:
-        if 0 <= value <= 0xFFFFFFFFFFFFFFFF:
-            out.append(_head(0, value))
-        elif -0x10000000000000000 <= value < 0:
-            out.append(_head(1, -1 - value))
-        else:
-            raise _Slow
-    elif value is None:
-        out.append(b"\xf6")
-    elif t is bool:
-        out.append(b"\xf5" if value else b"\xf4")
-    elif t is list or t is tuple:
-        out.append(_head(4, len(value)))
-        for v in value:
-            _encode_fast(v, out, allow_bytes, drop_none)
-    elif t is bytes and allow_bytes:
-        out.append(_head(2, len(value)))
-        out.append(value)
-    else:
+    if t is dict:
+        out: dict[str, Any] = {}
+        for k, _ in _key_order(tuple(value)):
+            x = value[k]
+            tx = type(x)
+            if tx in _SCALARS:
+                if x is None and drop_none:
+                    continue
+                out[k] = x
+            else:
+                got = _leaf(x, tx, allow_bytes)
+                out[k] = got[0] if got is not None else _plain(x, allow_bytes, drop_none)
+        return out
+    if t is list or t is tuple:
+        items: list[Any] = []
+        for x in value:
+            tx = type(x)
+            if tx in _SCALARS:
+                items.append(x)
+            else:
+                got = _leaf(x, tx, allow_bytes)
+                items.append(got[0] if got is not None else _plain(x, allow_bytes, drop_none))
+        return items
+    if t in _SCALARS:
+        return value
+    got = _leaf(value, t, allow_bytes)
+    if got is None:
         raise _Slow
+    return got[0]
+
+
+def _leaf(x: Any, tx: type, allow_bytes: bool) -> Any:
+    # A number or bytes as a one-item tuple, None for a container; anything else needs
+    # the reference path.
+    if tx is float:
+        if x - x != 0.0:  # NaN or infinity
+            raise _Slow
+        return (x,)
+    if tx is int:
+        if not -0x10000000000000000 <= x <= 0xFFFFFFFFFFFFFFFF:
+            raise _Slow
+        return (x,)
+    if tx is dict or tx is list or tx is tuple:
+        return None
+    if tx is bytes and allow_bytes:
+        return (x,)
+    raise _Slow
 
 
 def fast_cbor(value: Any, *, allow_bytes: bool, drop_none: bool = False) -> bytes | None:
@@ -280,12 +301,10 @@ def fast_cbor(value: Any, *, allow_bytes: bool, drop_none: bool = False) -> byte
         The encoded bytes, or None when the value needs the reference path
         (which also raises the errors this one does not).
     """
-    out: list[bytes] = []
     try:
-        _encode_fast(value, out, allow_bytes, drop_none)
-    except (_Slow, UnicodeEncodeError, RecursionError):
+        return cbor2.dumps(_plain(value, allow_bytes, drop_none))
+    except (_Slow, UnicodeEncodeError, RecursionError, cbor2.CBOREncodeError):
         return None
-    return b"".join(out)
 
 
 # --------------------------------------------------------------------------- canonical bytes, digests, fact ids
@@ -358,6 +377,64 @@ def fact_id(
     }
     hexdigest = blake3.blake3(canonical_cbor(body)).hexdigest()
     return f"{FACT_ID_PREFIX}{hexdigest}:{cell}:{band}:{int(tslot)}"
+
+
+_FACT_KEYS = ("cell", "band", "tslot", "value", "sources", "derivation")
+
+
+def fact_ids(
+    cells: Sequence[str],
+    band: str,
+    tslots: Sequence[int],
+    values: Sequence[Any],
+    source_ids: Sequence[Sequence[str]],
+    derivation: str,
+) -> list[str]:
+    """The ids :func:`fact_id` gives, for many facts of one band and derivation.
+
+    The same bytes are hashed, item by item: the canonical map is joined from its
+    fields' encodings in the canonical key order, with the band, the derivation and
+    each distinct source list encoded once. An item the one-pass encoder declines
+    (a numpy value, a non-string, a non-finite number) takes :func:`fact_id` itself,
+    so its id or its error is the one :func:`fact_id` gives.
+
+    Raises:
+        As :func:`fact_id`.
+    """
+    items = zip(cells, tslots, values, source_ids, strict=True)
+    enc_band = fast_cbor(band, allow_bytes=False) if type(band) is str else None
+    enc_deriv = fast_cbor(derivation, allow_bytes=False) if type(derivation) is str else None
+    if enc_band is None or enc_deriv is None:
+        return [fact_id(c, band, t, v, s, derivation) for c, t, v, s in items]
+    order = _key_order(_FACT_KEYS)
+    head = _head(5, len(order))
+    enc_sources: dict[tuple[str, ...], bytes | None] = {}
+    out: list[str] = []
+    for cell, tslot, value, srcs in items:
+        if isinstance(srcs, str):  # fact_id refuses it
+            es = None
+        else:
+            key = tuple(srcs)
+            if key in enc_sources:
+                es = enc_sources[key]
+            else:
+                plain = all(type(s) is str for s in key)
+                es = fast_cbor(sorted(set(key)), allow_bytes=False) if plain else None
+                enc_sources[key] = es
+        parts = {
+            "band": enc_band,
+            "derivation": enc_deriv,
+            "cell": fast_cbor(cell, allow_bytes=False) if type(cell) is str else None,
+            "tslot": fast_cbor(tslot, allow_bytes=False) if type(tslot) is int else None,
+            "value": fast_cbor(value, allow_bytes=True),
+            "sources": es,
+        }
+        if None in parts.values():  # the general path gives the same id, or the error
+            out.append(fact_id(cell, band, tslot, value, srcs, derivation))
+            continue
+        data = head + b"".join([kb + parts[k] for k, kb in order])  # type: ignore[operator]
+        out.append(f"{FACT_ID_PREFIX}{blake3.blake3(data).hexdigest()}:{cell}:{band}:{tslot}")
+    return out
 
 
 def fact_record(

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -387,6 +389,38 @@ class OverpassIndex:
             if b is None or (b[0] <= lat_q < b[1] and b[2] <= lng_q < b[3]):
                 out.update(row.item_ids)
         return sorted(out)
+
+    def sources_many(
+        self, family: str, tslot: int, lat_qs: npt.ArrayLike, lng_qs: npt.ArrayLike
+    ) -> list[list[str]]:
+        """:meth:`sources` of many cells at one tslot (each cell's list as it gives it).
+
+        Cells covered by the same rows share one list object (callers do not mutate it).
+        """
+        lat = np.asarray(lat_qs, np.int64)
+        lng = np.asarray(lng_qs, np.int64)
+        rows = self.rows.get(family, {}).get(int(tslot), ())
+        if not rows:
+            empty: list[str] = []
+            return [empty] * lat.size
+        cover = np.ones((len(rows), lat.size), bool)
+        for r, row in enumerate(rows):
+            b = row.box
+            if b is not None:
+                cover[r] = (b[0] <= lat) & (lat < b[1]) & (b[2] <= lng) & (lng < b[3])
+        keys = np.packbits(cover, axis=0).T
+        lists: dict[bytes, list[str]] = {}
+        out = []
+        for j in range(lat.size):
+            k = keys[j].tobytes()
+            got = lists.get(k)
+            if got is None:
+                ids: set[str] = set()
+                for r in np.flatnonzero(cover[:, j]).tolist():
+                    ids.update(rows[r].item_ids)
+                got = lists[k] = sorted(ids)
+            out.append(got)
+        return out
 
     def sources_any(self, family: str, tslot: int) -> list[str]:
         """Source item ids of every row of a family at a tslot (sorted)."""

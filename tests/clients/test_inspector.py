@@ -3,7 +3,9 @@
 For each client and transport (stdio; HTTP with 1 worker, stateful; HTTP with 2
 workers, stateless): list the tools, call a good tool (the client validates its
 structured content against the tool's output schema) and a bad one, whose
-error code and message must reach the client's output.
+error code and message must reach the client's output; then the agent's loop
+(locate, read_cell, fact, verify_receipt, and by name read_cells), each with a
+bad call and its error code.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 from api.dispatch import core_primitives
 from api.mcp_server import INTENT_TOOL
+from store import address
 from tests.api.adapter_helpers import clearing_cell
 from tests.clients.conftest import ROOT, Inspector, inspector, live_server, server_env
 
@@ -112,12 +115,82 @@ def _check(client: Inspector, target: list[str], tmp: Path, cell: str) -> None:
     assert "zz.top" in error["message"]
 
 
+def _call(
+    client: Inspector, target: list[str], tmp: Path, tool: str, **args: Any
+) -> tuple[int, dict[str, Any], str]:
+    """Call a tool with JSON-encoded arguments: exit code, the result document, the output."""
+    call = ["--method", "tools/call", "--tool-name", tool]
+    for k, v in args.items():
+        call += ["--tool-arg", f"{k}={v if isinstance(v, str) else json.dumps(v)}"]
+    code, out = _run(client, target, call, tmp)
+    assert "output schema" not in out, out[-3000:]
+    return code, _first_json(out), out
+
+
+def _answer(client: Inspector, target: list[str], tmp: Path, tool: str, **args: Any) -> Any:
+    code, result, out = _call(client, target, tmp, tool, **args)
+    assert code == 0, out[-3000:]
+    assert not result.get("isError"), out[-3000:]
+    return json.loads(result["content"][0]["text"])
+
+
+def _error(client: Inspector, target: list[str], tmp: Path, tool: str, **args: Any) -> Any:
+    _, result, out = _call(client, target, tmp, tool, **args)
+    assert result.get("isError") is True, out[-3000:]
+    return json.loads(result["content"][0]["text"])["error"]
+
+
+def _check_loop(client: Inspector, target: list[str], tmp: Path, cell: str) -> None:
+    """The agent's loop through the client: locate, read, cite (fact), verify, with bad calls.
+
+    locate, read_cell, fact and verify_receipt are in the lean tools/list (both clients);
+    read_cells is not: 2.12 refuses it, 0.15 calls it by name but sends its list arguments
+    as strings (it converts arguments by the schemas of listed tools only), so its call is
+    the bad one; the good calls of read_cells are the Python MCP SDK's (tests/api/loop)."""
+    geo = address.decode(cell)
+    loc = _answer(client, target, tmp, "earthmem_locate", lat=geo.lat, lng=geo.lng)
+    assert loc["cell"] == cell
+    assert len(loc["neighbours"]) == 8
+    # every scalar band (0.15 sends an argument whose schema has no plain `type` as a string)
+    read = _answer(client, target, tmp, "earthmem_read_cell", cell=cell)
+    ndvi = next(v for v in read["values"] if v["band"] == "indices.ndvi")
+    fid = ndvi["fact_id"]
+    assert isinstance(fid, str)
+    assert fid.startswith("f2:")
+    # the fact resolves in the server's process (a fresh one per call over stdio)
+    fact = _answer(client, target, tmp, "earthmem_fact", fact_id=fid)
+    assert fact["fact"]["fact_id"] == fid
+    assert fact["current_holds"] is True
+    assert fact["fact"]["value"] == ndvi["value"]
+    err = _error(client, target, tmp, "earthmem_fact", fact_id="f2:nope")
+    assert err["code"] == "invalid_fact_id", err
+    ok = _answer(client, target, tmp, "earthmem_verify_receipt", answer=read)
+    assert ok["valid"] is True, ok
+    assert ok["signed_by_this_server"] is True
+    err = _error(client, target, tmp, "earthmem_verify_receipt", answer={"cell": cell})
+    assert err["code"] == "invalid_answer", err
+    if client.name == "inspector-0.15":
+        values = [{**v, "value": -0.5} if v is ndvi else v for v in read["values"]]
+        bad = _answer(
+            client, target, tmp, "earthmem_verify_receipt", answer={**read, "values": values}
+        )
+        assert bad["valid"] is False
+        assert bad["reason"] != "ok"
+        # 0.15 calls read_cells by name, but converts the arguments only of listed tools:
+        # the cells arrive as one string, and the error says which field is wrong
+        err = _error(client, target, tmp, "earthmem_read_cells", cells=[cell], bands=["ndvi"])
+        assert err["code"] == "invalid_argument", err
+        assert {e["loc"][0] for e in err["details"]["errors"]} == {"cells", "bands"}
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_inspector_over_stdio(
     version: str, data_dir: Path, tiny_store: Any, tmp_path: Path
 ) -> None:
     client = inspector(version)
-    _check(client, _stdio_target(client, data_dir), tmp_path, clearing_cell(tiny_store.manifest))
+    target = _stdio_target(client, data_dir)
+    _check(client, target, tmp_path, clearing_cell(tiny_store.manifest))
+    _check_loop(client, target, tmp_path, clearing_cell(tiny_store.manifest))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -127,6 +200,7 @@ def test_inspector_over_http(
     client = inspector(version)
     target = [http_server, "--transport", "http"]
     _check(client, target, tmp_path, clearing_cell(tiny_store.manifest))
+    _check_loop(client, target, tmp_path, clearing_cell(tiny_store.manifest))
 
 
 def test_ci_runs_every_client() -> None:

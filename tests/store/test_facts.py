@@ -18,7 +18,9 @@ from store.facts import (
     canonical_cbor,
     canonical_cbor_reference,
     fact_id,
+    fact_ids,
     fast_cbor,
+    normalise,
     parse_fact_id,
     same_fact,
 )
@@ -152,6 +154,64 @@ def test_fast_cbor_equals_the_reference_encoder(value) -> None:
     if fast is not None:  # the fast path may decline (then canonical_cbor takes the slow one)
         assert fast == slow
     assert canonical_cbor(value) == slow
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values, st.binary(max_size=8))
+def test_fast_cbor_drop_none_and_bytes_equal_the_reference(value, raw: bytes) -> None:
+    doc = {"v": value, "raw": raw, "gone": None, "nested": [{"x": None, "y": raw}]}
+    fast = fast_cbor(doc, allow_bytes=True, drop_none=True)
+    assert fast == canonical_cbor_reference(normalise(doc, drop_none=True))
+    assert fast_cbor(doc, allow_bytes=False) is None  # JSON cannot carry bytes
+
+
+facts_in = st.tuples(
+    st.text(max_size=12),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    json_values,
+    st.lists(st.text(max_size=6), max_size=4),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=12), st.text(max_size=12), st.lists(facts_in, max_size=6))
+def test_fact_ids_in_a_batch_equal_fact_id(band: str, derivation: str, items: list) -> None:
+    cells, tslots, values, sources = (
+        (list(x) for x in zip(*items, strict=True))
+        if items
+        else (
+            [],
+            [],
+            [],
+            [],
+        )
+    )
+    assert fact_ids(cells, band, tslots, values, sources, derivation) == [
+        fact_id(c, band, t, v, s, derivation) for c, t, v, s in items
+    ]
+
+
+def test_fact_ids_declined_items_take_fact_id() -> None:
+    """numpy values and repeated source lists give fact_id's ids; bad items its errors."""
+    got = fact_ids(
+        [CELL_A, CELL_B, CELL_A],
+        "indices.ndvi",
+        [np.int64(19800), 19800, 19801],
+        [np.float32(0.25), 0.71, 1],
+        [["S2B_2", "S2A_1"], ("S2A_1", "S2B_2"), []],
+        "ndvi.v1",
+    )
+    assert got == [
+        fact_id(CELL_A, "indices.ndvi", 19800, 0.25, ["S2A_1", "S2B_2"], "ndvi.v1"),
+        fact_id(CELL_B, "indices.ndvi", 19800, 0.71, ["S2A_1", "S2B_2"], "ndvi.v1"),
+        fact_id(CELL_A, "indices.ndvi", 19801, 1, [], "ndvi.v1"),
+    ]
+    with pytest.raises(NonFiniteNumber):
+        fact_ids([CELL_A], "b", [1], [float("nan")], [[]], "d")
+    with pytest.raises(InvalidFact):
+        fact_ids([CELL_A], "b", [1], [1.0], ["S2A_1"], "d")
+    with pytest.raises(InvalidFact):
+        fact_ids([CELL_A], "b", [True], [1.0], [[]], "d")
 
 
 def test_store_facts_does_not_import_the_api() -> None:

@@ -27,3 +27,16 @@ def test_lean_sources_equal_the_inventory_table(tiny_store: Any) -> None:
     assert n_lean == len(rows)
     for fam, t, _, items in rows:
         assert items in [r.item_ids for r in lean[fam][t]]
+
+
+def test_sources_many_equals_sources_per_cell(tiny_store: Any) -> None:
+    index = CubeReader(tiny_store.data).inventory.overpass_index()
+    fam, by_t = next((f, t) for f, t in index.rows.items() if t)
+    boxes = [r.box for rows in by_t.values() for r in rows if r.box is not None]
+    lat0, _, lng0, _ = boxes[0]
+    lats = [lat0 - 1, lat0, lat0 + 3, lat0 + 4000, lat0]
+    lngs = [lng0, lng0, lng0 + 5, lng0, lng0 - 1]
+    for t in [*list(by_t)[:5], -1]:
+        got = index.sources_many(fam, t, lats, lngs)
+        assert got == [index.sources(fam, t, a, b) for a, b in zip(lats, lngs, strict=True)]
+    assert any(index.sources(fam, t, lat0, lng0) for t in by_t)

@@ -156,6 +156,70 @@ def test_rest_and_mcp_serve_it(tiny_store: Any, clearing_cell: str) -> None:
                 "earthmem_read_cell", {"cell": clearing_cell, "bands": ["ndvi"]}
             )
             assert not got.is_error
-            assert verify_answer(json.loads(json.dumps(got.structured_content))).ok
+            one = json.loads(json.dumps(got.structured_content))
+            assert verify_answer(one).ok
+            listed = {t.name for t in (await mcp.list_tools()).tools}
+            assert "earthmem_read_cells" not in listed  # called by name all the same
+            other = address.neighbours(clearing_cell)[0]
+            many = await mcp.call_tool(
+                "earthmem_read_cells", {"cells": [clearing_cell, other], "bands": ["ndvi"]}
+            )
+            assert not many.is_error
+            doc = json.loads(json.dumps(many.structured_content))
+            assert verify_answer(doc).ok
+            assert doc["cells"][0]["values"] == one["values"]
+            bad = await mcp.call_tool(
+                "earthmem_read_cells", {"cells": [clearing_cell] * 257, "bands": ["ndvi"]}
+            )
+            assert bad.is_error
+            assert json.loads(bad.content[0].text)["error"]["code"] == "too_many_cells"
+            fid = one["values"][0]["fact_id"]
+            fact = await mcp.call_tool("earthmem_fact", {"fact_id": fid})
+            assert not fact.is_error
+            assert fact.structured_content["fact"]["fact_id"] == fid
+            checked = await mcp.call_tool("earthmem_verify_receipt", {"answer": one})
+            assert checked.structured_content["valid"] is True
+            bad = await mcp.call_tool("earthmem_verify_receipt", {"answer": {"cell": "x"}})
+            assert bad.is_error
+            assert json.loads(bad.content[0].text)["error"]["code"] == "invalid_answer"
 
     anyio.run(main)
+
+
+def test_read_cells_batch_is_read_cell_byte_for_byte(
+    ctx: ServiceContext, clearing_cell: str
+) -> None:
+    """read_cells (vectorised per block) gives per cell exactly read_cell's entries and facts:
+    the same fact ids, sources and statuses, at the latest clear value and at tslots that
+    hold a value, a masked observation or nothing, across a block edge."""
+    geo = address.decode(clearing_cell)
+    cells = [
+        address.format_cell(address.q_to_raw(geo.lat_q + dy, geo.lng_q + dx))
+        for dy in range(-8, 8, 3)
+        for dx in range(-8, 8, 3)
+    ]
+    # a cell of the next storage block too, and one far outside the sample (no data)
+    side = 1 << ctx.reader().block_level
+    cells.append(address.format_cell(address.q_to_raw(geo.lat_q, geo.lng_q + side)))
+    cells.append(address.format_cell(address.q_to_raw(geo.lat_q + 50 * side, geo.lng_q)))
+    bands = ["ndvi", "vh", "s2.clear", "s1.valid"]
+    tr = run(ctx, "trajectory", {"cell": clearing_cell, "band": "ndvi"})
+    times: list[int | None] = [None, tr.points[0].tslot, tr.points[0].tslot - 1]
+    times += [p.tslot for p in tr.points if p.value is None][:2]
+    statuses = set()
+    for t in times:
+        args: dict[str, Any] = {"cells": cells, "bands": bands}
+        one_args: dict[str, Any] = {"bands": bands}
+        if t is not None:
+            args["tslot"] = one_args["tslot"] = t
+        many = run(ctx, "read_cells", args)
+        facts = []
+        for c in many.cells:
+            one = run(ctx, "read_cell", {"cell": c.cell, **one_args})
+            assert [v.model_dump() for v in c.values] == [v.model_dump() for v in one.values]
+            facts += [f.model_dump() for f in one.facts]
+            statuses |= {v.status for v in one.values}
+        assert [f.model_dump() for f in many.facts] == facts
+        assert many.n_values == len(facts)
+        assert verify_answer(_doc(many)).ok
+    assert statuses == {"ok", "masked", "no_observation"}
