@@ -16,7 +16,7 @@ import datetime as dt
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,8 +38,10 @@ __all__ = [
     "MAIN_BRANCH",
     "WRITERS_FILENAME",
     "SnapshotInfo",
+    "commit_guard",
     "commit_lock",
     "cube_location",
+    "is_object_storage",
     "list_snapshots",
     "lookup_snapshot",
     "open_repository",
@@ -167,6 +169,23 @@ def commit_lock(data_dir: str | os.PathLike[str]) -> Iterator[None]:
     """
     with _flock(data_dir, LOCK_FILENAME, fcntl.LOCK_EX):
         yield
+
+
+def is_object_storage(location: str | os.PathLike[str]) -> bool:
+    """Whether a cube location is on object storage (``s3://``) rather than a local path."""
+    return os.fspath(location).startswith("s3://")
+
+
+def commit_guard(location: str | os.PathLike[str], data_dir: str | os.PathLike[str]) -> Any:
+    """What a commit to the cube at ``location`` holds: :func:`commit_lock` on local disk, nothing
+    on object storage.
+
+    icechunk's local filesystem storage cannot order concurrent commits, so a host-local
+    ``flock`` does. On object storage the branch update is a conditional write: of two commits
+    racing from different machines one wins and the other rebases (or fails with the
+    conflicting chunks), with no lock; a host-local lock would protect nothing there.
+    """
+    return nullcontext() if is_object_storage(location) else commit_lock(data_dir)
 
 
 @contextmanager

@@ -137,6 +137,8 @@ LONG_MODULES = (
     "tests/pipelines/test_instance_setup.py",
     "tests/store/knn/test_table.py",
     "tests/pipelines/test_ingest_integrity.py",
+    "tests/pipelines/test_dask_ingest.py",
+    "tests/pipelines/test_dask_faults.py",
 )
 """The modules that run for minutes, longest first (CI's ``--durations``)."""
 
