@@ -36,14 +36,17 @@ __all__ = [
     "EXPIRED_TAG_PREFIX",
     "LOCK_FILENAME",
     "MAIN_BRANCH",
+    "OBJECT_STORE_ENV",
     "WRITERS_FILENAME",
     "SnapshotInfo",
     "commit_guard",
     "commit_lock",
+    "cube_exists",
     "cube_location",
     "is_object_storage",
     "list_snapshots",
     "lookup_snapshot",
+    "object_root",
     "open_repository",
     "open_storage",
     "snapshot_at",
@@ -86,23 +89,56 @@ class SnapshotInfo:
     """Parent snapshot id; ``None`` for the repository's first snapshot."""
 
 
+OBJECT_STORE_ENV = "EARTHMEM_OBJECT_STORE"
+"""The data root on object storage (``s3://bucket/prefix``): when set, the cube is
+``<root>/cube.icechunk`` there. The data directory keeps what must stay local (the signing
+key, the commit lock, the memory database, the k-NN tables)."""
+
+
+def object_root() -> str | None:
+    """The configured object-storage data root (:data:`OBJECT_STORE_ENV`), or None.
+
+    Raises:
+        UnsupportedStorage: It is set but is not an ``s3://bucket[/prefix]`` URL.
+    """
+    root = os.environ.get(OBJECT_STORE_ENV, "").strip().rstrip("/")
+    if not root:
+        return None
+    if not root.startswith("s3://") or not root[len("s3://") :].split("/", 1)[0]:
+        raise UnsupportedStorage(f"{OBJECT_STORE_ENV} must be s3://bucket[/prefix], got {root!r}")
+    return root
+
+
 def cube_location(data_dir: str | os.PathLike[str]) -> str:
-    """Default location of the cube inside a data directory.
+    """Location of the cube of a data directory: on the object-storage root when one is
+    configured (:func:`object_root`), else inside the directory.
 
     Args:
         data_dir: The pipeline's data directory.
 
     Returns:
-        ``<data_dir>/cube.icechunk`` as a string.
+        ``s3://bucket/prefix/cube.icechunk`` or ``<data_dir>/cube.icechunk``, as a string.
     """
+    root = object_root()
+    if root is not None:
+        return f"{root}/{CUBE_DIRNAME}"
     return str(Path(data_dir) / CUBE_DIRNAME)
+
+
+def cube_exists(data_dir: str | os.PathLike[str]) -> bool:
+    """Whether the data directory's cube repository exists (wherever it lives)."""
+    location = cube_location(data_dir)
+    if not is_object_storage(location):
+        return Path(location).exists()
+    return bool(ic.Repository.exists(open_storage(location)))
 
 
 def open_storage(url_or_path: str | os.PathLike[str]) -> ic.Storage:
     """Build the icechunk storage for a local path or an object-store URL.
 
     ``s3://bucket/prefix`` uses :func:`icechunk.s3_storage` with credentials,
-    region and endpoint from the environment (``AWS_*`` variables); building
+    region and endpoint from the environment (``AWS_ACCESS_KEY_ID`` ...,
+    ``AWS_REGION``, ``AWS_ENDPOINT_URL[_S3]``), never from files; building
     it does not touch the network. ``file://`` URLs and plain paths use the
     local filesystem storage.
 
@@ -120,7 +156,18 @@ def open_storage(url_or_path: str | os.PathLike[str]) -> ic.Storage:
         bucket, _, prefix = text[len("s3://") :].partition("/")
         if not bucket:
             raise UnsupportedStorage(f"S3 URL without a bucket: {text!r}")
-        return ic.s3_storage(bucket=bucket, prefix=prefix.strip("/") or None, from_env=True)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        return ic.s3_storage(
+            bucket=bucket,
+            prefix=prefix.strip("/") or None,
+            region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+            endpoint_url=endpoint or None,
+            # an endpoint named explicitly (MinIO, moto, a gateway) is addressed by path; plain
+            # http only when that endpoint says http://
+            allow_http=bool(endpoint and endpoint.startswith("http://")),
+            force_path_style=bool(endpoint),
+            from_env=True,
+        )
     if text.startswith("file://"):
         text = text[len("file://") :]
     elif "://" in text:

@@ -167,3 +167,41 @@ def killing_family(family: Any, marker: Path, t0: int, always: bool = False) -> 
     """``family`` whose task for the week starting at ``t0`` kills its worker the first time
     (``always``: every time); the pids killed are appended to ``marker``."""
     return replace(family, stack_week=_Stack(str(marker), always, t0, family.stack_week))
+
+
+# ------------------------------------------------------------------ the tiny sample's scene weeks
+
+
+def scene_contents(location: str) -> dict[str, Any]:
+    """What the scene assets write: every key of the cube but the Tessera arrays and rows."""
+    out = {}
+    for key, value in cube_contents(location).items():
+        if key.startswith("geotessera") or (
+            isinstance(value, tuple) and not value[0].startswith(("s2|", "s1|"))
+        ):
+            continue
+        out[key] = value
+    return out
+
+
+def ingest_scene_weeks(tiny: Any, data: Path, dask: Any = None) -> Any:
+    """Run the scene assets (S2, S1) over the tiny sample's range of weeks into ``data``, as
+    ``ingest_area`` does (one run for the block's range), without the Tessera vintages."""
+    from dagster import DagsterInstance
+
+    from pipelines.cluster import DaskResource
+    from pipelines.partitions import register_area_blocks
+    from pipelines.run import materialize_range, resources_for
+    from store.cube import CubeReader
+
+    local = CubeReader(storage=str(Path(tiny.data) / "cube.icechunk"))  # whatever the env says
+    keys = local.inventory.table()["partition_key"].to_pylist()
+    scene_keys = [k.split("|") for k in keys if k.startswith(("s2|", "s1|"))]
+    weeks = sorted({week for _, _, week in scene_keys})
+    (block,) = {b for _, b, _ in scene_keys}  # the tiny sample is one block: one range
+    resources = resources_for(
+        data, tiny.catalog, tiny.sample / "manifest.json", dask or DaskResource()
+    )
+    with DagsterInstance.ephemeral() as instance:
+        register_area_blocks(instance, resources["area"].bbox)
+        return materialize_range(resources, instance, block, weeks[0], weeks[-1])

@@ -25,6 +25,7 @@ import pytest
 from store.cube import CubeReader, CubeWriter
 from store.cube.cooperative import CooperativeCommit, write_in_fork
 from store.errors import TransactionClosed
+from tests import s3_server
 
 ROOT = Path(__file__).resolve().parents[3]
 SIDE = 128
@@ -91,7 +92,9 @@ COORDINATOR = textwrap.dedent(
     from store.cube.cooperative import CooperativeCommit, write_in_fork
     from store.errors import CommitConflict
     data, name, value, col, storage = sys.argv[1:6]
-    writer = CubeWriter(data, storage=storage or None)
+    # on object storage each coordinator has its own data directory, as on two machines:
+    # no lock file they could share
+    writer = CubeWriter(Path(data) / name if storage else data, storage=storage or None)
     values = np.full((7, 128, 128), float(value))
     with CooperativeCommit(writer) as coop:
         w = write_in_fork(coop.fork(), name, lambda tx: tx.write(
@@ -108,10 +111,12 @@ COORDINATOR = textwrap.dedent(
 )
 
 
-def _race(data: Path, cols: tuple[int, int], storage: str = "") -> dict[str, dict[str, str]]:
+def _race(
+    data: Path, cols: tuple[int, int], storage: str = "", env_extra: dict[str, str] | None = None
+) -> dict[str, dict[str, str]]:
     """Two coordinator processes writing ``indices.ndvi`` at columns ``cols``, committing at once."""
     CubeWriter(data, storage=storage or None)  # the layout exists before the race
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
     procs = {
         name: subprocess.Popen(
             [sys.executable, "-c", COORDINATOR, str(data), name, value, str(col), storage],
@@ -168,3 +173,34 @@ def test_two_coordinators_on_the_same_chunk_one_fails_clearly(tmp_path: Path) ->
     messages = [s.message for s in CubeWriter(tmp_path).list_snapshots()]
     assert f"coordinator {winner}" in messages
     assert f"coordinator {loser}" not in messages
+
+
+@pytest.mark.slow  # a moto server and two coordinator processes
+def test_two_coordinators_on_object_storage_need_no_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On S3 no host-local lock orders the commits (each coordinator has its own data
+    directory): the store's conditional writes do."""
+    server = s3_server.start(tmp_path / "moto.log")
+    try:
+        server.create_bucket("race")
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        apart, same = "s3://race/apart", "s3://race/same"
+        result = _race(tmp_path / "a", (COL, COL + SIDE), apart, server.env())
+        assert set(result["a"]) == set(result["b"]) == {"ok"}
+        reader = CubeReader(storage=apart)
+        for col, want in ((COL, 1.0), (COL + SIDE, 2.0)):
+            da = reader.read_region(
+                "indices.ndvi", ROW, ROW + 1, col, col + 1, 0, 1, drop_empty=False
+            )
+            assert float(np.asarray(da).reshape(-1)[0]) == want
+        result = _race(tmp_path / "s", (COL, COL), same, server.env())
+        assert sorted(next(iter(r)) for r in result.values()) == ["conflict", "ok"]
+        winner = next(n for n, r in result.items() if "ok" in r)
+        da = CubeReader(storage=same).read_region(
+            "indices.ndvi", ROW, ROW + 1, COL, COL + 1, 0, 1, drop_empty=False
+        )
+        assert float(np.asarray(da).reshape(-1)[0]) == {"a": 1.0, "b": 2.0}[winner]
+    finally:
+        server.stop()
