@@ -29,7 +29,13 @@ if "ICECHUNK_LOG" not in os.environ:
     # so keep only errors unless the user asks for more with ICECHUNK_LOG.
     ic.set_logs_filter("error")
 
-from store.errors import CubeNotFound, SnapshotExpired, SnapshotNotFound, UnsupportedStorage
+from store.errors import (
+    CubeNotFound,
+    SnapshotExpired,
+    SnapshotNotFound,
+    StorageUnavailable,
+    UnsupportedStorage,
+)
 
 __all__ = [
     "CUBE_DIRNAME",
@@ -50,6 +56,7 @@ __all__ = [
     "open_repository",
     "open_storage",
     "snapshot_at",
+    "storage_error_text",
     "writer_presence",
     "writers_excluded",
 ]
@@ -190,12 +197,25 @@ def open_repository(storage: ic.Storage, *, create: bool = False) -> ic.Reposito
 
     Raises:
         CubeNotFound: No repository there and ``create`` is false.
+        StorageUnavailable: The storage could not be read or written (object storage
+            down, a missing bucket, denied credentials).
     """
-    if create:
-        return ic.Repository.open_or_create(storage)
-    if not ic.Repository.exists(storage):
-        raise CubeNotFound(f"no cube repository at {storage}")
-    return ic.Repository.open(storage)
+    try:
+        if create:
+            return ic.Repository.open_or_create(storage)
+        if not ic.Repository.exists(storage):
+            raise CubeNotFound(f"no cube repository at {storage}")
+        return ic.Repository.open(storage)
+    except ic.IcechunkError as exc:
+        raise StorageUnavailable(
+            f"cube storage {storage} failed: {storage_error_text(exc)}"
+        ) from exc
+
+
+def storage_error_text(exc: BaseException) -> str:
+    """The first line of an icechunk error (its context trace follows on the next lines)."""
+    text = str(exc).strip().splitlines()
+    return text[0].strip(" x") if text else type(exc).__name__
 
 
 @contextmanager

@@ -42,7 +42,13 @@ from store.cube.bands import FAMILY_FLAGS, BandSpec, band_spec
 from store.cube.codec import ChunkCodec, check_box, get_many, is_contiguous, put_many
 from store.cube.inventory import INVENTORY_ARRAY, PartitionRows, write_partitions
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, LAYOUT_VERSION, ensure_layout
-from store.errors import CommitConflict, InvalidWrite, RegionOutOfBounds, TransactionClosed
+from store.errors import (
+    CommitConflict,
+    InvalidWrite,
+    RegionOutOfBounds,
+    StorageUnavailable,
+    TransactionClosed,
+)
 from store.inventory import InventoryRow
 from store.snapshots import (
     MAIN_BRANCH,
@@ -54,6 +60,7 @@ from store.snapshots import (
     open_repository,
     open_storage,
     snapshot_at,
+    storage_error_text,
     writer_presence,
 )
 
@@ -360,6 +367,11 @@ class CubeTransaction:
             self._store_summaries()
             self._flush()
             self._store_inventory()
+        except ic.IcechunkError as exc:
+            raise StorageUnavailable(
+                f"storing the chunks of {self.partition_key!r} failed, nothing committed:"
+                f" {storage_error_text(exc)}"
+            ) from exc
         finally:
             self._close()
 
@@ -500,6 +512,7 @@ class CubeWriter:
 
         Raises:
             CommitConflict: A concurrent commit changed the same chunks.
+            StorageUnavailable: The storage refused the commit (nothing committed).
         """
         if not session.has_uncommitted_changes:
             return self.repo.lookup_branch(MAIN_BRANCH), False
@@ -512,6 +525,11 @@ class CubeWriter:
                 paths = sorted({c.path for c in exc.conflicts})
                 raise CommitConflict(
                     f"concurrent commit changed the same chunks of {paths}; rerun the partition"
+                ) from exc
+            except ic.IcechunkError as exc:
+                raise StorageUnavailable(
+                    f"commit to {self.location} failed, nothing committed:"
+                    f" {storage_error_text(exc)}"
                 ) from exc
         return snapshot, True
 
