@@ -162,6 +162,7 @@ _STORE_STATUS = {
     "memory_backend_unavailable": 503,
     "snapshot_expired": 404,
     "cube_not_found": 503,
+    "storage_unavailable": 503,
     "vector_table_error": 503,
 }
 

@@ -30,16 +30,21 @@ from pipelines.scenes import (
     skip_line,
 )
 from pipelines.sources.models import SceneItem, Skip
-from store.cube import CubeReader, CubeWriter
+from store.cube import CubeReader, CubeTransaction, CubeWriter
 from store.inventory import InventoryRow
 
 __all__ = [
     "KEEP_CHECK",
     "FamilyCheck",
     "PartitionOutcome",
+    "PartitionWork",
     "SceneFamily",
     "WeekArrays",
+    "fill_week",
     "ingest_range",
+    "partition_work",
+    "prepare_week",
+    "week_outcome",
     "write_week",
 ]
 
@@ -213,73 +218,150 @@ def ingest_range(
     pending: list[tuple[ScenePartition, list[AssetCheckResult], dict[str, Any], str | None]] = []
     with WriteBehind[tuple[str, int]]() as behind:
         for part in sorted(parts, key=lambda p: (p.week, p.block)):
-            items = found.by_week.get(part.week, []) if part.window is not None else []
-            key = f"{family.name}|{part.key}"
-            stored = tip.partition_item_ids(key)
-            skips = found.skips_in(part.week)
-            meta: dict[str, Any] = {"scenes": sorted(i.id for i in items), "scenes_read": 0}
-            if not items and not stored:
-                meta["skipped"] = [*(skip_line(s) for s in skips), *undated]
-                if part.window is None:  # e.g. a block added by hand in the UI
-                    meta["outside_area"] = f"block {part.block} does not meet the area"
-                behind.submit(part.key, partial(_clear_week, family, writer, part))
-                pending.append((part, [], meta, None))
-                continue
-            results: list[AssetCheckResult] = []
-            dropped: list[str]
-            if not items:
-                dropped = _dropped(stored, frozenset(), found, skips, items)
+            work = partition_work(family, part, found, tip.partition_item_ids, undated)
+            if work.items or work.stored:
+                week, rows, results, meta, reason = prepare_week(family, work)
             else:
-                assert part.window is not None
-                week = family.stack_week(items, part.window, part.t0)
-                skips = [*skips, *week.skipped]
-                rows = family.inventory_rows(week, family.name, part.block)
-                new_ids = frozenset(i for r in rows for i in r.item_ids)
-                dropped = _dropped(stored, new_ids, found, skips, items)
-                results = family.evaluate_checks(week, part.window)
-                unread = {s.item_id for s in week.skipped}
-                meta["scenes_read"] = sum(1 for i in items if i.id not in unread)
-                total = sum(r.total_cells for r in rows)
-                meta["clear_fraction"] = (
-                    round(sum(r.clear_cells for r in rows) / total, 4) if total else 0.0
-                )
-            results.append(_keep_check(family, dropped))
-            lines = [skip_line(s) for s in skips]
-            meta["skipped"] = [*lines, *undated]
-            reason = None
-            if dropped:
-                meta["held"] = dropped
-                reason = f"week held, stored overpasses kept: {'; '.join(dropped)}"
-            else:
-                failed = [
-                    str(c.check_name)
-                    for c in results
-                    if not c.passed and c.severity == AssetCheckSeverity.ERROR
-                ]
-                if failed:
-                    reason = f"ERROR checks failed: {', '.join(failed)}"
+                week, rows, results, meta, reason = None, [], [], work.empty_meta(), None
             if reason is not None:
                 warn(f"{family.name} {part.key}: {reason}")
+            elif week is None:
+                behind.submit(part.key, partial(_clear_week, family, writer, part))
             else:
-                ids = sorted(i.id for i in items)
+                ids = sorted(i.id for i in work.items)
+                lines = meta["skipped"][: len(meta["skipped"]) - len(undated)]
                 behind.submit(
                     part.key, partial(write_week, family, writer, part, week, ids, rows, lines)
                 )
             pending.append((part, results, meta, reason))
     written = behind.results()
-    out = []
-    for part, results, meta, reason in pending:
-        if reason is None:
-            snapshot, chunks = written[part.key]
-            meta["snapshot_id"] = snapshot or "none"
-            meta["chunks_written"] = chunks
-        else:
-            meta["snapshot_id"] = "none"
-            meta["chunks_written"] = 0
-        out.append(
-            PartitionOutcome(part.key, part.week, _complete(family, results, meta), meta, reason)
+    return [
+        week_outcome(family, part, results, meta, reason, written.get(part.key))
+        for part, results, meta, reason in pending
+    ]
+
+
+def week_outcome(
+    family: SceneFamily[Any],
+    part: ScenePartition,
+    results: list[AssetCheckResult],
+    meta: dict[str, Any],
+    reason: str | None,
+    written: tuple[str, int] | None,
+) -> PartitionOutcome:
+    """A partition's outcome: its checks completed, the snapshot and chunks it wrote in ``meta``.
+
+    ``written`` is ``(snapshot id, chunks written)`` of a written partition (None otherwise).
+    """
+    if reason is None and written is not None:
+        snapshot, chunks = written
+        meta["snapshot_id"] = snapshot or "none"
+        meta["chunks_written"] = chunks
+    else:
+        meta["snapshot_id"] = "none"
+        meta["chunks_written"] = 0
+    return PartitionOutcome(part.key, part.week, _complete(family, results, meta), meta, reason)
+
+
+@dataclass(frozen=True)
+class PartitionWork:
+    """What one partition's task needs: its window, items, stored ids and skips (picklable)."""
+
+    part: ScenePartition
+    """The partition."""
+    items: tuple[SceneItem, ...]
+    """The week's discovered items over the block (empty when the block misses the area)."""
+    stored: frozenset[str]
+    """Item ids the partition's inventory rows already name (at the run's start)."""
+    skips: tuple[Skip, ...]
+    """The discovery skips of the week."""
+    found_skipped: tuple[Skip, ...]
+    """Every discovery skip of the run (the reasons a stored id may be missing)."""
+    undated: tuple[str, ...]
+    """Skip lines of discovery skips without an acquisition time (named in every partition)."""
+
+    def empty_meta(self) -> dict[str, Any]:
+        """The metadata of a partition with no items and nothing stored."""
+        meta: dict[str, Any] = {
+            "scenes": [],
+            "scenes_read": 0,
+            "skipped": [*(skip_line(s) for s in self.skips), *self.undated],
+        }
+        if self.part.window is None:  # e.g. a block added by hand in the UI
+            meta["outside_area"] = f"block {self.part.block} does not meet the area"
+        return meta
+
+
+def partition_work(
+    family: SceneFamily[Any],
+    part: ScenePartition,
+    found: Discovery,
+    stored_ids: Callable[[str], frozenset[str]],
+    undated: Sequence[str],
+) -> PartitionWork:
+    """Gather one partition's inputs from the run's discovery and the tip's inventory."""
+    items = found.by_week.get(part.week, []) if part.window is not None else []
+    return PartitionWork(
+        part,
+        tuple(items),
+        stored_ids(f"{family.name}|{part.key}"),
+        tuple(found.skips_in(part.week)),
+        found.skipped,
+        tuple(undated),
+    )
+
+
+def prepare_week(
+    family: SceneFamily[W], work: PartitionWork
+) -> tuple[W | None, list[InventoryRow], list[AssetCheckResult], dict[str, Any], str | None]:
+    """Stack and check one partition's week and decide whether it may be written.
+
+    Pure computation (reads the scenes, no store access), so it runs where the scenes are
+    read: in the run's process or as a task on a Dask worker.
+
+    Returns:
+        ``(week, rows, results, metadata, reason)``: the stack (None when there are no
+        items: the week's inventory rows are to be removed), its inventory rows, the check
+        results, the partition's metadata so far, and why it must not be written (None: it may).
+    """
+    part, items = work.part, work.items
+    skips = list(work.skips)
+    meta: dict[str, Any] = {"scenes": sorted(i.id for i in items), "scenes_read": 0}
+    results: list[AssetCheckResult] = []
+    found = Discovery(skipped=work.found_skipped)
+    week: W | None = None
+    rows: list[InventoryRow] = []
+    if not items:
+        dropped = _dropped(work.stored, frozenset(), found, skips, items)
+    else:
+        assert part.window is not None
+        week = family.stack_week(items, part.window, part.t0)
+        skips = [*skips, *week.skipped]
+        rows = family.inventory_rows(week, family.name, part.block)
+        new_ids = frozenset(i for r in rows for i in r.item_ids)
+        dropped = _dropped(work.stored, new_ids, found, skips, items)
+        results = family.evaluate_checks(week, part.window)
+        unread = {s.item_id for s in week.skipped}
+        meta["scenes_read"] = sum(1 for i in items if i.id not in unread)
+        total = sum(r.total_cells for r in rows)
+        meta["clear_fraction"] = (
+            round(sum(r.clear_cells for r in rows) / total, 4) if total else 0.0
         )
-    return out
+    results.append(_keep_check(family, dropped))
+    meta["skipped"] = [*(skip_line(s) for s in skips), *work.undated]
+    reason = None
+    if dropped:
+        meta["held"] = dropped
+        reason = f"week held, stored overpasses kept: {'; '.join(dropped)}"
+    else:
+        failed = [
+            str(c.check_name)
+            for c in results
+            if not c.passed and c.severity == AssetCheckSeverity.ERROR
+        ]
+        if failed:
+            reason = f"ERROR checks failed: {', '.join(failed)}"
+    return week, rows, results, meta, reason
 
 
 def _complete(
@@ -357,15 +439,30 @@ def write_week(
     Returns:
         The snapshot id of the commit and the number of chunks it wrote.
     """
-    win = part.window
-    assert win is not None
-    tslots = np.arange(part.t0, part.t0 + 7)
     metadata: dict[str, Any] = {"asset": family.asset, "skipped": skipped}
     if family.commit_items:
         metadata["items"] = item_ids
     with writer.transaction(part.key, metadata=metadata) as tx:
+        fill_week(family, part, week, rows, tx)
+    return str(tx.snapshot_id), tx.chunks_written
+
+
+def fill_week(
+    family: SceneFamily[W],
+    part: ScenePartition,
+    week: W | None,
+    rows: list[InventoryRow],
+    tx: CubeTransaction,
+) -> None:
+    """Write one week's bands, flag and inventory rows into a transaction (all 7 days).
+
+    ``week`` None: the week has no items; only its inventory rows are removed.
+    """
+    if week is not None:
+        win = part.window
+        assert win is not None
+        tslots = np.arange(part.t0, part.t0 + 7)
         for key, band in family.bands:
             tx.write(band, tslots, win.lat_q0, win.lng_q0, week.values[key])
         tx.write(family.flag_band, tslots, win.lat_q0, win.lng_q0, family.flags(week))
-        tx.write_inventory(f"{family.name}|{part.key}", rows)
-    return str(tx.snapshot_id), tx.chunks_written
+    tx.write_inventory(f"{family.name}|{part.key}", rows)

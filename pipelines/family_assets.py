@@ -4,7 +4,9 @@ Both assets take single-run backfills: Dagster runs one block's range of weeks
 in one run (``context.partition_keys``), and each week still commits its own
 cube snapshot with its partition key, so a run killed mid-range keeps every
 week it finished. The work is done by :func:`pipelines.scenes.discover` and
-:func:`pipelines.family.ingest_range`.
+:func:`pipelines.family.ingest_range` (in the run's process), or, when the run's ``dask``
+resource chooses a Dask cluster (:mod:`pipelines.cluster`), by
+:func:`pipelines.family_dask.ingest_range_dask`: one task per week, one commit per range.
 
 What the UI shows is per (week, block) partition, as the cube stores it: the cube
 asset emits one materialisation per written partition, in week order (so the
@@ -49,7 +51,9 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from pipelines.family import PartitionOutcome, SceneFamily, ingest_range
+from pipelines.cluster import DaskResource
+from pipelines.family import PartitionOutcome, SceneFamily
+from pipelines.family_dask import run_range
 from pipelines.partitions import SCENE_PARTITIONS
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
 from pipelines.scenes import (
@@ -155,10 +159,12 @@ def _define(family: SceneFamily[Any]) -> FamilyAssets:
         scenes: SceneSourceResource,
         store: StoreResource,
         area: AreaResource,
+        dask: DaskResource,
     ) -> Iterator[CubeEvent]:
         parts = scene_partitions(context, area)
         found = discover(family.collection, parts, scenes)
-        outcomes = ingest_range(family, parts, found, store.writer(), context.log.warning)
+        choice = dask.choice()
+        outcomes = run_range(family, parts, found, store.writer(), context.log.warning, choice)
         selected = context.selected_asset_check_keys
         for outcome in outcomes:  # week order
             context.log.info(f"{family.asset} {outcome.summary()}")

@@ -9,6 +9,8 @@ environment variables read when Dagster builds resources at run time
   the sample manifest is one).
 - ``EARTHMEM_CATALOG``: a static STAC catalog path, or ``EARTHMEM_STAC_URL`` / a preset
   (``earth-search``, ``planetary-computer``) for a live STAC API.
+- ``EARTHMEM_INGEST_EXECUTOR`` / ``EARTHMEM_DASK_SCHEDULER`` / ``EARTHMEM_DASK_WORKERS``:
+  where the scene work runs (:mod:`pipelines.cluster`).
 """
 
 from __future__ import annotations
@@ -160,7 +162,10 @@ class AreaResource(ConfigurableResource):
 
 def default_resources() -> dict[str, Any]:
     """Resources from the environment (resolved by Dagster at run time)."""
+    from pipelines.cluster import DaskResource  # its settings are read when a run starts
+
     return {
+        "dask": DaskResource(),
         "store": StoreResource(data_dir=EnvVar("EARTHMEM_DATA")),
         "scenes": SceneSourceResource(kind="static", path=EnvVar("EARTHMEM_CATALOG")),
         "area": AreaResource(path=EnvVar("EARTHMEM_AREA")),

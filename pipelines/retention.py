@@ -33,7 +33,7 @@ from pipelines.instance import fail_dead_runs
 from store.memory import DEFAULT_FILE, MEMORY_URL_ENV, default_url, open_store
 from store.memory.model import STATUSES, ItemFilter
 from store.retention import DEFAULT_KEEP_DAYS, CubeCollection, collect_cube
-from store.snapshots import CUBE_DIRNAME, cube_location, open_repository, open_storage
+from store.snapshots import cube_exists, cube_location, open_repository, open_storage
 
 __all__ = [
     "CITED_TAG_PREFIX",
@@ -115,7 +115,7 @@ def collect(
     if not (keep_days >= 0 and keep_days != float("inf")):
         raise ValueError(f"keep_days must be a number of days >= 0, got {keep_days!r}")
     now = dt.datetime.now(dt.UTC)
-    has_cube = (Path(data_dir) / CUBE_DIRNAME).exists()
+    has_cube = cube_exists(data_dir)
     if has_cube and not dry_run:
         pin_cited_snapshots(data_dir)
     cube = collect_cube(data_dir, keep_days, dry_run=dry_run, now=now) if has_cube else None

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
+from pipelines.cluster import DaskResource
 from pipelines.family_assets import CHECKS_STOPPED
 from pipelines.instance import fail_dead_runs, run_tags
 from pipelines.memory.assets import memory_rechecks
@@ -90,9 +91,19 @@ class RangeRun(NamedTuple):
     """``asset week: item id: reason`` of the held weeks."""
 
 
-def resources_for(data_dir: str | Path, catalog: str | Path, area: str | Path) -> dict[str, Any]:
-    """Explicit resources for a data directory, a static catalog and an area JSON."""
+def resources_for(
+    data_dir: str | Path,
+    catalog: str | Path,
+    area: str | Path,
+    dask: DaskResource | None = None,
+) -> dict[str, Any]:
+    """Explicit resources for a data directory, a static catalog and an area JSON.
+
+    ``dask``: where the scene work runs (default: as the environment says, see
+    :mod:`pipelines.cluster`).
+    """
     return {
+        "dask": dask or DaskResource(),
         "store": StoreResource(data_dir=str(data_dir)),
         "scenes": SceneSourceResource(kind="static", path=str(catalog)),
         "area": AreaResource(path=str(area)),
@@ -127,6 +138,7 @@ def ingest_area(
     instance: DagsterInstance | None = None,
     progress: Progress | None = None,
     workers: int = 1,
+    dask: DaskResource | None = None,
 ) -> IngestReport:
     """Materialise every scene partition with data, then the Tessera vintages and k-NN tables.
 
@@ -135,10 +147,12 @@ def ingest_area(
             persistent instance (``DAGSTER_HOME``), which every worker opens itself;
             cube commits are serialised by the store's commit lock, so partitions
             commit safely in parallel.
+        dask: where each run's scene work runs (:mod:`pipelines.cluster`; default: as
+            the environment says, in process unless a Dask executor is configured).
     """
     t_start = time.perf_counter()
     Path(data_dir).mkdir(parents=True, exist_ok=True)
-    resources = resources_for(data_dir, catalog, area)
+    resources = resources_for(data_dir, catalog, area, dask)
     inst = instance or DagsterInstance.get()
     fail_dead_runs(inst)  # runs of killed ingests would stay STARTED for ever (no daemon)
     _, bbox = load_area(area)

@@ -146,6 +146,13 @@ class UnsupportedStorage(StoreError, ValueError):
     code = "unsupported_storage"
 
 
+class StorageUnavailable(StoreError, OSError):
+    """The cube's storage could not be reached or refused a read or write (object storage down,
+    a missing bucket, denied credentials, a timeout); nothing was committed."""
+
+    code = "storage_unavailable"
+
+
 class TransactionClosed(StoreError, RuntimeError):
     """A write through a cube transaction that has already committed or aborted."""
 

@@ -16,7 +16,7 @@ import datetime as dt
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,22 +29,34 @@ if "ICECHUNK_LOG" not in os.environ:
     # so keep only errors unless the user asks for more with ICECHUNK_LOG.
     ic.set_logs_filter("error")
 
-from store.errors import CubeNotFound, SnapshotExpired, SnapshotNotFound, UnsupportedStorage
+from store.errors import (
+    CubeNotFound,
+    SnapshotExpired,
+    SnapshotNotFound,
+    StorageUnavailable,
+    UnsupportedStorage,
+)
 
 __all__ = [
     "CUBE_DIRNAME",
     "EXPIRED_TAG_PREFIX",
     "LOCK_FILENAME",
     "MAIN_BRANCH",
+    "OBJECT_STORE_ENV",
     "WRITERS_FILENAME",
     "SnapshotInfo",
+    "commit_guard",
     "commit_lock",
+    "cube_exists",
     "cube_location",
+    "is_object_storage",
     "list_snapshots",
     "lookup_snapshot",
+    "object_root",
     "open_repository",
     "open_storage",
     "snapshot_at",
+    "storage_error_text",
     "writer_presence",
     "writers_excluded",
 ]
@@ -84,23 +96,56 @@ class SnapshotInfo:
     """Parent snapshot id; ``None`` for the repository's first snapshot."""
 
 
+OBJECT_STORE_ENV = "EARTHMEM_OBJECT_STORE"
+"""The data root on object storage (``s3://bucket/prefix``): when set, the cube is
+``<root>/cube.icechunk`` there. The data directory keeps what must stay local (the signing
+key, the commit lock, the memory database, the k-NN tables)."""
+
+
+def object_root() -> str | None:
+    """The configured object-storage data root (:data:`OBJECT_STORE_ENV`), or None.
+
+    Raises:
+        UnsupportedStorage: It is set but is not an ``s3://bucket[/prefix]`` URL.
+    """
+    root = os.environ.get(OBJECT_STORE_ENV, "").strip().rstrip("/")
+    if not root:
+        return None
+    if not root.startswith("s3://") or not root[len("s3://") :].split("/", 1)[0]:
+        raise UnsupportedStorage(f"{OBJECT_STORE_ENV} must be s3://bucket[/prefix], got {root!r}")
+    return root
+
+
 def cube_location(data_dir: str | os.PathLike[str]) -> str:
-    """Default location of the cube inside a data directory.
+    """Location of the cube of a data directory: on the object-storage root when one is
+    configured (:func:`object_root`), else inside the directory.
 
     Args:
         data_dir: The pipeline's data directory.
 
     Returns:
-        ``<data_dir>/cube.icechunk`` as a string.
+        ``s3://bucket/prefix/cube.icechunk`` or ``<data_dir>/cube.icechunk``, as a string.
     """
+    root = object_root()
+    if root is not None:
+        return f"{root}/{CUBE_DIRNAME}"
     return str(Path(data_dir) / CUBE_DIRNAME)
+
+
+def cube_exists(data_dir: str | os.PathLike[str]) -> bool:
+    """Whether the data directory's cube repository exists (wherever it lives)."""
+    location = cube_location(data_dir)
+    if not is_object_storage(location):
+        return Path(location).exists()
+    return bool(ic.Repository.exists(open_storage(location)))
 
 
 def open_storage(url_or_path: str | os.PathLike[str]) -> ic.Storage:
     """Build the icechunk storage for a local path or an object-store URL.
 
     ``s3://bucket/prefix`` uses :func:`icechunk.s3_storage` with credentials,
-    region and endpoint from the environment (``AWS_*`` variables); building
+    region and endpoint from the environment (``AWS_ACCESS_KEY_ID`` ...,
+    ``AWS_REGION``, ``AWS_ENDPOINT_URL[_S3]``), never from files; building
     it does not touch the network. ``file://`` URLs and plain paths use the
     local filesystem storage.
 
@@ -118,7 +163,18 @@ def open_storage(url_or_path: str | os.PathLike[str]) -> ic.Storage:
         bucket, _, prefix = text[len("s3://") :].partition("/")
         if not bucket:
             raise UnsupportedStorage(f"S3 URL without a bucket: {text!r}")
-        return ic.s3_storage(bucket=bucket, prefix=prefix.strip("/") or None, from_env=True)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        return ic.s3_storage(
+            bucket=bucket,
+            prefix=prefix.strip("/") or None,
+            region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+            endpoint_url=endpoint or None,
+            # an endpoint named explicitly (MinIO, moto, a gateway) is addressed by path; plain
+            # http only when that endpoint says http://
+            allow_http=bool(endpoint and endpoint.startswith("http://")),
+            force_path_style=bool(endpoint),
+            from_env=True,
+        )
     if text.startswith("file://"):
         text = text[len("file://") :]
     elif "://" in text:
@@ -141,12 +197,25 @@ def open_repository(storage: ic.Storage, *, create: bool = False) -> ic.Reposito
 
     Raises:
         CubeNotFound: No repository there and ``create`` is false.
+        StorageUnavailable: The storage could not be read or written (object storage
+            down, a missing bucket, denied credentials).
     """
-    if create:
-        return ic.Repository.open_or_create(storage)
-    if not ic.Repository.exists(storage):
-        raise CubeNotFound(f"no cube repository at {storage}")
-    return ic.Repository.open(storage)
+    try:
+        if create:
+            return ic.Repository.open_or_create(storage)
+        if not ic.Repository.exists(storage):
+            raise CubeNotFound(f"no cube repository at {storage}")
+        return ic.Repository.open(storage)
+    except ic.IcechunkError as exc:
+        raise StorageUnavailable(
+            f"cube storage {storage} failed: {storage_error_text(exc)}"
+        ) from exc
+
+
+def storage_error_text(exc: BaseException) -> str:
+    """The first line of an icechunk error (its context trace follows on the next lines)."""
+    text = str(exc).strip().splitlines()
+    return text[0].strip(" x") if text else type(exc).__name__
 
 
 @contextmanager
@@ -167,6 +236,23 @@ def commit_lock(data_dir: str | os.PathLike[str]) -> Iterator[None]:
     """
     with _flock(data_dir, LOCK_FILENAME, fcntl.LOCK_EX):
         yield
+
+
+def is_object_storage(location: str | os.PathLike[str]) -> bool:
+    """Whether a cube location is on object storage (``s3://``) rather than a local path."""
+    return os.fspath(location).startswith("s3://")
+
+
+def commit_guard(location: str | os.PathLike[str], data_dir: str | os.PathLike[str]) -> Any:
+    """What a commit to the cube at ``location`` holds: :func:`commit_lock` on local disk, nothing
+    on object storage.
+
+    icechunk's local filesystem storage cannot order concurrent commits, so a host-local
+    ``flock`` does. On object storage the branch update is a conditional write: of two commits
+    racing from different machines one wins and the other rebases (or fails with the
+    conflicting chunks), with no lock; a host-local lock would protect nothing there.
+    """
+    return nullcontext() if is_object_storage(location) else commit_lock(data_dir)
 
 
 @contextmanager

@@ -137,6 +137,9 @@ LONG_MODULES = (
     "tests/pipelines/test_instance_setup.py",
     "tests/store/knn/test_table.py",
     "tests/pipelines/test_ingest_integrity.py",
+    "tests/pipelines/test_dask_ingest.py",
+    "tests/pipelines/test_dask_faults.py",
+    "tests/pipelines/test_s3_store.py",
 )
 """The modules that run for minutes, longest first (CI's ``--durations``)."""
 

@@ -3,7 +3,8 @@
 :class:`CubeWriter` writes inside :meth:`CubeWriter.transaction`: one icechunk
 writable session per partition, committed once on exit (the commit metadata
 carries the ``partition_key``), discarded on exception. Commits from several
-processes are serialised by an ``flock`` on ``<data_dir>/cube.lock`` and rebase
+processes are serialised by an ``flock`` on ``<data_dir>/cube.lock`` when the cube
+is on local disk (on object storage icechunk's conditional writes order them) and rebase
 on conflict (icechunk ``ConflictDetector``: commits touching different chunks
 both land; the same chunk changed by two concurrent commits raises
 :class:`~store.errors.CommitConflict`). A run killed mid-write leaves the branch
@@ -41,17 +42,25 @@ from store.cube.bands import FAMILY_FLAGS, BandSpec, band_spec
 from store.cube.codec import ChunkCodec, check_box, get_many, is_contiguous, put_many
 from store.cube.inventory import INVENTORY_ARRAY, PartitionRows, write_partitions
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, LAYOUT_VERSION, ensure_layout
-from store.errors import CommitConflict, InvalidWrite, RegionOutOfBounds, TransactionClosed
+from store.errors import (
+    CommitConflict,
+    InvalidWrite,
+    RegionOutOfBounds,
+    StorageUnavailable,
+    TransactionClosed,
+)
 from store.inventory import InventoryRow
 from store.snapshots import (
     MAIN_BRANCH,
     SnapshotInfo,
+    commit_guard,
     commit_lock,
     cube_location,
     list_snapshots,
     open_repository,
     open_storage,
     snapshot_at,
+    storage_error_text,
     writer_presence,
 )
 
@@ -350,6 +359,22 @@ class CubeTransaction:
         write_partitions(self._session, self._inventory.values())
         self._inventory = {}
 
+    def store_pending(self) -> None:
+        """Store what the transaction holds back (summaries, encoded chunks, inventory rows) in its
+        session and close it: what :meth:`CubeWriter.transaction` does before committing, and a
+        forked session's writer (:mod:`store.cube.cooperative`) before handing the fork back."""
+        try:
+            self._store_summaries()
+            self._flush()
+            self._store_inventory()
+        except ic.IcechunkError as exc:
+            raise StorageUnavailable(
+                f"storing the chunks of {self.partition_key!r} failed, nothing committed:"
+                f" {storage_error_text(exc)}"
+            ) from exc
+        finally:
+            self._close()
+
     def _close(self) -> None:
         self._open = False
         self._pending = {}
@@ -462,30 +487,36 @@ class CubeWriter:
             tx = CubeTransaction(session, partition_key, self._codecs)
             try:
                 yield tx
-                tx._store_summaries()
-                tx._flush()
-                tx._store_inventory()
+                tx.store_pending()
             except BaseException:
                 tx._close()
                 if session.has_uncommitted_changes:
                     session.discard_changes()
                 raise
-            tx._close()
             meta = {
                 **(metadata or {}),
                 "partition_key": partition_key,
                 "layout_version": LAYOUT_VERSION,
             }
-            tx.snapshot_id, tx.committed = self._commit(
+            tx.snapshot_id, tx.committed = self.commit_session(
                 session, message or f"materialise {partition_key}", meta
             )
 
-    def _commit(
+    def commit_session(
         self, session: ic.Session, message: str, metadata: dict[str, Any]
     ) -> tuple[str, bool]:
+        """Commit a writable session of this repository (rebased on conflict), once.
+
+        Returns:
+            ``(snapshot id, committed)``: the branch tip and False when it changed nothing.
+
+        Raises:
+            CommitConflict: A concurrent commit changed the same chunks.
+            StorageUnavailable: The storage refused the commit (nothing committed).
+        """
         if not session.has_uncommitted_changes:
             return self.repo.lookup_branch(MAIN_BRANCH), False
-        with commit_lock(self.data_dir):
+        with commit_guard(self.location, self.data_dir):
             try:
                 snapshot = session.commit(
                     message, metadata=metadata, rebase_with=ic.ConflictDetector(), rebase_tries=20
@@ -494,6 +525,11 @@ class CubeWriter:
                 paths = sorted({c.path for c in exc.conflicts})
                 raise CommitConflict(
                     f"concurrent commit changed the same chunks of {paths}; rerun the partition"
+                ) from exc
+            except ic.IcechunkError as exc:
+                raise StorageUnavailable(
+                    f"commit to {self.location} failed, nothing committed:"
+                    f" {storage_error_text(exc)}"
                 ) from exc
         return snapshot, True
 

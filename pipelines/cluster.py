@@ -1,0 +1,181 @@
+"""Where a run's scene work executes: in the run's own process, or on a Dask cluster.
+
+:func:`choose_executor` is the one place that decides, from the run's ``dask`` resource
+(:class:`DaskResource`) and the environment read at run time:
+
+- ``EARTHMEM_INGEST_EXECUTOR``: ``local`` (the default: the run's process reads each week
+  and commits it behind the next read) or ``dask``;
+- ``EARTHMEM_DASK_SCHEDULER``: the address of a running Dask scheduler (``tcp://host:8786``);
+  setting it implies ``dask``. Without it, ``dask`` starts a ``LocalCluster`` of worker
+  processes on this machine, once per process;
+- ``EARTHMEM_DASK_WORKERS``: that LocalCluster's worker processes (default 2).
+
+The Dask client is a resource the cube assets use inside their step rather than Dagster's
+``dagster-dask`` executor: that executor ships whole Dagster steps to Dask, but a step here
+is a block's range of weeks whose weeks must be read in parallel and committed together by
+one coordinator (icechunk's fork / merge, :mod:`store.cube.cooperative`), and Dagster's
+per-step overhead and event log stay in the run's process. The tasks themselves are plain
+functions (:mod:`pipelines.family_dask`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dagster import ConfigurableResource
+
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "EXECUTOR_ENV",
+    "SCHEDULER_ENV",
+    "WORKERS_ENV",
+    "ClusterError",
+    "ClusterUnavailable",
+    "DaskResource",
+    "ExecutorChoice",
+    "choose_executor",
+    "dask_client",
+]
+
+EXECUTOR_ENV = "EARTHMEM_INGEST_EXECUTOR"
+SCHEDULER_ENV = "EARTHMEM_DASK_SCHEDULER"
+WORKERS_ENV = "EARTHMEM_DASK_WORKERS"
+CONNECT_TIMEOUT_S = 10.0
+"""How long a run waits for a configured scheduler to answer before it fails."""
+MAX_LOCAL_WORKERS = 64
+
+Executor = Literal["local", "dask"]
+
+
+class ClusterError(RuntimeError):
+    """The Dask cluster is misconfigured, unreachable, or lost a task for good."""
+
+
+class ClusterUnavailable(ClusterError, ConnectionError):
+    """The configured scheduler does not answer (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """How a run's scene partitions are executed."""
+
+    kind: Executor
+    """``local``: in the run's process; ``dask``: tasks on a Dask cluster."""
+    scheduler: str | None = None
+    """Address of the scheduler to connect to; None: a LocalCluster on this machine."""
+    workers: int = 2
+    """Worker processes of the LocalCluster (unused with a scheduler address)."""
+    connect_timeout: float = CONNECT_TIMEOUT_S
+    """Seconds to wait for the scheduler to answer."""
+
+
+def choose_executor(
+    executor: str = "",
+    scheduler: str = "",
+    workers: int = 0,
+    env: Mapping[str, str] | None = None,
+) -> ExecutorChoice:
+    """The executor of a run: explicit settings first, then the environment, then ``local``.
+
+    Raises:
+        ClusterError: An unknown executor, a scheduler address that is not ``tcp://`` or
+            ``tls://``, or a worker count outside 1..64.
+    """
+    env = os.environ if env is None else env
+    address = (scheduler or env.get(SCHEDULER_ENV, "")).strip()
+    kind = (executor or env.get(EXECUTOR_ENV, "")).strip().lower() or (
+        "dask" if address else "local"
+    )
+    if kind not in ("local", "dask"):
+        raise ClusterError(f"{EXECUTOR_ENV} must be 'local' or 'dask', got {kind!r}")
+    if kind == "local":
+        return ExecutorChoice("local")
+    if address and not address.startswith(("tcp://", "tls://")):
+        raise ClusterError(
+            f"{SCHEDULER_ENV} must be a tcp:// or tls:// scheduler address, got {address!r}"
+        )
+    raw = workers or env.get(WORKERS_ENV, "") or 2
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ClusterError(f"{WORKERS_ENV} must be an integer, got {raw!r}") from None
+    if not 1 <= n <= MAX_LOCAL_WORKERS:
+        raise ClusterError(f"{WORKERS_ENV} must be within 1..{MAX_LOCAL_WORKERS}, got {n}")
+    return ExecutorChoice("dask", address or None, n)
+
+
+class DaskResource(ConfigurableResource):
+    """The run's executor setting (empty fields: the environment decides, see the module)."""
+
+    executor: str = ""
+    scheduler: str = ""
+    workers: int = 0
+
+    def choice(self) -> ExecutorChoice:
+        """The executor this run uses (:func:`choose_executor`, environment read now)."""
+        return choose_executor(self.executor, self.scheduler, self.workers)
+
+
+_LOCAL: dict[int, Any] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def _local_cluster(workers: int) -> Any:
+    """This process's LocalCluster with ``workers`` worker processes (started once, closed at exit)."""
+    from distributed import LocalCluster
+
+    with _LOCAL_LOCK:
+        cluster = _LOCAL.get(workers)
+        if cluster is None:
+            cluster = LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=40,  # logging.ERROR
+            )
+            _LOCAL[workers] = cluster
+            if len(_LOCAL) == 1:
+                atexit.register(_close_local)
+        return cluster
+
+
+def _close_local() -> None:
+    with _LOCAL_LOCK:
+        for cluster in _LOCAL.values():
+            cluster.close()
+        _LOCAL.clear()
+
+
+@contextmanager
+def dask_client(choice: ExecutorChoice) -> Iterator[Any]:
+    """A ``distributed.Client`` for a ``dask`` choice (closed on exit; the cluster is not).
+
+    Raises:
+        ClusterUnavailable: The scheduler does not answer within the choice's timeout.
+    """
+    from distributed import Client
+
+    if choice.kind != "dask":
+        raise ClusterError("dask_client needs a 'dask' executor choice")
+    if choice.scheduler is None:
+        client = Client(_local_cluster(choice.workers), set_as_default=False)
+    else:
+        try:
+            client = Client(choice.scheduler, timeout=choice.connect_timeout, set_as_default=False)
+        except (OSError, TimeoutError) as exc:
+            raise ClusterUnavailable(
+                f"Dask scheduler {choice.scheduler} did not answer within"
+                f" {choice.connect_timeout:g} s"
+                f" ({type(exc).__name__}: {exc}); nothing was written"
+            ) from exc
+    try:
+        yield client
+    finally:
+        client.close()
