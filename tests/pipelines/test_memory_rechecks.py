@@ -77,3 +77,18 @@ def test_a_changed_fact_makes_the_memory_stale(tiny_store: Any, tmp_path: Path) 
     report = audit_project(ctx.memory(), "ranchi", {ctx.signer.key_id: ctx.signer.public_key})
     assert report.ok, report.problems
     assert report.warnings == []
+
+
+def test_a_data_directory_without_a_cube_rechecks_nothing(tmp_path: Path) -> None:
+    """Before the first ingest the asset succeeds with its check (it raised Dagster's
+    'Length mismatch' for want of the declared check result)."""
+    with DagsterInstance.ephemeral() as inst:
+        result = materialize(
+            [memory_rechecks],
+            resources={"store": StoreResource(data_dir=str(tmp_path / "data"))},
+            instance=inst,
+        )
+    assert result.success
+    [check] = result.get_asset_check_evaluations()
+    assert check.passed
+    assert check.metadata["note"].value == "no cube yet: nothing re-checked"
