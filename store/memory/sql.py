@@ -6,7 +6,7 @@ hooks where they differ: how a write transaction starts and locks the
 project's head (:meth:`SqlMemoryStore.write_tx`, :meth:`~SqlMemoryStore.lock_head`),
 the "insert unless present" statement, the spatial pre-filter
 (:meth:`~SqlMemoryStore.bbox_condition`) and the full-text ranking
-(:meth:`~SqlMemoryStore.text_search`).
+(:meth:`~SqlMemoryStore.text_match`, :meth:`~SqlMemoryStore.term_count`).
 
 A write: one transaction that locks the project's ``projects`` row (its history
 head), replays or rejects a known ``operation_id``, checks versions and
@@ -39,7 +39,7 @@ from store.errors import (
     InvalidTransition,
     MemoryBackendUnavailable,
 )
-from store.memory import archive, timeline, writes
+from store.memory import archive, textsearch, timeline, writes
 from store.memory.codec import (
     decode_cursor,
     encode_cursor,
@@ -126,14 +126,21 @@ class SqlMemoryStore(MemoryStore):
         """The backend's indexed pre-filter for items whose box intersects ``bbox``."""
         raise NotImplementedError
 
-    def text_search(
+    def text_match(
         self,
         conn: sa.Connection,
         words: Sequence[str],
         conditions: Sequence[sa.ColumnElement[bool]],
-        limit: int,
+        *,
+        all_words: bool,
+        cap: int,
     ) -> list[tuple[str, float]]:
-        """``[(item id, score)]`` of items matching any of ``words`` and ``conditions``, best first."""
+        """``[(item id, score)]`` of at most ``cap`` items matching ``conditions`` and all (or
+        any) of ``words``, scored by the database's ranking (higher is better), unordered."""
+        raise NotImplementedError
+
+    def term_count(self, conn: sa.Connection, project: str, word: str, cap: int) -> int:
+        """How many items hold ``word`` (counted up to ``cap + 1``)."""
         raise NotImplementedError
 
     def migration_lock(self, conn: sa.Connection) -> None:
@@ -450,7 +457,8 @@ class SqlMemoryStore(MemoryStore):
     def search_text(
         self, project: str, query: str, *, limit: int, where: ItemFilter | None = None
     ) -> list[tuple[str, float]]:
-        """Full-text ranking (any of the query's words; FTS5 bm25 / ts_rank), best first.
+        """Full-text ranking (FTS5 bm25 / ts_rank), best first: items holding every word of
+        the query, then any of them, in bounded passes (:mod:`store.memory.textsearch`).
 
         The query is split into words (letters, digits, underscore); operators and
         punctuation are not syntax here, so any text is a valid query. ``where`` None:
@@ -463,7 +471,12 @@ class SqlMemoryStore(MemoryStore):
             return []
         conds = self.conditions(project, where if where is not None else ItemFilter())
         with self._unavailable(), self.read_tx() as conn:
-            return self.text_search(conn, words[:_MAX_SEARCH_WORDS], conds, limit)
+            return textsearch.ranked_text(
+                words[:_MAX_SEARCH_WORDS],
+                limit,
+                lambda ws, every, cap: self.text_match(conn, ws, conds, all_words=every, cap=cap),
+                lambda word, cap: self.term_count(conn, project, word, cap),
+            )
 
     def states_as_of(
         self, project: str, item_ids: Sequence[str], as_of: dt.datetime
@@ -494,7 +507,7 @@ class SqlMemoryStore(MemoryStore):
             raise InvalidMemoryQuery(f"limit must be at least 1, got {limit}")
         conds = self.conditions(project, where if where is not None else ItemFilter())
         with self._unavailable(), self.read_tx() as conn:
-            return timeline.nearest_valid(conn, conds, at, limit)
+            return timeline.nearest_valid(conn, project, conds, at, limit)
 
     def item_vectors(self, project: str, where: ItemFilter) -> ItemVectors:
         """Ids, anchor centres and embeddings of the items matching ``where`` (one query)."""

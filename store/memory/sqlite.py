@@ -134,22 +134,33 @@ class SqliteMemoryStore(SqlMemoryStore):
         hits = sa.select(r.pk).where(r.max_lat >= s, r.min_lat <= n, r.max_lng >= w, r.min_lng <= e)
         return items.c.pk.in_(hits)
 
-    def text_search(
+    def text_match(
         self,
         conn: sa.Connection,
         words: Sequence[str],
         conditions: Sequence[sa.ColumnElement[bool]],
-        limit: int,
+        *,
+        all_words: bool,
+        cap: int,
     ) -> list[tuple[str, float]]:
-        """FTS5 ``MATCH`` any word; score ``-bm25`` (higher is better)."""
-        match = " OR ".join(f'"{w}"' for w in words)  # \\w+ words: no quotes inside
+        """FTS5 ``MATCH`` every (or any) word, newest matches first, at most ``cap``; score
+        ``-bm25`` (computed for the rows returned only)."""
+        match = (" AND " if all_words else " OR ").join(f'"{w}"' for w in words)  # \\w+ words
         fts: sa.ColumnElement[Any] = sa.literal_column("items_fts")
         score = (-sa.func.bm25(fts, *_FTS_WEIGHTS)).label("score")
         q = (
             sa.select(items.c.id, score)
             .select_from(_FTS.join(items, items.c.pk == _FTS.c.rowid))
             .where(fts.op("MATCH")(match), *conditions)
-            .order_by(sa.desc("score"), items.c.id)
-            .limit(limit)
+            .order_by(_FTS.c.rowid.desc())
+            .limit(cap)
         )
         return [(str(i), float(s)) for i, s in conn.execute(q)]
+
+    def term_count(self, conn: sa.Connection, project: str, word: str, cap: int) -> int:
+        """Rows of the FTS5 index holding ``word`` (every project's: the index is shared)."""
+        fts: sa.ColumnElement[Any] = sa.literal_column("items_fts")
+        inner = sa.select(_FTS.c.rowid).where(fts.op("MATCH")(f'"{word}"')).limit(cap + 1)
+        return int(
+            conn.execute(sa.select(sa.func.count()).select_from(inner.subquery())).scalar_one()
+        )

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from store.errors import InvalidMemoryQuery
-from store.memory import open_store
+from store.memory import open_store, textsearch
 from store.memory.interface import MemoryStore
 from store.memory.model import ItemFilter
 from tests.store.memory.conformance import T0, meta, new_item
@@ -103,3 +103,63 @@ class RecallReadsConformance:
         assert store.nearest_valid("p", T0, limit=1, where=ItemFilter(types=("bug",))) == []
         with pytest.raises(InvalidMemoryQuery):
             store.nearest_valid("p", T0, limit=0)
+
+    def test_search_text_prefers_items_holding_every_word(self, store: MemoryStore) -> None:
+        # the lone word, repeated in the title (weighted most), outranks the pair by bm25 /
+        # ts_rank; holding every word of the query comes first all the same
+        lone = self._mk(store, "quokka quokka quokka")
+        both = self._mk(store, "a note", details="a long note: " + "words " * 30 + "quokka wombat")
+        other = self._mk(store, "wombat seen")
+        assert [i for i, _ in store.search_text("p", "quokka wombat", limit=1)] == [both]
+        got = [i for i, _ in store.search_text("p", "quokka wombat", limit=10)]
+        assert got[0] == both
+        assert set(got) == {lone, both, other}
+        assert store.search_text("other", "quokka wombat", limit=10) == []
+
+    def test_search_text_ranks_a_bounded_number_of_matches(
+        self, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(textsearch, "SCAN_CAP", 3)
+        common = [self._mk(store, f"zebra herd {n}") for n in range(8)]
+        rare = self._mk(store, "okapi alone")
+        # only the common word: one pass of at most SCAN_CAP (= 3) matches, none repeated
+        got = [i for i, _ in store.search_text("p", "zebra", limit=2)]
+        assert len(got) == 2
+        assert set(got) <= set(common)
+        assert len(store.search_text("p", "zebra", limit=5)) == 5  # limit above the cap
+        # no item holds both: the rare word's items are found whatever the common one matches
+        got = [i for i, _ in store.search_text("p", "zebra okapi", limit=3)]
+        assert rare in got
+        assert len(got) == 3
+
+    def test_nearest_valid_matches_a_full_scan(self, store: MemoryStore) -> None:
+        day = dt.timedelta(days=1)
+        spans: dict[str, tuple[dt.datetime | None, dt.datetime | None]] = {}
+        for n in range(24):
+            start = T0 + (n - 12) * 3 * day
+            end = start + (n % 4) * day if n % 5 else None
+            spans[self._mk(store, f"span {n}", valid_from=start, valid_to=end)] = (start, end)
+        until = T0 + 2 * day
+        spans[self._mk(store, "open start", valid_from=None, valid_to=until)] = (None, until)
+        self._mk(store, "timeless")
+        store.create("q", new_item("elsewhere", valid_from=T0, valid_to=T0), meta())
+
+        def distance(span: tuple[dt.datetime | None, dt.datetime | None]) -> int:
+            start, end = span
+            d = dt.timedelta(0)
+            if start is not None and start > T0:
+                d += start - T0
+            if end is not None and end < T0:
+                d += T0 - end
+            return int(d / dt.timedelta(microseconds=1))
+
+        want = sorted(((i, distance(sp)) for i, sp in spans.items()), key=lambda x: (x[1], x[0]))
+        dist = dict(want)
+        for limit in (1, 3, 7, 12):
+            # the nearest distances, each item's own; which of the items tied at the cut
+            # come back is the index walk's choice
+            got = store.nearest_valid("p", T0, limit=limit)
+            assert [d for _, d in got] == [d for _, d in want[:limit]]
+            assert all(dist[i] == d for i, d in got)
+            assert len(set(got)) == limit
+        assert store.nearest_valid("p", T0, limit=40) == want

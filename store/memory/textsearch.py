@@ -1,0 +1,61 @@
+"""How ``search_text`` bounds its work: all words first, then the rare words, then any word.
+
+The database's ranking (SQLite FTS5 ``bm25``, PostgreSQL ``ts_rank``) costs one
+evaluation per matching row, and an OR of everyday words matches a large share of a big
+store. So the search is done in bounded passes (each a scan of at most
+:data:`SCAN_CAP` matches, ranked by the database, merged by best score):
+
+1. every word must match (AND) — when that gives ``limit`` hits, it is the answer, and
+   otherwise its items rank above those of the next passes (their scores lifted by the
+   best score of those), so a smaller ``limit`` gives a prefix of a larger one;
+2. otherwise, any of the *rare* words — those matching at most :data:`SCAN_CAP` items
+   (counted with a bounded count) — so an item holding only the distinctive word of a
+   query is still found, exactly ranked;
+3. otherwise (still short of ``limit``), any word at all.
+
+A pass that reaches :data:`SCAN_CAP` matches ranks the ones its index yields first
+(SQLite: the newest items; PostgreSQL: the GIN scan's order) and leaves the rest out:
+the price of a bounded cost when the only words given are everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+__all__ = ["SCAN_CAP", "Match", "ranked_text"]
+
+SCAN_CAP = 500
+"""Most matches one pass ranks."""
+
+Match = Callable[[Sequence[str], bool, int], list[tuple[str, float]]]
+"""``(words, all_words, cap) -> [(item id, score)]``: at most ``cap`` matches, unordered."""
+Count = Callable[[str, int], int]
+"""``(word, cap) -> matches``, counted up to ``cap + 1``."""
+
+
+def ranked_text(
+    words: Sequence[str], limit: int, match: Match, count: Count
+) -> list[tuple[str, float]]:
+    """``[(item id, score)]``, best first, ties by id, at most ``limit`` (see the module doc)."""
+    cap = max(SCAN_CAP, limit)
+    every = dict(match(words, True, cap))
+    if len(every) >= limit or len(words) == 1:
+        return _best(every, limit)
+    some: dict[str, float] = {}
+
+    def merge(hits: list[tuple[str, float]]) -> None:
+        for i, s in hits:
+            if i not in every and s > some.get(i, float("-inf")):
+                some[i] = s
+
+    rare = [w for w in words if count(w, cap) <= cap]
+    if rare:
+        merge(match(rare, False, cap))
+    if len(every) + len(some) < limit and len(rare) < len(words):
+        merge(match(words, False, cap))
+    lift = max(some.values(), default=0.0)  # every word's items above any word's
+    return _best({**some, **{i: s + lift for i, s in every.items()}}, limit)
+
+
+def _best(scores: dict[str, float], limit: int) -> list[tuple[str, float]]:
+    return sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:limit]
