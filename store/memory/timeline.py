@@ -108,7 +108,7 @@ def relations_of(
     return out
 
 
-COVER_WALK = 4
+COVER_WALK = 8
 """A covering walk reads at most this many times ``limit`` index entries (see
 :func:`nearest_valid`)."""
 
@@ -149,22 +149,32 @@ def nearest_valid(
 
     after = outer(c.valid_from > t).order_by(c.valid_from, c.id).limit(limit)
     before = outer(c.valid_to < t).order_by(c.valid_to.desc(), c.id).limit(limit)
+    # the walks read index entries only (each index holds both ends); rows are read for
+    # the items that cover ``at``
     starts = (
-        sa.select(c.pk)
+        sa.select(c.pk.label("pk"), c.valid_to.label("end"))
         .where(c.project == project, c.valid_from <= t)
         .order_by(c.valid_from.desc(), c.pk.desc())
         .limit(walk)
+        .subquery()
     )
     ends = (
-        sa.select(c.pk)
+        sa.select(c.pk.label("pk"), c.valid_from.label("start"))
         .where(c.project == project, c.valid_to >= t)
         .order_by(c.valid_to, c.pk)
         .limit(walk)
+        .subquery()
     )
-    cover_started = outer(
-        c.pk.in_(starts.scalar_subquery()), sa.or_(c.valid_to.is_(None), c.valid_to >= t)
+    cover_started = (
+        sa.select(c.id, dist)
+        .select_from(starts.join(items, items.c.pk == starts.c.pk))
+        .where(*conditions, sa.or_(starts.c.end.is_(None), starts.c.end >= t))
     )
-    cover_open = outer(c.pk.in_(ends.scalar_subquery()), c.valid_from.is_(None))
+    cover_open = (
+        sa.select(c.id, dist)
+        .select_from(ends.join(items, items.c.pk == ends.c.pk))
+        .where(*conditions, ends.c.start.is_(None))
+    )
     found: dict[str, int] = {}
     for q in (after, before, cover_started, cover_open):
         for i, d in conn.execute(q):

@@ -3,8 +3,9 @@
 Revision ID: 0003
 Revises: 0002
 
-Two btree indexes, the same on SQLite and PostgreSQL: ``(project, valid_from)`` and
-``(project, valid_to)``. :func:`store.memory.timeline.nearest_valid` walks them outward
+Two btree indexes, the same on SQLite and PostgreSQL: ``(project, valid_from, valid_to)``
+and ``(project, valid_to, valid_from)`` (each holds the other end, so a walk checks
+whether an item covers the instant from the index alone). :func:`store.memory.timeline.nearest_valid` walks them outward
 from the instant asked about (items starting after it, ascending; items ending before it,
 descending; items covering it, from the latest start and from the earliest end), each walk
 with a ``LIMIT``. Existing rows are indexed by the upgrade.
@@ -22,8 +23,8 @@ depends_on = None
 
 def upgrade() -> None:
     """Create the valid-time indexes."""
-    op.create_index("items_project_valid_from", "items", ["project", "valid_from"])
-    op.create_index("items_project_valid_to", "items", ["project", "valid_to"])
+    op.create_index("items_project_valid_from", "items", ["project", "valid_from", "valid_to"])
+    op.create_index("items_project_valid_to", "items", ["project", "valid_to", "valid_from"])
 
 
 def downgrade() -> None:
