@@ -1,4 +1,4 @@
-"""How ``search_text`` bounds its work: all words first, then the rare words, then any word.
+"""How ``search_text`` bounds its work: every word first, then the rare words (or any word).
 
 The database's ranking (SQLite FTS5 ``bm25``, PostgreSQL ``ts_rank``) costs one
 evaluation per matching row, and an OR of everyday words matches a large share of a big
@@ -7,11 +7,13 @@ store. So the search is done in bounded passes (each a scan of at most
 
 1. every word must match (AND) — when that gives ``limit`` hits, it is the answer, and
    otherwise its items rank above those of the next passes (their scores lifted by the
-   best score of those), so a smaller ``limit`` gives a prefix of a larger one;
-2. otherwise, any of the *rare* words — those matching at most :data:`SCAN_CAP` items
+   best score of those), so they come first whatever the ``limit``;
+2. then any of the *rare* words — those matching at most :data:`SCAN_CAP` items
    (counted with a bounded count) — so an item holding only the distinctive word of a
-   query is still found, exactly ranked;
-3. otherwise (still short of ``limit``), any word at all.
+   query is still found, exactly ranked; items holding none of the query's rare words
+   are then not proposed (they are the everyday-word matches a bounded scan would pick
+   at random);
+   when no word is rare, any word at all.
 
 A pass that reaches :data:`SCAN_CAP` matches ranks the ones its index yields first
 (SQLite: the newest items; PostgreSQL: the GIN scan's order) and leaves the rest out:
@@ -49,10 +51,7 @@ def ranked_text(
                 some[i] = s
 
     rare = [w for w in words if count(w, cap) <= cap]
-    if rare:
-        merge(match(rare, False, cap))
-    if len(every) + len(some) < limit and len(rare) < len(words):
-        merge(match(words, False, cap))
+    merge(match(rare or words, False, cap))
     lift = max(some.values(), default=0.0)  # every word's items above any word's
     return _best({**some, **{i: s + lift for i, s in every.items()}}, limit)
 
