@@ -82,14 +82,8 @@ class PostgresMemoryStore(SqlMemoryStore):
         q = sa.select(items.c.id, score).where(_SEARCH.op("@@")(tsq), *conditions).limit(cap)
         return [(str(i), float(s)) for i, s in conn.execute(q)]
 
-    def term_count(self, conn: sa.Connection, project: str, word: str, cap: int) -> int:
+    def holding(self, project: str, word: str, cap: int) -> sa.Subquery:
         """The project's items whose ``search`` holds ``word``."""
         tsq = sa.func.plainto_tsquery(_CONFIG, word)
-        inner = (
-            sa.select(items.c.pk)
-            .where(items.c.project == project, _SEARCH.op("@@")(tsq))
-            .limit(cap + 1)
-        )
-        return int(
-            conn.execute(sa.select(sa.func.count()).select_from(inner.subquery())).scalar_one()
-        )
+        q = sa.select(items.c.pk).where(items.c.project == project, _SEARCH.op("@@")(tsq))
+        return q.limit(cap + 1).subquery()

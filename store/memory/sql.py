@@ -6,7 +6,7 @@ hooks where they differ: how a write transaction starts and locks the
 project's head (:meth:`SqlMemoryStore.write_tx`, :meth:`~SqlMemoryStore.lock_head`),
 the "insert unless present" statement, the spatial pre-filter
 (:meth:`~SqlMemoryStore.bbox_condition`) and the full-text ranking
-(:meth:`~SqlMemoryStore.text_match`, :meth:`~SqlMemoryStore.term_count`).
+(:meth:`~SqlMemoryStore.text_match`, :meth:`~SqlMemoryStore.holding`).
 
 A write: one transaction that locks the project's ``projects`` row (its history
 head), replays or rejects a known ``operation_id``, checks versions and
@@ -139,8 +139,8 @@ class SqlMemoryStore(MemoryStore):
         any) of ``words``, scored by the database's ranking (higher is better), unordered."""
         raise NotImplementedError
 
-    def term_count(self, conn: sa.Connection, project: str, word: str, cap: int) -> int:
-        """How many items hold ``word`` (counted up to ``cap + 1``)."""
+    def holding(self, project: str, word: str, cap: int) -> sa.Subquery:
+        """At most ``cap + 1`` rows of the items holding ``word``."""
         raise NotImplementedError
 
     def migration_lock(self, conn: sa.Connection) -> None:
@@ -475,7 +475,9 @@ class SqlMemoryStore(MemoryStore):
                 words[:_MAX_SEARCH_WORDS],
                 limit,
                 lambda ws, every, cap: self.text_match(conn, ws, conds, all_words=every, cap=cap),
-                lambda word, cap: self.term_count(conn, project, word, cap),
+                lambda ws, cap: textsearch.counts(
+                    conn, [self.holding(project, w, cap) for w in ws]
+                ),
             )
 
     def states_as_of(

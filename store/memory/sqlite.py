@@ -157,10 +157,7 @@ class SqliteMemoryStore(SqlMemoryStore):
         )
         return [(str(i), float(s)) for i, s in conn.execute(q)]
 
-    def term_count(self, conn: sa.Connection, project: str, word: str, cap: int) -> int:
+    def holding(self, project: str, word: str, cap: int) -> sa.Subquery:
         """Rows of the FTS5 index holding ``word`` (every project's: the index is shared)."""
         fts: sa.ColumnElement[Any] = sa.literal_column("items_fts")
-        inner = sa.select(_FTS.c.rowid).where(fts.op("MATCH")(f'"{word}"')).limit(cap + 1)
-        return int(
-            conn.execute(sa.select(sa.func.count()).select_from(inner.subquery())).scalar_one()
-        )
+        return sa.select(_FTS.c.rowid).where(fts.op("MATCH")(f'"{word}"')).limit(cap + 1).subquery()

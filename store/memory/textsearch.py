@@ -24,15 +24,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["SCAN_CAP", "Match", "ranked_text"]
+import sqlalchemy as sa
+
+__all__ = ["SCAN_CAP", "Match", "counts", "ranked_text"]
 
 SCAN_CAP = 500
 """Most matches one pass ranks."""
 
 Match = Callable[[Sequence[str], bool, int], list[tuple[str, float]]]
 """``(words, all_words, cap) -> [(item id, score)]``: at most ``cap`` matches, unordered."""
-Count = Callable[[str, int], int]
-"""``(word, cap) -> matches``, counted up to ``cap + 1``."""
+Count = Callable[[Sequence[str], int], list[int]]
+"""``(words, cap) -> matches of each word``, counted up to ``cap + 1`` (one statement)."""
 
 
 def ranked_text(
@@ -50,7 +52,7 @@ def ranked_text(
             if i not in every and s > some.get(i, float("-inf")):
                 some[i] = s
 
-    rare = [w for w in words if count(w, cap) <= cap]
+    rare = [w for w, n in zip(words, count(words, cap), strict=True) if n <= cap]
     merge(match(rare or words, False, cap))
     lift = max(some.values(), default=0.0)  # every word's items above any word's
     return _best({**some, **{i: s + lift for i, s in every.items()}}, limit)
@@ -58,3 +60,9 @@ def ranked_text(
 
 def _best(scores: dict[str, float], limit: int) -> list[tuple[str, float]]:
     return sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:limit]
+
+
+def counts(conn: sa.Connection, holding: Sequence[sa.Subquery]) -> list[int]:
+    """The row counts of ``holding`` (bounded subqueries, one per word), in one statement."""
+    each = [sa.select(sa.func.count()).select_from(h).scalar_subquery() for h in holding]
+    return [int(n) for n in conn.execute(sa.select(*each)).one()]
