@@ -72,6 +72,7 @@ class PostgresMemoryStore(SqlMemoryStore):
         *,
         all_words: bool,
         cap: int,
+        bbox: tuple[float, float, float, float] | None = None,
     ) -> list[tuple[str, float]]:
         """``search @@`` every (``&&``) or any (``||``) word's ``plainto_tsquery``, at most
         ``cap`` matches in the GIN scan's order; score ``ts_rank`` (of the rows returned)."""

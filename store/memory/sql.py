@@ -134,9 +134,11 @@ class SqlMemoryStore(MemoryStore):
         *,
         all_words: bool,
         cap: int,
+        bbox: tuple[float, float, float, float] | None = None,
     ) -> list[tuple[str, float]]:
         """``[(item id, score)]`` of at most ``cap`` items matching ``conditions`` and all (or
-        any) of ``words``, scored by the database's ranking (higher is better), unordered."""
+        any) of ``words``, scored by the database's ranking (higher is better), unordered
+        (``bbox``: the box ``conditions`` hold, a hint for the plan)."""
         raise NotImplementedError
 
     def holding(self, project: str, word: str, cap: int) -> sa.Subquery:
@@ -469,16 +471,11 @@ class SqlMemoryStore(MemoryStore):
         words = list(dict.fromkeys(w.lower() for w in re.findall(r"\w+", query)))
         if not words:
             return []
-        conds = self.conditions(project, where if where is not None else ItemFilter())
+        flt = where if where is not None else ItemFilter()
+        conds = self.conditions(project, flt)
         with self._unavailable(), self.read_tx() as conn:
-            return textsearch.ranked_text(
-                words[:_MAX_SEARCH_WORDS],
-                limit,
-                lambda ws, every, cap: self.text_match(conn, ws, conds, all_words=every, cap=cap),
-                lambda ws, cap: textsearch.counts(
-                    conn, [self.holding(project, w, cap) for w in ws]
-                ),
-            )
+            words = words[:_MAX_SEARCH_WORDS]
+            return textsearch.search(self, conn, project, words, flt, conds, limit)
 
     def states_as_of(
         self, project: str, item_ids: Sequence[str], as_of: dt.datetime

@@ -23,10 +23,13 @@ the price of a bounded cost when the only words given are everywhere.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import sqlalchemy as sa
 
-__all__ = ["SCAN_CAP", "Match", "counts", "ranked_text"]
+from store.memory.model import ItemFilter
+
+__all__ = ["SCAN_CAP", "Match", "TextBackend", "counts", "ranked_text", "search"]
 
 SCAN_CAP = 500
 """Most matches one pass ranks."""
@@ -66,3 +69,40 @@ def counts(conn: sa.Connection, holding: Sequence[sa.Subquery]) -> list[int]:
     """The row counts of ``holding`` (bounded subqueries, one per word), in one statement."""
     each = [sa.select(sa.func.count()).select_from(h).scalar_subquery() for h in holding]
     return [int(n) for n in conn.execute(sa.select(*each)).one()]
+
+
+class TextBackend(Protocol):
+    """What a store backend gives the passes (:class:`~store.memory.sql.SqlMemoryStore`)."""
+
+    def text_match(
+        self,
+        conn: sa.Connection,
+        words: Sequence[str],
+        conditions: Sequence[sa.ColumnElement[bool]],
+        *,
+        all_words: bool,
+        cap: int,
+        bbox: tuple[float, float, float, float] | None = None,
+    ) -> list[tuple[str, float]]: ...
+
+    def holding(self, project: str, word: str, cap: int) -> sa.Subquery: ...
+
+
+def search(
+    backend: TextBackend,
+    conn: sa.Connection,
+    project: str,
+    words: Sequence[str],
+    where: ItemFilter,
+    conditions: Sequence[sa.ColumnElement[bool]],
+    limit: int,
+) -> list[tuple[str, float]]:
+    """:func:`ranked_text` over a backend's matches and word counts, on one connection."""
+    return ranked_text(
+        words,
+        limit,
+        lambda ws, every, cap: backend.text_match(
+            conn, ws, conditions, all_words=every, cap=cap, bbox=where.bbox
+        ),
+        lambda ws, cap: counts(conn, [backend.holding(project, w, cap) for w in ws]),
+    )

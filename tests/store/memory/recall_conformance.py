@@ -14,8 +14,9 @@ import pytest
 
 from store.errors import InvalidMemoryQuery
 from store.memory import open_store, textsearch
+from store.memory import sqlite as sqlite_backend
 from store.memory.interface import MemoryStore
-from store.memory.model import ItemFilter
+from store.memory.model import Anchor, ItemFilter
 from tests.store.memory.conformance import T0, meta, new_item
 
 H = dt.timedelta(hours=1)
@@ -162,3 +163,19 @@ class RecallReadsConformance:
             assert all(dist[i] == d for i, d in got)
             assert len(set(got)) == limit
         assert store.nearest_valid("p", T0, limit=40) == want
+
+    @pytest.mark.parametrize("seeks", [2000, 0])
+    def test_search_text_within_a_box(
+        self, store: MemoryStore, monkeypatch: pytest.MonkeyPatch, seeks: int
+    ) -> None:
+        # SQLite looks the box's few candidates up one by one, or (more than BOX_SEEKS of
+        # them) reads the matches and tests each: the same answer either way
+        monkeypatch.setattr(sqlite_backend, "BOX_SEEKS", seeks)
+        box = (10.0, 10.0, 10.01, 10.01)
+        here = Anchor("bbox", {"type": "Polygon", "coordinates": []}, box, "c2")
+        inside = [self._mk(store, f"zebra crossing {n}", anchor=here) for n in range(3)]
+        self._mk(store, "zebra elsewhere")
+        self._mk(store, "giraffe here", anchor=here)
+        got = store.search_text("p", "zebra", limit=10, where=ItemFilter(bbox=box))
+        assert sorted(i for i, _ in got) == sorted(inside)
+        assert store.search_text("q", "zebra", limit=10, where=ItemFilter(bbox=box)) == []
