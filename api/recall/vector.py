@@ -172,7 +172,7 @@ def vector_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> Lane
         notes.append("the query has no word the embedder knows")
         matrix = matrix[:0]
     sims = matrix @ qvec.astype(np.float32) if matrix.shape[0] else np.zeros(0, np.float32)
-    item_of_row = np.empty(matrix.shape[0], dtype=np.int64)
+    item_of_row = np.empty(vectors.embeddings.shape[0], dtype=np.int64)  # the whole matrix's
     has = np.flatnonzero(vectors.embedded >= 0)
     item_of_row[vectors.embedded[has]] = has
     keep = np.flatnonzero(sims > 0) if q.candidates > 0 else np.zeros(0, np.int64)
