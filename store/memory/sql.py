@@ -39,7 +39,7 @@ from store.errors import (
     InvalidTransition,
     MemoryBackendUnavailable,
 )
-from store.memory import archive, textsearch, timeline, writes
+from store.memory import archive, embeddings, textsearch, timeline, writes
 from store.memory.codec import (
     decode_cursor,
     encode_cursor,
@@ -507,6 +507,16 @@ class SqlMemoryStore(MemoryStore):
         conds = self.conditions(project, where if where is not None else ItemFilter())
         with self._unavailable(), self.read_tx() as conn:
             return timeline.nearest_valid(conn, project, conds, at, limit)
+
+    def unembedded(self, project: str, *, after: str | None, limit: int) -> list[MemoryItem]:
+        """Items with no embedding, in id order (:func:`store.memory.embeddings.unembedded`)."""
+        with self._unavailable(), self.read_tx() as conn:
+            return embeddings.unembedded(conn, project, after, limit)
+
+    def set_embeddings(self, project: str, vectors: Mapping[str, Sequence[float]]) -> int:
+        """Embeddings of items that have none (:func:`store.memory.embeddings.set_embeddings`)."""
+        with self._unavailable(), self.write_tx() as conn:
+            return embeddings.set_embeddings(conn, project, vectors) if vectors else 0
 
     def item_vectors(self, project: str, where: ItemFilter) -> ItemVectors:
         """Ids, anchor centres and embeddings of the items matching ``where`` (one query)."""

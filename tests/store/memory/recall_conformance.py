@@ -179,3 +179,31 @@ class RecallReadsConformance:
         got = store.search_text("p", "zebra", limit=10, where=ItemFilter(bbox=box))
         assert sorted(i for i, _ in got) == sorted(inside)
         assert store.search_text("q", "zebra", limit=10, where=ItemFilter(bbox=box)) == []
+
+    def test_embeddings_are_filled_in_only_where_missing(self, store: MemoryStore) -> None:
+        bare = [self._mk(store, f"bare {n}", embedding=None) for n in range(3)]
+        kept = self._mk(store, "has one")
+        store.create("q", new_item("elsewhere", embedding=None), meta())
+        head = store.head("p")
+        assert [i.id for i in store.unembedded("p", after=None, limit=10)] == sorted(bare)
+        first = store.unembedded("p", after=None, limit=2)
+        rest = store.unembedded("p", after=first[-1].id, limit=10)
+        assert [i.id for i in first + rest] == sorted(bare)
+        assert store.set_embeddings("p", {bare[0]: (1.0, 2.0), kept: (9.0, 9.0)}) == 1
+        assert store.set_embeddings("p", {bare[0]: (5.0, 5.0)}) == 0  # never overwritten
+        assert (
+            store.set_embeddings(
+                "p", {i.id: (0.5,) for i in store.unembedded("q", after=None, limit=5)}
+            )
+            == 0
+        )
+        got = store.get("p", bare[0])
+        assert got is not None
+        assert got.embedding == (1.0, 2.0)
+        assert got.version == 1
+        again = store.get("p", kept)
+        assert again is not None
+        assert again.embedding == (0.25, -1.5, 3.0)
+        assert store.head("p") == head  # not a write: no history entry
+        assert len(store.unembedded("q", after=None, limit=5)) == 1
+        assert sorted(i.id for i in store.unembedded("p", after=None, limit=10)) == sorted(bare[1:])
