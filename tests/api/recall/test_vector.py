@@ -112,6 +112,11 @@ def test_a_paraphrase_sharing_no_word_ranks_its_target_first(written: Any) -> No
         assert max(got, key=got.__getitem__) == ids[key], text
     # the per-lane candidate cap
     assert len(vector_lane(ctx, store, _query(candidates=2)).scores) == 2
+    # the text lane's candidates are scored too, past the cap (when their cosine is positive)
+    full = vector_lane(ctx, store, _query()).scores
+    second = sorted(full, key=full.__getitem__, reverse=True)[1]
+    capped = vector_lane(ctx, store, _query(candidates=1, text_ids=(second,))).scores
+    assert capped == {ids["flood"]: full[ids["flood"]], second: full[second]}
 
 
 def test_a_query_of_words_the_embedder_does_not_know_proposes_nothing(written: Any) -> None:
