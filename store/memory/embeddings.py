@@ -1,4 +1,5 @@
-"""Filling in embeddings of items written before an embedder was configured (``reembed``).
+"""Reading items' embeddings in bulk, and filling in those written before an embedder was
+configured (``reembed``).
 
 An embedding is derived from an item's text by whichever embedder is configured; it is
 not part of what the item says (:mod:`store.memory.digest` leaves it out), so storing one
@@ -14,11 +15,18 @@ from collections.abc import Mapping, Sequence
 
 import sqlalchemy as sa
 
-from store.memory.codec import item_from_row, pack_vector
-from store.memory.model import MemoryItem
+from store.memory.codec import item_from_row, item_vectors_from_rows, pack_vector
+from store.memory.model import ItemVectors, MemoryItem
 from store.memory.schema import ITEM_COLUMNS, items
 
-__all__ = ["set_embeddings", "unembedded"]
+__all__ = ["item_vectors", "set_embeddings", "unembedded"]
+
+
+def item_vectors(conn: sa.Connection, conditions: Sequence[sa.ColumnElement[bool]]) -> ItemVectors:
+    """Ids (in id order), anchor centres and embeddings of the items matching ``conditions``."""
+    c = items.c
+    q = sa.select(c.id, c.embedding, c.min_lat, c.min_lng, c.max_lat, c.max_lng).where(*conditions)
+    return item_vectors_from_rows(conn.execute(q.order_by(c.id)).all())
 
 
 def unembedded(

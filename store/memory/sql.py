@@ -46,7 +46,6 @@ from store.memory.codec import (
     entry_from_row,
     filter_key,
     item_from_row,
-    item_vectors_from_rows,
     relation_from_row,
     to_us,
     token_from_row,
@@ -520,15 +519,8 @@ class SqlMemoryStore(MemoryStore):
 
     def item_vectors(self, project: str, where: ItemFilter) -> ItemVectors:
         """Ids, anchor centres and embeddings of the items matching ``where`` (one query)."""
-        c = items.c
-        q = (
-            sa.select(c.id, c.embedding, c.min_lat, c.min_lng, c.max_lat, c.max_lng)
-            .where(*self.conditions(project, where))
-            .order_by(c.id)
-        )
         with self._unavailable(), self.read_tx() as conn:
-            rows = conn.execute(q).all()
-        return item_vectors_from_rows(rows)
+            return embeddings.item_vectors(conn, self.conditions(project, where))
 
     def projects(self) -> list[str]:
         """Every project with at least one history entry or token (sorted)."""

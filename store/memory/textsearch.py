@@ -6,8 +6,9 @@ store. So the search is done in bounded passes (each a scan of at most
 :data:`SCAN_CAP` matches, ranked by the database, merged by best score):
 
 1. every word must match (AND) — when that gives ``limit`` hits, it is the answer, and
-   otherwise its items rank above those of the next passes (their scores lifted by the
-   best score of those), so they come first whatever the ``limit``;
+   otherwise its items rank above those of the next passes (whose scores are scaled
+   under the lowest of them), so they come first, with the same scores, whatever the
+   ``limit``;
 2. then any of the *rare* words — those matching at most :data:`SCAN_CAP` items
    (counted with a bounded count) — so an item holding only the distinctive word of a
    query is still found, exactly ranked; items holding none of the query's rare words
@@ -33,6 +34,7 @@ __all__ = ["SCAN_CAP", "Match", "TextBackend", "counts", "ranked_text", "search"
 
 SCAN_CAP = 500
 """Most matches one pass ranks."""
+_UNDER = 0.999
 
 Match = Callable[[Sequence[str], bool, int], list[tuple[str, float]]]
 """``(words, all_words, cap) -> [(item id, score)]``: at most ``cap`` matches, unordered."""
@@ -57,8 +59,12 @@ def ranked_text(
 
     rare = [w for w, n in zip(words, count(words, cap), strict=True) if n <= cap]
     merge(match(rare or words, False, cap))
-    lift = max(some.values(), default=0.0)  # every word's items above any word's
-    return _best({**some, **{i: s + lift for i, s in every.items()}}, limit)
+    # every word's items above any word's: the others scaled under the lowest of them (so
+    # the first tier's scores are the same whatever the limit)
+    lo, hi = min(every.values(), default=0.0), max(some.values(), default=0.0)
+    if lo > 0 and hi >= lo:
+        some = {i: s * _UNDER * lo / hi for i, s in some.items()}
+    return _best({**some, **every}, limit)
 
 
 def _best(scores: dict[str, float], limit: int) -> list[tuple[str, float]]:
