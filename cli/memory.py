@@ -7,6 +7,9 @@
 * ``earthmem memory <verb> '<json>'`` runs ``memory_<verb>`` (create, get, list, update,
   relate, history, delete, verify, neighbors, relations) with the token from ``--token`` or ``EARTHMEM_TOKEN``;
   the answer is printed as JSON (bad input: status 2 and one line).
+* ``earthmem memory reembed [--project P] [--batch N]`` computes embeddings for items
+  written before an embedder was configured (``$EARTHMEM_EMBEDDER``), in batches; items
+  that have one are left as they are, so a second run embeds nothing; prints the counts.
 * ``earthmem memory audit [--project P]`` checks every project's hash chain against its
   signed heads (status 1 when a chain does not verify).
 * ``earthmem memory export --project P --out FILE`` / ``import FILE [--dry-run]`` move a
@@ -98,6 +101,13 @@ def register(sub: Any) -> None:
         p.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV})")
         _data(p)
         p.set_defaults(handler=_memory_call, verb=verb)
+    reembed = msub.add_parser(
+        "reembed", help="embed items written before an embedder was configured (idempotent)"
+    )
+    reembed.add_argument("--project", default=None, help="one project (default: every one)")
+    reembed.add_argument("--batch", type=int, default=64, help="texts per embedder call")
+    _data(reembed)
+    reembed.set_defaults(handler=_reembed)
     audit = msub.add_parser("audit", help="verify every project's history chain and signed heads")
     audit.add_argument("--project", default=None)
     _data(audit)
@@ -214,6 +224,47 @@ def _memory_call(args: argparse.Namespace) -> int:
     ctx = ServiceContext(_data_dir(args), memory_url=args.memory_url)
     token = args.token or os.environ.get(TOKEN_ENV)
     return print_answer(lambda: call_primitive(ctx, f"memory_{args.verb}", payload, token=token))
+
+
+def _reembed(args: argparse.Namespace) -> int:
+    """Embed every item that has no embedding; JSON counts per project on stdout."""
+    from api.recall.embedder import (
+        EMBEDDER_ENV,
+        EmbedDeadline,
+        EmbedderFailed,
+        item_text,
+        load_embedder,
+    )
+
+    setting = os.environ.get(EMBEDDER_ENV)
+    if not setting:
+        raise InvalidArgument(f"no embedder configured: set ${EMBEDDER_ENV} to a model directory")
+    if not 1 <= args.batch <= 4096:
+        raise InvalidArgument(f"--batch must be 1..4096, got {args.batch}")
+    embedder = load_embedder(setting)
+    store = _store(args)
+    out: dict[str, Any] = {"embedder": embedder.name, "projects": {}}
+    for project in [args.project] if args.project else store.projects():
+        counts = {"embedded": 0, "failed": 0}
+        after: str | None = None
+        while batch := store.unembedded(project, after=after, limit=args.batch):
+            after = batch[-1].id
+            texts = [item_text(i.title, i.statement, i.details, i.tags) for i in batch]
+            try:
+                vecs = embedder.embed(texts)
+            except (EmbedderFailed, EmbedDeadline) as exc:
+                counts["failed"] += len(batch)
+                print(
+                    f"reembed: {project}: {len(batch)} items not embedded: {exc}", file=sys.stderr
+                )
+                continue
+            vectors = {i.id: tuple(float(x) for x in v) for i, v in zip(batch, vecs, strict=True)}
+            counts["embedded"] += store.set_embeddings(project, vectors)
+        out["projects"][project] = counts
+    out["embedded"] = sum(c["embedded"] for c in out["projects"].values())
+    out["failed"] = sum(c["failed"] for c in out["projects"].values())
+    print(json.dumps(out, indent=2))
+    return 1 if out["failed"] else 0
 
 
 def _audit(args: argparse.Namespace) -> int:

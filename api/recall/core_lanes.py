@@ -14,13 +14,14 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import math
 import time
 from typing import TYPE_CHECKING
 
 from api.recall.lanes import LaneHits, NearPoint, RecallQuery
 from api.recall.text import content_words
-from store.memory.model import Anchor
+from store.memory.model import Anchor, MemoryItem
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -33,6 +34,7 @@ __all__ = [
     "fts_lane",
     "place_lane",
     "time_lane",
+    "valid_time_score",
 ]
 
 ANCHOR_PLACE_RADIUS_M = 5_000.0
@@ -108,6 +110,20 @@ def place_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneH
             read[item.id] = item
     note = "candidates capped: more items lie in the box" if page.next_cursor else None
     return LaneHits("place", scores, len(page.items), _ms(t0), note=note, items=read)
+
+
+def valid_time_score(item: MemoryItem, at: dt.datetime) -> float | None:
+    """The time lane's score of an item: ``1 / (1 + days)`` between its valid time and ``at``
+    (0 days when it covers ``at``; an open end is unbounded); None without a valid time."""
+    start, end = item.valid_from, item.valid_to
+    if start is None and end is None:
+        return None
+    gap = dt.timedelta(0)
+    if start is not None and start > at:
+        gap += start - at
+    if end is not None and end < at:
+        gap += at - end
+    return 1.0 / (1.0 + gap / dt.timedelta(days=1))
 
 
 def time_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneHits:

@@ -8,8 +8,9 @@
    ``asOf``, or a status not recalled. Under ``asOf`` an item's status is the one it
    had then (from the history), so an item superseded later shows as it was: active,
    its later successor hidden.
-   Under ``near`` every visible candidate gets its distance score in the ``place`` lane
-   (whichever lane proposed it: the place lane's own candidates are capped).
+   Under ``near`` every visible candidate gets its distance score in the ``place`` lane,
+   and under ``at`` its valid-time score in the ``time`` lane (whichever lane proposed
+   it: those lanes' own candidates are capped).
 3. Fusion of what is left. ``weighted`` (default): each lane's scores min-max
    normalised to [0, 1] over the visible candidates, with the lane's zero as the floor
    (every lane's raw score is higher-is-better and 0 means no evidence, so the weakest
@@ -31,7 +32,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from api.recall.core_lanes import anchor_distance_m, fts_lane, place_lane, time_lane
+from api.recall.core_lanes import (
+    anchor_distance_m,
+    fts_lane,
+    place_lane,
+    time_lane,
+    valid_time_score,
+)
 from api.recall.geo import geo_lane
 from api.recall.graph import graph_lane
 from api.recall.lanes import Lane, LaneHits, RecallQuery
@@ -162,22 +169,26 @@ def _visible(
     return out
 
 
-def _complete_place(
+def _complete(
     results: list[LaneHits], visible: Mapping[str, MemoryItem], q: RecallQuery
 ) -> list[LaneHits]:
-    """Under ``near``, give every visible candidate its distance score in the place lane (the
-    lane's own candidates are capped; the distance of every visible item is known)."""
-    if q.near is None:
-        return results
-    near = q.near
+    """Give every visible candidate its score in the place lane (under ``near``: its distance)
+    and in the time lane (under ``at``: its valid time's distance); those lanes' own
+    candidates are capped, and both scores of every visible item are known."""
+    near, at = q.near, q.at
     out = []
     for r in results:
-        if r.lane == "place" and r.ran:
+        if r.ran and ((r.lane == "place" and near is not None) or (r.lane == "time" and at)):
             scores = dict(r.scores)
             for i, item in visible.items():
-                d = anchor_distance_m(item.anchor, near.lat, near.lng)
-                if d is not None and i not in scores:
-                    scores[i] = 1.0 - d / near.radius_m
+                if i in scores:
+                    continue
+                if r.lane == "place" and near is not None:
+                    d = anchor_distance_m(item.anchor, near.lat, near.lng)
+                    if d is not None:
+                        scores[i] = 1.0 - d / near.radius_m
+                elif at is not None and (s := valid_time_score(item, at)) is not None:
+                    scores[i] = s
             r = dataclasses.replace(r, scores=scores)
         out.append(r)
     return out
@@ -216,7 +227,7 @@ def recall_items(
     ids = list(dict.fromkeys(i for r in results for i in r.scores))
     read = {i: it for r in results for i, it in r.items.items()}
     visible = _visible(store, plan, ids, read)
-    results = _complete_place(results, visible, q)
+    results = _complete(results, visible, q)
     fusion = plan.fusion
     parts = _fuse(results, visible, fusion)
     proposed = {r.lane for r in results if any(i in visible for i in r.scores)}

@@ -179,6 +179,8 @@ class _Feature:
     shape: BaseGeometry | None
 
 
+_LINK_CACHE = 65_536
+"""Points whose feature link is remembered per context (recall links the same items again)."""
 _FEATURES: weakref.WeakKeyDictionary[Any, tuple[_Feature, ...]] = weakref.WeakKeyDictionary()
 
 
@@ -275,6 +277,7 @@ def entity_for_place(ctx: ServiceContext, place: Place) -> Entity | None:
     return get_entity(ctx, eid) if eid is not None else None
 
 
+@lru_cache(maxsize=_LINK_CACHE)
 def _nearest_city(lat: float, lng: float, within_m: float) -> tuple[Place, float] | None:
     cities = _cities()
     dlat = math.degrees(within_m / _EARTH_M)
@@ -354,8 +357,25 @@ def _resolved_place_id(item: MemoryItem) -> str | None:
     return pid if isinstance(pid, str) else None
 
 
+_LINKS: weakref.WeakKeyDictionary[Any, dict[tuple[float, float], tuple[EntityLink, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _feature_link(ctx: ServiceContext, here: Point, lat: float) -> tuple[EntityLink, ...]:
-    """The feature containing a point (the smallest), else the nearest within FEATURE_LINK_M."""
+    """The feature containing a point (the smallest), else the nearest within FEATURE_LINK_M
+    (remembered per context and point: the features are the context's, fixed)."""
+    known = _LINKS.setdefault(ctx, {})
+    key = (here.x, here.y)
+    found = known.get(key)
+    if found is None:
+        if len(known) >= _LINK_CACHE:
+            known.clear()
+        found = known[key] = _compute_feature_link(ctx, here, lat)
+    return found
+
+
+def _compute_feature_link(ctx: ServiceContext, here: Point, lat: float) -> tuple[EntityLink, ...]:
     inside = [f for f in _features(ctx) if f.shape is not None and f.shape.contains(here)]
     if inside:
         best = min(

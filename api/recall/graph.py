@@ -61,12 +61,12 @@ def _shared_places(
     scores: dict[str, float] = {}
     looked = 0
     seeds = [i for i in store.get_many(q.project, list(q.seed_ids[:SEEDS])) if i.anchor.bbox]
-    for seed in seeds:
-        where = dataclasses.replace(q.where, bbox=seed.anchor.bbox)
-        page = store.list_items(q.project, where, limit=_PER_SEED)
+    boxes = {s.anchor.bbox: {x.id for x in seeds if x.anchor.bbox == s.anchor.bbox} for s in seeds}
+    for box, own in boxes.items():  # seeds at the same place: one read
+        page = store.list_items(q.project, dataclasses.replace(q.where, bbox=box), limit=_PER_SEED)
         looked += len(page.items)
         for item in page.items:
-            if item.id != seed.id:
+            if own - {item.id}:  # another seed is at this place
                 scores.setdefault(item.id, SHARED_PLACE_SCORE)
                 read[item.id] = item
     return scores, looked

@@ -56,6 +56,7 @@ __all__ = [
     "FUZZY_MIN",
     "KIND_WORDS",
     "MAX_MATCHED_ENTITIES",
+    "NAME_SCAN",
     "SCORE_CITY",
     "SCORE_FUZZY",
     "SCORE_NAME",
@@ -86,6 +87,8 @@ TITLE_CANDIDATES = 30
 ran: a title the query names ranks high in full text, its words being weighted most)."""
 DIRECTION_TOLERANCE_DEG = 67.5
 """Widest angle between the asked direction and the bearing to the feature."""
+NAME_SCAN = 4
+"""A matched entity's link scan reads at most this many times the lane's candidate cap."""
 MAX_MATCHED_ENTITIES = 8
 """Most matched entities whose items are read (best first)."""
 
@@ -356,7 +359,9 @@ def name_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneHi
     try:
         matches = match_entities(ctx, q.text)[:MAX_MATCHED_ENTITIES]
         for m in matches:
-            linked, truncated = items_at(ctx, store, q.project, m.entity, q.where)
+            linked, truncated = items_at(
+                ctx, store, q.project, m.entity, q.where, max_scan=NAME_SCAN * q.candidates
+            )
             looked += len(linked)
             for item, _ in linked:
                 scores[item.id] = max(scores.get(item.id, 0.0), m.score)

@@ -43,8 +43,9 @@ __all__ = [
     "plan_recall",
 ]
 
-CANDIDATES = 200
-"""Candidates each lane proposes at most."""
+CANDIDATES = 50
+"""Candidates each lane proposes at most (or ``limit``, when larger): fusion ranks the
+union, and every lane's cost grows with what it reads."""
 DEFAULT_SCOPES = ("project", "personal")
 """Scopes read when ``scopes`` is omitted (the contract's default)."""
 SCOPE_KINDS: dict[str, tuple[str, ...]] = {
@@ -279,7 +280,7 @@ def plan_recall(
         anchor_ids=(args.anchor,) if args.anchor else (),
         anchor_depth=args.anchorDepth,
         no_graph=args.noGraph,
-        candidates=CANDIDATES,
+        candidates=max(CANDIDATES, args.limit),
         deadline=(
             time.monotonic() + args.embedDeadlineMs / 1000
             if args.embedDeadlineMs is not None

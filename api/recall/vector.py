@@ -19,6 +19,7 @@ and transaction time) to the union of the lanes' candidates.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import OrderedDict
@@ -137,7 +138,8 @@ def _off(t0: float, note: str) -> LaneHits:
 
 def vector_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneHits:
     """Items ranked by cosine of their embedding to the query text's (the top ``q.candidates``,
-    positive cosines only)."""
+    positive cosines only), and the full-text lane's candidates scored the same way (so
+    fusion does not depend on whether a text hit made the vector lane's own cut)."""
     t0 = time.perf_counter()
     try:
         embedder = ctx.embedder()
@@ -172,7 +174,7 @@ def vector_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> Lane
         notes.append("the query has no word the embedder knows")
         matrix = matrix[:0]
     sims = matrix @ qvec.astype(np.float32) if matrix.shape[0] else np.zeros(0, np.float32)
-    item_of_row = np.empty(matrix.shape[0], dtype=np.int64)
+    item_of_row = np.empty(vectors.embeddings.shape[0], dtype=np.int64)  # the whole matrix's
     has = np.flatnonzero(vectors.embedded >= 0)
     item_of_row[vectors.embedded[has]] = has
     keep = np.flatnonzero(sims > 0) if q.candidates > 0 else np.zeros(0, np.int64)
@@ -180,6 +182,10 @@ def vector_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> Lane
         part = np.argpartition(-sims[keep], q.candidates - 1)[: q.candidates]
         keep = keep[part]
     scores = {vectors.ids[int(item_of_row[r])]: float(sims[r]) for r in keep.tolist()}
+    for i in (q.text_ids or ())[: q.candidates] if sims.size else ():
+        k = bisect.bisect_left(vectors.ids, i)  # ids are in id order
+        if k < n and vectors.ids[k] == i and (r := int(vectors.embedded[k])) >= 0 and sims[r] > 0:
+            scores.setdefault(i, float(sims[r]))
     return LaneHits(
         "vector",
         scores,

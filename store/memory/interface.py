@@ -272,6 +272,17 @@ class MemoryStore(ABC):
         """
 
     @abstractmethod
+    def unembedded(self, project: str, *, after: str | None, limit: int) -> list[MemoryItem]:
+        """Up to ``limit`` of the project's items (any status) with no embedding, in id
+        order after ``after`` (None: from the start): what ``memory reembed`` fills in."""
+
+    @abstractmethod
+    def set_embeddings(self, project: str, vectors: Mapping[str, Sequence[float]]) -> int:
+        """Store embeddings of items that have none (an item that has one keeps it); the
+        number stored. Not a write of the item: no history entry, no version, no digest
+        change (the embedding is derived from the text, not part of what the item says)."""
+
+    @abstractmethod
     def item_vectors(self, project: str, where: ItemFilter) -> ItemVectors:
         """Every matching item's id, anchor centre and embedding, as arrays (recall's
         vector and geo-embedding lanes score them in bulk; one read, no paging)."""

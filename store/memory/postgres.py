@@ -64,21 +64,27 @@ class PostgresMemoryStore(SqlMemoryStore):
         c = items.c
         return _box(c.min_lng, c.min_lat, c.max_lng, c.max_lat).op("&&")(_box(w, s, e, n))
 
-    def text_search(
+    def text_match(
         self,
         conn: sa.Connection,
         words: Sequence[str],
         conditions: Sequence[sa.ColumnElement[bool]],
-        limit: int,
+        *,
+        all_words: bool,
+        cap: int,
+        bbox: tuple[float, float, float, float] | None = None,
     ) -> list[tuple[str, float]]:
-        """``search @@`` any word (``plainto_tsquery`` per word, OR-ed); score ``ts_rank``."""
+        """``search @@`` every (``&&``) or any (``||``) word's ``plainto_tsquery``, at most
+        ``cap`` matches in the GIN scan's order; score ``ts_rank`` (of the rows returned)."""
         queries: list[sa.ColumnElement[Any]] = [sa.func.plainto_tsquery(_CONFIG, w) for w in words]
-        tsq = functools.reduce(lambda a, b: a.op("||")(b), queries)
+        op = "&&" if all_words else "||"
+        tsq = functools.reduce(lambda a, b: a.op(op)(b), queries)
         score = sa.func.ts_rank(_SEARCH, tsq).label("score")
-        q = (
-            sa.select(items.c.id, score)
-            .where(_SEARCH.op("@@")(tsq), *conditions)
-            .order_by(sa.desc("score"), items.c.id)
-            .limit(limit)
-        )
+        q = sa.select(items.c.id, score).where(_SEARCH.op("@@")(tsq), *conditions).limit(cap)
         return [(str(i), float(s)) for i, s in conn.execute(q)]
+
+    def holding(self, project: str, word: str, cap: int) -> sa.Subquery:
+        """The project's items whose ``search`` holds ``word``."""
+        tsq = sa.func.plainto_tsquery(_CONFIG, word)
+        q = sa.select(items.c.pk).where(items.c.project == project, _SEARCH.op("@@")(tsq))
+        return q.limit(cap + 1).subquery()

@@ -90,6 +90,8 @@ items = sa.Table(
     sa.Column("content_digest", sa.String(64), nullable=False),
     sa.Index("items_project_created", "project", "created_at", "id"),
     sa.Index("items_project_type", "project", "type"),
+    sa.Index("items_project_valid_from", "project", "valid_from", "valid_to"),  # migration 0003
+    sa.Index("items_project_valid_to", "project", "valid_to", "valid_from"),
 )
 """Memory items (all :class:`~store.memory.model.MemoryItem` fields plus the anchor box)."""
 

@@ -6,7 +6,7 @@ hooks where they differ: how a write transaction starts and locks the
 project's head (:meth:`SqlMemoryStore.write_tx`, :meth:`~SqlMemoryStore.lock_head`),
 the "insert unless present" statement, the spatial pre-filter
 (:meth:`~SqlMemoryStore.bbox_condition`) and the full-text ranking
-(:meth:`~SqlMemoryStore.text_search`).
+(:meth:`~SqlMemoryStore.text_match`, :meth:`~SqlMemoryStore.holding`).
 
 A write: one transaction that locks the project's ``projects`` row (its history
 head), replays or rejects a known ``operation_id``, checks versions and
@@ -39,14 +39,13 @@ from store.errors import (
     InvalidTransition,
     MemoryBackendUnavailable,
 )
-from store.memory import archive, timeline, writes
+from store.memory import archive, embeddings, textsearch, timeline, writes
 from store.memory.codec import (
     decode_cursor,
     encode_cursor,
     entry_from_row,
     filter_key,
     item_from_row,
-    item_vectors_from_rows,
     relation_from_row,
     to_us,
     token_from_row,
@@ -126,14 +125,23 @@ class SqlMemoryStore(MemoryStore):
         """The backend's indexed pre-filter for items whose box intersects ``bbox``."""
         raise NotImplementedError
 
-    def text_search(
+    def text_match(
         self,
         conn: sa.Connection,
         words: Sequence[str],
         conditions: Sequence[sa.ColumnElement[bool]],
-        limit: int,
+        *,
+        all_words: bool,
+        cap: int,
+        bbox: tuple[float, float, float, float] | None = None,
     ) -> list[tuple[str, float]]:
-        """``[(item id, score)]`` of items matching any of ``words`` and ``conditions``, best first."""
+        """``[(item id, score)]`` of at most ``cap`` items matching ``conditions`` and all (or
+        any) of ``words``, scored by the database's ranking (higher is better), unordered
+        (``bbox``: the box ``conditions`` hold, a hint for the plan)."""
+        raise NotImplementedError
+
+    def holding(self, project: str, word: str, cap: int) -> sa.Subquery:
+        """At most ``cap + 1`` rows of the items holding ``word``."""
         raise NotImplementedError
 
     def migration_lock(self, conn: sa.Connection) -> None:
@@ -450,7 +458,8 @@ class SqlMemoryStore(MemoryStore):
     def search_text(
         self, project: str, query: str, *, limit: int, where: ItemFilter | None = None
     ) -> list[tuple[str, float]]:
-        """Full-text ranking (any of the query's words; FTS5 bm25 / ts_rank), best first.
+        """Full-text ranking (FTS5 bm25 / ts_rank), best first: items holding every word of
+        the query, then any of them, in bounded passes (:mod:`store.memory.textsearch`).
 
         The query is split into words (letters, digits, underscore); operators and
         punctuation are not syntax here, so any text is a valid query. ``where`` None:
@@ -461,9 +470,11 @@ class SqlMemoryStore(MemoryStore):
         words = list(dict.fromkeys(w.lower() for w in re.findall(r"\w+", query)))
         if not words:
             return []
-        conds = self.conditions(project, where if where is not None else ItemFilter())
+        flt = where if where is not None else ItemFilter()
+        conds = self.conditions(project, flt)
         with self._unavailable(), self.read_tx() as conn:
-            return self.text_search(conn, words[:_MAX_SEARCH_WORDS], conds, limit)
+            words = words[:_MAX_SEARCH_WORDS]
+            return textsearch.search(self, conn, project, words, flt, conds, limit)
 
     def states_as_of(
         self, project: str, item_ids: Sequence[str], as_of: dt.datetime
@@ -494,19 +505,22 @@ class SqlMemoryStore(MemoryStore):
             raise InvalidMemoryQuery(f"limit must be at least 1, got {limit}")
         conds = self.conditions(project, where if where is not None else ItemFilter())
         with self._unavailable(), self.read_tx() as conn:
-            return timeline.nearest_valid(conn, conds, at, limit)
+            return timeline.nearest_valid(conn, project, conds, at, limit)
+
+    def unembedded(self, project: str, *, after: str | None, limit: int) -> list[MemoryItem]:
+        """Items with no embedding, in id order (:func:`store.memory.embeddings.unembedded`)."""
+        with self._unavailable(), self.read_tx() as conn:
+            return embeddings.unembedded(conn, project, after, limit)
+
+    def set_embeddings(self, project: str, vectors: Mapping[str, Sequence[float]]) -> int:
+        """Embeddings of items that have none (:func:`store.memory.embeddings.set_embeddings`)."""
+        with self._unavailable(), self.write_tx() as conn:
+            return embeddings.set_embeddings(conn, project, vectors) if vectors else 0
 
     def item_vectors(self, project: str, where: ItemFilter) -> ItemVectors:
         """Ids, anchor centres and embeddings of the items matching ``where`` (one query)."""
-        c = items.c
-        q = (
-            sa.select(c.id, c.embedding, c.min_lat, c.min_lng, c.max_lat, c.max_lng)
-            .where(*self.conditions(project, where))
-            .order_by(c.id)
-        )
         with self._unavailable(), self.read_tx() as conn:
-            rows = conn.execute(q).all()
-        return item_vectors_from_rows(rows)
+            return embeddings.item_vectors(conn, self.conditions(project, where))
 
     def projects(self) -> list[str]:
         """Every project with at least one history entry or token (sorted)."""

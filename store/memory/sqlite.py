@@ -28,7 +28,7 @@ from store.memory.model import ItemFilter
 from store.memory.schema import items
 from store.memory.sql import SqlMemoryStore
 
-__all__ = ["SqliteMemoryStore"]
+__all__ = ["BOX_SEEKS", "SqliteMemoryStore"]
 
 _RTREE = sa.table(
     "items_rtree",
@@ -39,6 +39,8 @@ _RTREE = sa.table(
     sa.column("max_lng"),
 )
 _FTS = sa.table("items_fts", sa.column("rowid"))
+BOX_SEEKS = 2000
+"""Most R*Tree candidates a full-text search within a box looks up one by one."""
 _FTS_WEIGHTS = (4.0, 2.0, 1.0, 2.0)
 """bm25 column weights: title, statement, details, tags."""
 
@@ -129,27 +131,45 @@ class SqliteMemoryStore(SqlMemoryStore):
 
     def bbox_condition(self, bbox: tuple[float, float, float, float]) -> sa.ColumnElement[bool]:
         """Candidates from the R*Tree (its float32 boxes are rounded outward: a superset)."""
+        return items.c.pk.in_(self._in_box(bbox))
+
+    def _in_box(self, bbox: tuple[float, float, float, float]) -> sa.Select[Any]:
         s, w, n, e = bbox
         r = _RTREE.c
-        hits = sa.select(r.pk).where(r.max_lat >= s, r.min_lat <= n, r.max_lng >= w, r.min_lng <= e)
-        return items.c.pk.in_(hits)
+        return sa.select(r.pk).where(r.max_lat >= s, r.min_lat <= n, r.max_lng >= w, r.min_lng <= e)
 
-    def text_search(
+    def text_match(
         self,
         conn: sa.Connection,
         words: Sequence[str],
         conditions: Sequence[sa.ColumnElement[bool]],
-        limit: int,
+        *,
+        all_words: bool,
+        cap: int,
+        bbox: tuple[float, float, float, float] | None = None,
     ) -> list[tuple[str, float]]:
-        """FTS5 ``MATCH`` any word; score ``-bm25`` (higher is better)."""
-        match = " OR ".join(f'"{w}"' for w in words)  # \\w+ words: no quotes inside
+        """FTS5 ``MATCH`` every (or any) word, newest matches first, at most ``cap``; score
+        ``-bm25`` (computed for the rows returned only). With a ``bbox`` holding at most
+        :data:`BOX_SEEKS` items, the R*Tree's candidates are looked up in the FTS5 index one
+        by one (instead of reading every match and testing it against the box)."""
+        match = (" AND " if all_words else " OR ").join(f'"{w}"' for w in words)  # \\w+ words
         fts: sa.ColumnElement[Any] = sa.literal_column("items_fts")
         score = (-sa.func.bm25(fts, *_FTS_WEIGHTS)).label("score")
+        seek: list[sa.ColumnElement[bool]] = []
+        if bbox is not None:
+            few = self._in_box(bbox).limit(BOX_SEEKS + 1).subquery()
+            if conn.execute(sa.select(sa.func.count()).select_from(few)).scalar_one() <= BOX_SEEKS:
+                seek.append(_FTS.c.rowid.in_(self._in_box(bbox)))
         q = (
             sa.select(items.c.id, score)
             .select_from(_FTS.join(items, items.c.pk == _FTS.c.rowid))
-            .where(fts.op("MATCH")(match), *conditions)
-            .order_by(sa.desc("score"), items.c.id)
-            .limit(limit)
+            .where(fts.op("MATCH")(match), *seek, *conditions)
+            .order_by(_FTS.c.rowid.desc())
+            .limit(cap)
         )
         return [(str(i), float(s)) for i, s in conn.execute(q)]
+
+    def holding(self, project: str, word: str, cap: int) -> sa.Subquery:
+        """Rows of the FTS5 index holding ``word`` (every project's: the index is shared)."""
+        fts: sa.ColumnElement[Any] = sa.literal_column("items_fts")
+        return sa.select(_FTS.c.rowid).where(fts.op("MATCH")(f'"{word}"')).limit(cap + 1).subquery()

@@ -108,23 +108,76 @@ def relations_of(
     return out
 
 
+COVER_WALK = 8
+"""A covering walk reads at most this many times ``limit`` index entries (see
+:func:`nearest_valid`)."""
+
+
+def _distance(t: int) -> Any:
+    c = items.c
+    before = sa.case((c.valid_from.is_not(None) & (c.valid_from > t), c.valid_from - t), else_=0)
+    after = sa.case((c.valid_to.is_not(None) & (c.valid_to < t), t - c.valid_to), else_=0)
+    return (before + after).label("distance")
+
+
 def nearest_valid(
     conn: sa.Connection,
+    project: str,
     conditions: Sequence[sa.ColumnElement[bool]],
     at: dt.datetime,
     limit: int,
 ) -> list[tuple[str, int]]:
     """``[(item id, distance in microseconds)]`` of items with a valid time, nearest ``at``
-    first (0: the valid time covers ``at``; an open end counts as unbounded)."""
+    first, ties by id (0: the valid time covers ``at``; an open end counts as unbounded).
+
+    Four bounded walks of the valid-time indexes (migration 0003), each with ``LIMIT``:
+    items starting after ``at`` (ascending start), items ending before it (descending
+    end), and the items covering it (all at distance 0), among the :data:`COVER_WALK` x ``limit`` latest
+    starts at or before ``at`` and (for items with no start) the as many earliest ends at
+    or after it. So the cost is bounded by ``limit``, not by the project's size; the price
+    is that when more items cover ``at`` than those walks reach, a long-running item that
+    started long before may be left out (the recall engine still scores the valid time of
+    every candidate another lane proposes).
+    """
     t = to_us(at)
     c = items.c
-    before = sa.case((c.valid_from.is_not(None) & (c.valid_from > t), c.valid_from - t), else_=0)
-    after = sa.case((c.valid_to.is_not(None) & (c.valid_to < t), t - c.valid_to), else_=0)
-    distance: Any = (before + after).label("distance")
-    q = (
-        sa.select(c.id, distance)
-        .where(*conditions, sa.or_(c.valid_from.is_not(None), c.valid_to.is_not(None)))
-        .order_by(distance, c.id)
-        .limit(limit)
+    dist = _distance(t)
+    walk = max(limit, 1) * COVER_WALK
+
+    def outer(*extra: sa.ColumnElement[bool]) -> sa.Select[Any]:
+        return sa.select(c.id, dist).where(*conditions, *extra)
+
+    after = outer(c.valid_from > t).order_by(c.valid_from, c.id).limit(limit)
+    before = outer(c.valid_to < t).order_by(c.valid_to.desc(), c.id).limit(limit)
+    # the walks read index entries only (each index holds both ends); rows are read for
+    # the items that cover ``at``
+    starts = (
+        sa.select(c.pk.label("pk"), c.valid_to.label("end"))
+        .where(c.project == project, c.valid_from <= t)
+        .order_by(c.valid_from.desc(), c.pk.desc())
+        .limit(walk)
+        .subquery()
     )
-    return [(str(i), int(d)) for i, d in conn.execute(q)]
+    ends = (
+        sa.select(c.pk.label("pk"), c.valid_from.label("start"))
+        .where(c.project == project, c.valid_to >= t)
+        .order_by(c.valid_to, c.pk)
+        .limit(walk)
+        .subquery()
+    )
+    cover_started = (
+        sa.select(c.id, dist)
+        .select_from(starts.join(items, items.c.pk == starts.c.pk))
+        .where(*conditions, sa.or_(starts.c.end.is_(None), starts.c.end >= t))
+    )
+    cover_open = (
+        sa.select(c.id, dist)
+        .select_from(ends.join(items, items.c.pk == ends.c.pk))
+        .where(*conditions, ends.c.start.is_(None))
+    )
+    found: dict[str, int] = {}
+    for q in (after, before, cover_started, cover_open):
+        for i, d in conn.execute(q):
+            found[str(i)] = int(d)
+    ranked = sorted(found.items(), key=lambda x: (x[1], x[0]))
+    return ranked[:limit]

@@ -112,6 +112,22 @@ def test_a_paraphrase_sharing_no_word_ranks_its_target_first(written: Any) -> No
         assert max(got, key=got.__getitem__) == ids[key], text
     # the per-lane candidate cap
     assert len(vector_lane(ctx, store, _query(candidates=2)).scores) == 2
+    # the text lane's candidates are scored too, past the cap (when their cosine is positive)
+    full = vector_lane(ctx, store, _query()).scores
+    second = sorted(full, key=full.__getitem__, reverse=True)[1]
+    capped = vector_lane(ctx, store, _query(candidates=1, text_ids=(second,))).scores
+    assert capped == {ids["flood"]: full[ids["flood"]], second: full[second]}
+
+
+def test_a_query_of_words_the_embedder_does_not_know_proposes_nothing(written: Any) -> None:
+    ctx, token, _ = written
+    hits = vector_lane(ctx, ctx.memory(), _query("qqzx vvbn"))
+    assert hits.ran
+    assert hits.scores == {}
+    assert hits.note is not None
+    assert "no word the embedder knows" in hits.note
+    answer: Any = call_primitive(ctx, "recall", {"query": "qqzx vvbn"}, token=token)
+    assert answer["degraded"] is False  # the lane ran: nothing to match is not degraded
 
 
 def test_the_item_matrix_is_read_once_per_history_head(written: Any) -> None:

@@ -13,9 +13,10 @@ from collections.abc import Iterator
 import pytest
 
 from store.errors import InvalidMemoryQuery
-from store.memory import open_store
+from store.memory import open_store, textsearch
+from store.memory import sqlite as sqlite_backend
 from store.memory.interface import MemoryStore
-from store.memory.model import ItemFilter
+from store.memory.model import Anchor, ItemFilter
 from tests.store.memory.conformance import T0, meta, new_item
 
 H = dt.timedelta(hours=1)
@@ -103,3 +104,106 @@ class RecallReadsConformance:
         assert store.nearest_valid("p", T0, limit=1, where=ItemFilter(types=("bug",))) == []
         with pytest.raises(InvalidMemoryQuery):
             store.nearest_valid("p", T0, limit=0)
+
+    def test_search_text_prefers_items_holding_every_word(self, store: MemoryStore) -> None:
+        # the lone word, repeated in the title (weighted most), outranks the pair by bm25 /
+        # ts_rank; holding every word of the query comes first all the same
+        lone = self._mk(store, "quokka quokka quokka")
+        both = self._mk(store, "a note", details="a long note: " + "words " * 30 + "quokka wombat")
+        other = self._mk(store, "wombat seen")
+        assert [i for i, _ in store.search_text("p", "quokka wombat", limit=1)] == [both]
+        got = [i for i, _ in store.search_text("p", "quokka wombat", limit=10)]
+        assert got[0] == both
+        assert set(got) == {lone, both, other}
+        assert store.search_text("other", "quokka wombat", limit=10) == []
+
+    def test_search_text_ranks_a_bounded_number_of_matches(
+        self, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(textsearch, "SCAN_CAP", 3)
+        common = [self._mk(store, f"zebra herd {n}") for n in range(8)]
+        rare = self._mk(store, "okapi alone")
+        # only the common word: one pass of at most SCAN_CAP (= 3) matches, none repeated
+        got = [i for i, _ in store.search_text("p", "zebra", limit=2)]
+        assert len(got) == 2
+        assert set(got) <= set(common)
+        assert len(store.search_text("p", "zebra", limit=5)) == 5  # limit above the cap
+        # no item holds both: the rare word's items are found whatever the common one
+        # matches, and items holding only the common word are not proposed
+        assert [i for i, _ in store.search_text("p", "zebra okapi", limit=3)] == [rare]
+
+    def test_nearest_valid_matches_a_full_scan(self, store: MemoryStore) -> None:
+        day = dt.timedelta(days=1)
+        spans: dict[str, tuple[dt.datetime | None, dt.datetime | None]] = {}
+        for n in range(24):
+            start = T0 + (n - 12) * 3 * day
+            end = start + (n % 4) * day if n % 5 else None
+            spans[self._mk(store, f"span {n}", valid_from=start, valid_to=end)] = (start, end)
+        until = T0 + 2 * day
+        spans[self._mk(store, "open start", valid_from=None, valid_to=until)] = (None, until)
+        self._mk(store, "timeless")
+        store.create("q", new_item("elsewhere", valid_from=T0, valid_to=T0), meta())
+
+        def distance(span: tuple[dt.datetime | None, dt.datetime | None]) -> int:
+            start, end = span
+            d = dt.timedelta(0)
+            if start is not None and start > T0:
+                d += start - T0
+            if end is not None and end < T0:
+                d += T0 - end
+            return int(d / dt.timedelta(microseconds=1))
+
+        want = sorted(((i, distance(sp)) for i, sp in spans.items()), key=lambda x: (x[1], x[0]))
+        dist = dict(want)
+        for limit in (1, 3, 7, 12):
+            # the nearest distances, each item's own; which of the items tied at the cut
+            # come back is the index walk's choice
+            got = store.nearest_valid("p", T0, limit=limit)
+            assert [d for _, d in got] == [d for _, d in want[:limit]]
+            assert all(dist[i] == d for i, d in got)
+            assert len(set(got)) == limit
+        assert store.nearest_valid("p", T0, limit=40) == want
+
+    @pytest.mark.parametrize("seeks", [2000, 0])
+    def test_search_text_within_a_box(
+        self, store: MemoryStore, monkeypatch: pytest.MonkeyPatch, seeks: int
+    ) -> None:
+        # SQLite looks the box's few candidates up one by one, or (more than BOX_SEEKS of
+        # them) reads the matches and tests each: the same answer either way
+        monkeypatch.setattr(sqlite_backend, "BOX_SEEKS", seeks)
+        box = (10.0, 10.0, 10.01, 10.01)
+        here = Anchor("bbox", {"type": "Polygon", "coordinates": []}, box, "c2")
+        inside = [self._mk(store, f"zebra crossing {n}", anchor=here) for n in range(3)]
+        self._mk(store, "zebra elsewhere")
+        self._mk(store, "giraffe here", anchor=here)
+        got = store.search_text("p", "zebra", limit=10, where=ItemFilter(bbox=box))
+        assert sorted(i for i, _ in got) == sorted(inside)
+        assert store.search_text("q", "zebra", limit=10, where=ItemFilter(bbox=box)) == []
+
+    def test_embeddings_are_filled_in_only_where_missing(self, store: MemoryStore) -> None:
+        bare = [self._mk(store, f"bare {n}", embedding=None) for n in range(3)]
+        kept = self._mk(store, "has one")
+        store.create("q", new_item("elsewhere", embedding=None), meta())
+        head = store.head("p")
+        assert [i.id for i in store.unembedded("p", after=None, limit=10)] == sorted(bare)
+        first = store.unembedded("p", after=None, limit=2)
+        rest = store.unembedded("p", after=first[-1].id, limit=10)
+        assert [i.id for i in first + rest] == sorted(bare)
+        assert store.set_embeddings("p", {bare[0]: (1.0, 2.0), kept: (9.0, 9.0)}) == 1
+        assert store.set_embeddings("p", {bare[0]: (5.0, 5.0)}) == 0  # never overwritten
+        assert (
+            store.set_embeddings(
+                "p", {i.id: (0.5,) for i in store.unembedded("q", after=None, limit=5)}
+            )
+            == 0
+        )
+        got = store.get("p", bare[0])
+        assert got is not None
+        assert got.embedding == (1.0, 2.0)
+        assert got.version == 1
+        again = store.get("p", kept)
+        assert again is not None
+        assert again.embedding == (0.25, -1.5, 3.0)
+        assert store.head("p") == head  # not a write: no history entry
+        assert len(store.unembedded("q", after=None, limit=5)) == 1
+        assert sorted(i.id for i in store.unembedded("p", after=None, limit=10)) == sorted(bare[1:])

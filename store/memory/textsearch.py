@@ -1,0 +1,114 @@
+"""How ``search_text`` bounds its work: every word first, then the rare words (or any word).
+
+The database's ranking (SQLite FTS5 ``bm25``, PostgreSQL ``ts_rank``) costs one
+evaluation per matching row, and an OR of everyday words matches a large share of a big
+store. So the search is done in bounded passes (each a scan of at most
+:data:`SCAN_CAP` matches, ranked by the database, merged by best score):
+
+1. every word must match (AND) — when that gives ``limit`` hits, it is the answer, and
+   otherwise its items rank above those of the next passes (whose scores are scaled
+   under the lowest of them), so they come first, with the same scores, whatever the
+   ``limit``;
+2. then any of the *rare* words — those matching at most :data:`SCAN_CAP` items
+   (counted with a bounded count) — so an item holding only the distinctive word of a
+   query is still found, exactly ranked; items holding none of the query's rare words
+   are then not proposed (they are the everyday-word matches a bounded scan would pick
+   at random);
+   when no word is rare, any word at all.
+
+A pass that reaches :data:`SCAN_CAP` matches ranks the ones its index yields first
+(SQLite: the newest items; PostgreSQL: the GIN scan's order) and leaves the rest out:
+the price of a bounded cost when the only words given are everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import sqlalchemy as sa
+
+from store.memory.model import ItemFilter
+
+__all__ = ["SCAN_CAP", "Match", "TextBackend", "counts", "ranked_text", "search"]
+
+SCAN_CAP = 500
+"""Most matches one pass ranks."""
+_UNDER = 0.999
+
+Match = Callable[[Sequence[str], bool, int], list[tuple[str, float]]]
+"""``(words, all_words, cap) -> [(item id, score)]``: at most ``cap`` matches, unordered."""
+Count = Callable[[Sequence[str], int], list[int]]
+"""``(words, cap) -> matches of each word``, counted up to ``cap + 1`` (one statement)."""
+
+
+def ranked_text(
+    words: Sequence[str], limit: int, match: Match, count: Count
+) -> list[tuple[str, float]]:
+    """``[(item id, score)]``, best first, ties by id, at most ``limit`` (see the module doc)."""
+    cap = max(SCAN_CAP, limit)
+    every = dict(match(words, True, cap))
+    if len(every) >= limit or len(words) == 1:
+        return _best(every, limit)
+    some: dict[str, float] = {}
+
+    def merge(hits: list[tuple[str, float]]) -> None:
+        for i, s in hits:
+            if i not in every and s > some.get(i, float("-inf")):
+                some[i] = s
+
+    rare = [w for w, n in zip(words, count(words, cap), strict=True) if n <= cap]
+    merge(match(rare or words, False, cap))
+    # every word's items above any word's: the others scaled under the lowest of them (so
+    # the first tier's scores are the same whatever the limit)
+    lo, hi = min(every.values(), default=0.0), max(some.values(), default=0.0)
+    if lo > 0 and hi >= lo:
+        some = {i: s * _UNDER * lo / hi for i, s in some.items()}
+    return _best({**some, **every}, limit)
+
+
+def _best(scores: dict[str, float], limit: int) -> list[tuple[str, float]]:
+    return sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:limit]
+
+
+def counts(conn: sa.Connection, holding: Sequence[sa.Subquery]) -> list[int]:
+    """The row counts of ``holding`` (bounded subqueries, one per word), in one statement."""
+    each = [sa.select(sa.func.count()).select_from(h).scalar_subquery() for h in holding]
+    return [int(n) for n in conn.execute(sa.select(*each)).one()]
+
+
+class TextBackend(Protocol):
+    """What a store backend gives the passes (:class:`~store.memory.sql.SqlMemoryStore`)."""
+
+    def text_match(
+        self,
+        conn: sa.Connection,
+        words: Sequence[str],
+        conditions: Sequence[sa.ColumnElement[bool]],
+        *,
+        all_words: bool,
+        cap: int,
+        bbox: tuple[float, float, float, float] | None = None,
+    ) -> list[tuple[str, float]]: ...
+
+    def holding(self, project: str, word: str, cap: int) -> sa.Subquery: ...
+
+
+def search(
+    backend: TextBackend,
+    conn: sa.Connection,
+    project: str,
+    words: Sequence[str],
+    where: ItemFilter,
+    conditions: Sequence[sa.ColumnElement[bool]],
+    limit: int,
+) -> list[tuple[str, float]]:
+    """:func:`ranked_text` over a backend's matches and word counts, on one connection."""
+    return ranked_text(
+        words,
+        limit,
+        lambda ws, every, cap: backend.text_match(
+            conn, ws, conditions, all_words=every, cap=cap, bbox=where.bbox
+        ),
+        lambda ws, cap: counts(conn, [backend.holding(project, w, cap) for w in ws]),
+    )
