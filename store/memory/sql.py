@@ -53,6 +53,7 @@ from store.memory.codec import (
     token_row,
 )
 from store.memory.digest import content_of, digest_of_content
+from store.memory.group import GroupCommit
 from store.memory.interface import (
     GENESIS_HASH,
     MemoryStore,
@@ -74,7 +75,8 @@ from store.memory.model import (
     Token,
     WriteResult,
 )
-from store.memory.schema import ITEM_COLUMNS, history, item_tags, items, operations, projects
+from store.memory.prepared import Prepared, RawTx
+from store.memory.schema import ITEM_COLUMNS, history, item_tags, items, projects
 from store.memory.schema import relations as relations_t
 from store.memory.schema import tokens as tokens_t
 from store.memory.timeline import StateAsOf
@@ -103,6 +105,10 @@ class SqlMemoryStore(MemoryStore):
         """The SQLAlchemy engine (tests and tools may read it; writes go through the methods)."""
         self.url = url
         """The URL the store was opened with."""
+        dbapi = engine.dialect.loaded_dbapi
+        self._operational = (sa.exc.OperationalError, dbapi.OperationalError)
+        self._prepared = Prepared(engine.dialect, self.insert_ignore(projects), self.row_locks)
+        self._group = GroupCommit(self._batch_tx, (sa.exc.IntegrityError, dbapi.IntegrityError))
 
     # ------------------------------------------------------------------ backend hooks
 
@@ -193,10 +199,10 @@ class SqlMemoryStore(MemoryStore):
     def _unavailable(self) -> Iterator[None]:
         try:
             yield
-        except sa.exc.OperationalError as exc:
+        except self._operational as exc:
             raise MemoryBackendUnavailable(
                 f"memory database {self.engine.url.render_as_string(hide_password=True)} "
-                f"unavailable: {exc.orig}"
+                f"unavailable: {getattr(exc, 'orig', None) or exc}"
             ) from exc
 
     # ------------------------------------------------------------------ the write skeleton
@@ -209,41 +215,20 @@ class SqlMemoryStore(MemoryStore):
         body: writes.WriteBody,
     ) -> WriteResult:
         to_us(meta.at)  # an aware time, or a typed error before anything starts
-        try:
-            with self._unavailable(), self.write_tx() as conn:
-                seq, head_hash = self.lock_head(conn, project)
-                prior = writes.prior_result(conn, project, meta)
-                if prior is not None:
-                    return prior
-                writer = writes.HeadWriter(conn, project, seq, head_hash, meta, sign_head)
-                result = body(conn, writer)
-                if writer.seq != writer.start_seq:
-                    conn.execute(
-                        projects.update()
-                        .where(projects.c.project == project)
-                        .values(head_seq=writer.seq, head_hash=writer.hash)
-                    )
-                if meta.operation_id is not None:
-                    conn.execute(
-                        operations.insert(),
-                        {
-                            "project": project,
-                            "operation_id": meta.operation_id,
-                            "request_digest": meta.request_digest,
-                            "item_id": result.item.id if result.item is not None else None,
-                            "seq": result.entry.seq,
-                            "at": to_us(meta.at),
-                        },
-                    )
-                return result
-        except sa.exc.IntegrityError:
-            if meta.operation_id is None:
-                raise
-            with self.read_tx() as conn:  # a concurrent duplicate won the unique key
-                prior = writes.prior_result(conn, project, meta)
-            if prior is None:
-                raise
-            return prior
+
+        with self._unavailable():
+            job, recover = writes.write_job(project, meta, sign_head, body)
+            return self._group.submit(project, job, recover)  # type: ignore[no-any-return]
+
+    @contextlib.contextmanager
+    def _batch_tx(self) -> Iterator[RawTx]:
+        """A write transaction with the prepared statements on its cursor (group commit)."""
+        with self.write_tx() as conn:
+            tx = RawTx(conn, self._prepared)
+            try:
+                yield tx
+            finally:
+                tx.close()
 
     def create(
         self,
