@@ -80,6 +80,11 @@ class GroupCommit:
         self._queue: collections.deque[_Slot] = collections.deque()
         self._leader = threading.Lock()
 
+    @property
+    def queued(self) -> int:
+        """Jobs waiting for a batch (not yet taken by a leader)."""
+        return len(self._queue)
+
     def submit(
         self,
         project: str,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from store.memory.interface import GENESIS_HASH
 from store.memory.schema import history, item_tags, items, operations, projects, relations
@@ -50,6 +51,7 @@ class _Stmt:
 
 def _compile(stmt: sa.ClauseElement, dialect: sa.Dialect, table: sa.Table) -> _Stmt:
     compiled = stmt.compile(dialect=dialect)
+    assert isinstance(compiled, SQLCompiler)
     names = tuple(compiled.positiontup or ()) if compiled.positional else None
     keys = compiled.params.keys()
     json_keys = frozenset(c.name for c in table.c if isinstance(c.type, sa.JSON) and c.name in keys)
@@ -63,7 +65,9 @@ def _insert(table: sa.Table, cols: Sequence[str]) -> sa.Insert:
 class Prepared:
     """The hot write statements of one engine's dialect (compiled once, at open)."""
 
-    def __init__(self, dialect: sa.Dialect, insert_ignore: sa.Insert, row_locks: bool) -> None:
+    def __init__(self, dialect: sa.Dialect, insert_ignore: sa.Executable, row_locks: bool) -> None:
+        """``insert_ignore``: the backend's ``INSERT ... ON CONFLICT DO NOTHING`` of ``projects``."""
+        assert isinstance(insert_ignore, sa.Insert)
         item_cols = [c.name for c in items.c if c.name not in ("pk", "search")]
         p = projects.c
         lock = sa.select(p.head_seq, p.head_hash).where(p.project == sa.bindparam("project"))

@@ -108,7 +108,8 @@ class SqlMemoryStore(MemoryStore):
         dbapi = engine.dialect.loaded_dbapi
         self._operational = (sa.exc.OperationalError, dbapi.OperationalError)
         self._prepared = Prepared(engine.dialect, self.insert_ignore(projects), self.row_locks)
-        self._group = GroupCommit(self._batch_tx, (sa.exc.IntegrityError, dbapi.IntegrityError))
+        self.group = GroupCommit(self._batch_tx, (sa.exc.IntegrityError, dbapi.IntegrityError))
+        """This process's group commit of the store's writes (see :mod:`store.memory.group`)."""
 
     # ------------------------------------------------------------------ backend hooks
 
@@ -218,7 +219,7 @@ class SqlMemoryStore(MemoryStore):
 
         with self._unavailable():
             job, recover = writes.write_job(project, meta, sign_head, body)
-            return self._group.submit(project, job, recover)  # type: ignore[no-any-return]
+            return self.group.submit(project, job, recover)
 
     @contextlib.contextmanager
     def _batch_tx(self) -> Iterator[RawTx]:
