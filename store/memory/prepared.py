@@ -25,7 +25,15 @@ import sqlalchemy as sa
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from store.memory.interface import GENESIS_HASH
-from store.memory.schema import history, item_tags, items, operations, projects, relations
+from store.memory.schema import (
+    history,
+    item_tags,
+    items,
+    operations,
+    projects,
+    relations,
+    tokens,
+)
 
 __all__ = ["Prepared", "RawTx"]
 
@@ -107,6 +115,24 @@ class Prepared:
         self.operation = _compile(
             _insert(operations, [c.name for c in operations.c]), dialect, operations
         )
+        self.token = _compile(
+            sa.select(tokens).where(tokens.c.token_hash == sa.bindparam("token_hash")),
+            dialect,
+            tokens,
+        )
+        self.token_columns = tuple(c.name for c in tokens.c)
+        self.token_json = frozenset(c.name for c in tokens.c if isinstance(c.type, sa.JSON))
+        self.json_as_text = dialect.name == "sqlite"
+        """The driver hands JSON columns back as text (SQLite), not decoded (psycopg)."""
+
+    def token_row(self, row: Sequence[Any]) -> dict[str, Any]:
+        """A ``tokens`` row as SQLAlchemy would read it (its JSON columns decoded)."""
+        out = dict(zip(self.token_columns, row, strict=True))
+        if self.json_as_text:
+            for k in self.token_json:
+                if out[k] is not None:
+                    out[k] = json.loads(out[k])
+        return out
 
 
 class RawTx:

@@ -520,10 +520,15 @@ class SqlMemoryStore(MemoryStore):
 
     def token_by_hash(self, token_hash: str) -> Token | None:
         """The token with this hash (revoked and expired included), or None."""
-        q = sa.select(tokens_t).where(tokens_t.c.token_hash == token_hash)
-        with self._unavailable(), self.read_tx() as conn:
-            row = conn.execute(q).one_or_none()
-        return token_from_row(row._mapping) if row is not None else None
+        stmt = self._prepared.token  # every authenticated call: prepared, one statement
+        with self._unavailable(), self.engine.connect() as conn:
+            cur = conn.connection.cursor()
+            try:
+                cur.execute(stmt.sql, stmt.params({"token_hash": token_hash}))
+                row = cur.fetchone()
+            finally:
+                cur.close()
+        return token_from_row(self._prepared.token_row(row)) if row is not None else None
 
     def list_tokens(self, project: str | None = None) -> list[Token]:
         """Tokens (of one project, or all), oldest first."""
