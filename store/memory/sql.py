@@ -8,13 +8,17 @@ the "insert unless present" statement, the spatial pre-filter
 (:meth:`~SqlMemoryStore.bbox_condition`) and the full-text ranking
 (:meth:`~SqlMemoryStore.text_search`).
 
-A write: one transaction that locks the project's ``projects`` row (its history
-head), replays or rejects a known ``operation_id``, checks versions and
-transitions, writes the item/relation rows and appends the history entries
-(hash-chained, each head signed by ``sign_head``), moves the head and records
-the operation. A concurrent duplicate that slips past the lookup hits the
-unique ``(project, operation_id)`` key; the loser re-reads and returns the
-stored result.
+A write: a job of the group commit (:mod:`store.memory.group`), run in a
+transaction that has locked the project's ``projects`` row (its history head),
+inside its own savepoint: it replays or rejects a known ``operation_id``, checks
+versions and transitions, writes the item/relation rows and appends the history
+entries (hash-chained, each head signed by ``sign_head``) and records the
+operation; the batch moves the heads and commits, then answers. Concurrent
+writes of this process share that transaction; other processes meet at the
+database's lock. A concurrent duplicate that slips past the lookup hits the
+unique ``(project, operation_id)`` key; its savepoint is rolled back and the
+stored result is answered. The statements a write always issues are prepared
+once (:mod:`store.memory.prepared`); SQLAlchemy Core builds the rest.
 
 The transaction bodies and the lifecycle rules are in :mod:`store.memory.writes`.
 """
