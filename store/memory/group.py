@@ -2,7 +2,7 @@
 
 A write is a *job*: a function of the open transaction and its project's history
 head that returns the result and the new head. :meth:`GroupCommit.submit` queues
-the job; whichever caller holds the leader lock takes every job queued so far
+the job; the leading caller takes every job queued so far
 (up to :attr:`GroupCommit.max_batch`) and runs them in one transaction:
 
 * the heads of the batch's projects are created if absent and locked first, in
@@ -21,9 +21,10 @@ the job; whichever caller holds the leader lock takes every job queued so far
   the batch gets the error: no caller ever sees success before its write is
   durable, and a batch is committed whole or not at all.
 
-Callers that are not the leader wait on the leader lock; when they get it their
-job has either been answered or is still queued (then they lead the next batch).
-No thread is started: the batch runs on a caller's thread.
+Callers that are not the leader wait (a condition variable) until their job is
+answered, or until the leader hands over with their job still queued: then one
+of them leads the next batch. A leader leads until its own job is answered. No
+thread is started: the batch runs on a caller's thread.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ class GroupCommit:
         self._transaction = transaction
         self._integrity = integrity_errors
         self._queue: collections.deque[_Slot] = collections.deque()
-        self._leader = threading.Lock()
+        self._cv = threading.Condition()
+        self._leading = False
 
     @property
     def queued(self) -> int:
@@ -93,20 +95,31 @@ class GroupCommit:
     ) -> Any:
         """Run ``job`` in a batch; its result once the batch has committed (or its error)."""
         slot = _Slot(project, job, recover)
-        self._queue.append(slot)
-        while not slot.done:
-            with self._leader:
-                if slot.done:
-                    break
-                batch = list(self._take())
+        with self._cv:
+            self._queue.append(slot)
+            while not slot.done and self._leading:
+                self._cv.wait()
+            if slot.done:
+                return slot.answer()
+            self._leading = True  # this caller leads until its own job is answered
+        try:
+            while not slot.done:
+                with self._cv:
+                    batch = list(self._take())
                 try:
                     self._run(batch)
                 except BaseException as exc:  # the transaction failed: nobody committed
                     for s in batch:
-                        s.done, s.error, s.result = True, exc, None
+                        s.error, s.result = exc, None
                 finally:
-                    for s in batch:
-                        s.done = True
+                    with self._cv:
+                        for s in batch:
+                            s.done = True
+                        self._cv.notify_all()
+        finally:
+            with self._cv:  # hand over: a waiter whose job is still queued leads next
+                self._leading = False
+                self._cv.notify_all()
         return slot.answer()
 
     def _take(self) -> Iterator[_Slot]:
