@@ -7,9 +7,12 @@ process, and ``POST /v1/memory_create`` with ``Authorization: Bearer ...`` to th
 real ``earthmem serve`` (one worker, access log off) from keep-alive ``httpx``
 clients, one per writer thread. Each call carries a fresh ``operation_id``. The
 item is a decision-free observation at a lat/lng with no claim and no cube
-evidence, so the data directory needs no cube; a write that confirms a claim is
-not among these rows. The per-token write rate limit is lifted for the run
-(``EARTHMEM_WRITE_RATE``), since it would otherwise be what is measured.
+evidence, so the data directory needs no cube. :func:`claim_rows` measures
+apart the write that confirms a claim against the cube (the tiny sample area's
+flood, ``indices.ndwi gt 0`` on its date: corroborated), in process, on the
+area's ingested data directory (built once and cached by
+:func:`bench.common.demo_area`). The per-token write rate limit is lifted for
+the run (``EARTHMEM_WRITE_RATE``), since it would otherwise be what is measured.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 from bench.common import CACHE_DIR, Timing
 
-__all__ = ["api_rows"]
+__all__ = ["api_rows", "claim_rows"]
 
 _UNLIMITED = {"EARTHMEM_WRITE_RATE": "1000000000", "EARTHMEM_WRITE_BURST": "1000000000"}
 
@@ -120,6 +123,61 @@ def api_rows(
             else:
                 os.environ[k] = v
     return out
+
+
+def claim_rows(
+    memory_url: str,
+    run_writers: Callable[..., tuple[list[float], float]],
+    bare: Callable[[int, int], None],
+    n: int,
+    durability: str,
+) -> list[dict[str, Any]]:
+    """memory_create with a claim the cube confirms, in process, 1 and 8 writers (SQLite)."""
+    from api.context import ServiceContext
+    from api.dispatch import call_primitive
+    from api.memory.auth import issue_token
+    from bench.common import demo_area
+
+    area = demo_area("tiny")
+    flood = next(e for e in area.manifest()["events"] if e["kind"] == "flood")
+    saved = {k: os.environ.get(k) for k in _UNLIMITED}
+    os.environ.update(_UNLIMITED)
+    try:
+        ctx = ServiceContext(area.data, manifest_path=area.manifest_path, memory_url=memory_url)
+        token = issue_token(ctx.memory(), "bench", ("read", "write"))[0]
+        nxt = _counter()
+
+        def with_claim(w: int, i: int) -> None:
+            k = nxt()
+            args = {
+                **_args(k),
+                "where": {"lat": flood["centre"]["lat"], "lng": flood["centre"]["lng"]},
+                "valid_at": "2024-08-10",
+                "claim": {"band": "indices.ndwi", "op": "gt", "value": 0, "date": "2024-08-10"},
+            }
+            answer = call_primitive(ctx, "memory_create", args, token=token)
+            if "error" in answer:
+                raise RuntimeError(answer["error"])
+            if answer["result"]["claim_check"]["verdict"] != "corroborated":
+                raise RuntimeError(f"the flood claim was not corroborated: {answer['result']}")
+
+        try:
+            return _measure(
+                "with a claim the cube confirms, in process, sqlite (FULL)",
+                with_claim,
+                run_writers,
+                bare,
+                n,
+                durability,
+            )
+        finally:
+            ctx.memory().close()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _measure(
