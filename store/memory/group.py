@@ -38,13 +38,27 @@ from typing import Any
 
 from store.memory.prepared import RawTx
 
-__all__ = ["GroupCommit", "Head", "Job"]
+__all__ = ["GroupCommit", "GroupStats", "Head", "Job"]
 
 Head = tuple[int, str]
 """A project's history head inside the batch: ``(seq, hash)``."""
 
 Job = Callable[[RawTx, Head], tuple[Any, Head]]
 """A write: runs on the open transaction from the project's head; returns (result, new head)."""
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """What a process's group commit has done since it was made (for health checks and tests)."""
+
+    submitted: int
+    """Writes handed to :meth:`GroupCommit.submit` (answered or not yet)."""
+    batches: int
+    """Transactions run (committed or rolled back)."""
+    writes: int
+    """Writes those transactions carried."""
+    largest: int
+    """The most writes one transaction carried."""
 
 
 @dataclass
@@ -81,6 +95,12 @@ class GroupCommit:
         self._queue: collections.deque[_Slot] = collections.deque()
         self._cv = threading.Condition()
         self._leading = False
+        self._submitted = self._batches = self._writes = self._largest = 0
+
+    def stats(self) -> GroupStats:
+        """Counts of the writes and batches so far."""
+        with self._cv:
+            return GroupStats(self._submitted, self._batches, self._writes, self._largest)
 
     @property
     def queued(self) -> int:
@@ -97,6 +117,7 @@ class GroupCommit:
         slot = _Slot(project, job, recover)
         with self._cv:
             self._queue.append(slot)
+            self._submitted += 1
             while not slot.done and self._leading:
                 self._cv.wait()
             if slot.done:
@@ -106,6 +127,9 @@ class GroupCommit:
             while not slot.done:
                 with self._cv:
                     batch = list(self._take())
+                    self._batches += 1
+                    self._writes += len(batch)
+                    self._largest = max(self._largest, len(batch))
                 try:
                     self._run(batch)
                 except BaseException as exc:  # the transaction failed: nobody committed

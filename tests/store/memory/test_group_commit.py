@@ -63,6 +63,7 @@ class GroupCommitConformance:
             except Exception as exc:
                 results[name] = exc
 
+        start = store.group.stats()
         leader = threading.Thread(target=write, args=("leader", "p", holding))
         leader.start()
         assert entered.wait(60)
@@ -94,6 +95,9 @@ class GroupCommitConformance:
         go.set()
         for t in [leader, *others]:
             t.join(60)
+        stats = store.group.stats()  # the leader's batch, then all the others in one
+        assert (stats.submitted - start.submitted, stats.batches - start.batches) == (9, 2)
+        assert (stats.writes - start.writes, stats.largest) == (9, len(plans))
 
         assert isinstance(results["broken"], SignerDown)
         assert isinstance(results["conflict"], OperationConflict)
