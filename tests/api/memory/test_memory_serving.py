@@ -1,4 +1,5 @@
-"""Concurrent memory writes over HTTP are handled at once and share the store's group commit.
+"""Serving memory writes: concurrent HTTP writes share the store's group commit; the warm-up
+loads the memory backend.
 
 A server that ran write requests one after the other (a handler blocking the event loop, a
 lock held across a request, a store opened per request) would still answer every write, just
@@ -10,7 +11,10 @@ the eight writes commit in at most two transactions.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +30,7 @@ from store.memory.sqlite import SqliteMemoryStore
 from tests.api.adapter_helpers import UvicornThread
 
 WRITERS = 8
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _body(k: int) -> dict[str, Any]:
@@ -81,3 +86,25 @@ def test_concurrent_http_writes_share_one_group_commit(tmp_path: Path) -> None:
     after = store.group.stats()
     assert after.writes - before.writes == WRITERS
     assert after.batches - before.batches <= 2, after  # serially: one transaction per write
+
+
+def test_warm_up_loads_the_memory_backend_and_creates_no_database(tmp_path: Path) -> None:
+    # In a fresh interpreter: this one has imported the backends already.
+    data = tmp_path / "data"
+    data.mkdir()
+    script = (
+        "import sys\n"
+        "from api.context import ServiceContext\n"
+        "from api.receipts import Signer\n"
+        f"ctx = ServiceContext({str(data)!r}, signer=Signer.generate())\n"
+        "assert 'store.memory.sqlite' not in sys.modules\n"
+        "ctx.warm()\n"
+        "assert 'store.memory.sqlite' in sys.modules\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("EARTHMEM_MEMORY_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (data / "memory.sqlite").exists()
