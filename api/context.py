@@ -57,6 +57,7 @@ from store.errors import InvalidDate, StoreError
 from store.inventory import OverpassIndex
 from store.knn import KnnTable
 from store.memory import MEMORY_URL_ENV, default_url, open_store
+from store.memory import backend as memory_backend
 from store.memory.interface import MemoryStore
 from store.snapshots import MAIN_BRANCH, lookup_snapshot, snapshot_at
 from store.tslot import parse_when
@@ -477,7 +478,9 @@ class ServiceContext:
             raise from_store_error(exc) from exc
 
     def warm(self) -> bool:
-        """Open what a first query needs: the tip's reader and its inventory's overpass index.
+        """Open what a first query needs: the tip's reader and its inventory's overpass index,
+        the embedder, and the memory store's backend code (the database itself is opened by
+        the first memory call, so a server nobody writes memories to creates none).
 
         Servers call it on a background thread at start. A step that fails is left for
         the first query that needs it to report (as that query's typed error).
@@ -490,6 +493,7 @@ class ServiceContext:
             ("reader", self.reader),
             ("inventory index", self.overpass_index),
             ("embedder", self.embedder),
+            ("memory backend", lambda: memory_backend(self.memory_url)),
         )
         for name, step in steps:
             try:

@@ -13,7 +13,8 @@ synchronous commit on); when it cannot start, its rows say so.
 The API rows (:mod:`bench.memory_api`): ``memory_create`` through the dispatch room
 in process and over loopback HTTP, p50/p95 and writes/s with 1 and 8 writers, on
 SQLite (the API's default, ``synchronous=FULL``) and PostgreSQL, against the same
-bare inserts.
+bare inserts; and apart, on SQLite, ``memory_create`` with a claim the cube confirms
+(the tiny sample area is built and ingested once, then cached).
 
     python -m bench.bench_memory [--quick] [--n 400] [--json PATH] [--store-only]
 """
@@ -39,7 +40,7 @@ if __package__ in (None, ""):
 from nacl.signing import SigningKey
 
 from bench.common import Timing, write_json
-from bench.memory_api import api_rows
+from bench.memory_api import api_rows, claim_rows
 from store.memory import open_store
 from store.memory.codec import item_row
 from store.memory.digest import content_digest, new_item_id
@@ -263,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
                 rows += api_rows(
                     "sqlite (FULL)",
                     f"sqlite:///{tmp}/api.sqlite",
+                    run_writers,
+                    bare,
+                    api_n,
+                    "WAL, synchronous=FULL",
+                )
+                rows += claim_rows(
+                    f"sqlite:///{tmp}/api-claim.sqlite",
                     run_writers,
                     bare,
                     api_n,

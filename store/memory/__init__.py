@@ -2,6 +2,8 @@
 
 * :mod:`store.memory.model` — the item and its parts (frozen dataclasses);
 * :mod:`store.memory.interface` — the storage interface (:class:`MemoryStore`);
+* :mod:`store.memory.group` — group commit of concurrent writes (a savepoint each);
+* :mod:`store.memory.prepared` — the write path's statements, compiled once;
 * :mod:`store.memory.sql` — its implementation over SQLAlchemy Core, shared by
 * :mod:`store.memory.sqlite` (embedded default, WAL, FTS5, R*Tree) and
   :mod:`store.memory.postgres` (a server: several API processes or machines);
@@ -12,11 +14,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from store.errors import MemoryBackendUnavailable
 from store.memory.interface import MemoryStore
 
-__all__ = ["DEFAULT_FILE", "MEMORY_URL_ENV", "URL_ENV", "default_url", "open_store"]
+if TYPE_CHECKING:
+    from store.memory.postgres import PostgresMemoryStore
+    from store.memory.sqlite import SqliteMemoryStore
+
+__all__ = ["DEFAULT_FILE", "MEMORY_URL_ENV", "URL_ENV", "backend", "default_url", "open_store"]
 
 DEFAULT_FILE = "memory.sqlite"
 """The embedded database's file name under the data directory."""
@@ -32,6 +39,33 @@ def default_url(data_dir: str | os.PathLike[str]) -> str:
     return f"sqlite:///{(Path(data_dir).resolve() / DEFAULT_FILE).as_posix()}"
 
 
+def _scheme(url: str) -> str:
+    return url.split(":", 1)[0].split("+", 1)[0].lower()
+
+
+def backend(url: str) -> type[SqliteMemoryStore] | type[PostgresMemoryStore]:
+    """The store class of ``url``'s scheme, its module imported (nothing is opened).
+
+    Importing a backend loads SQLAlchemy's dialect and alembic; a server does it at
+    start (:meth:`api.context.ServiceContext.warm`) so its first memory call does not.
+
+    Raises:
+        MemoryBackendUnavailable: an unknown scheme.
+    """
+    scheme = _scheme(url)
+    if scheme == "sqlite":
+        from store.memory.sqlite import SqliteMemoryStore
+
+        return SqliteMemoryStore
+    if scheme in ("postgresql", "postgres"):
+        from store.memory.postgres import PostgresMemoryStore
+
+        return PostgresMemoryStore
+    raise MemoryBackendUnavailable(
+        f"unknown memory database URL scheme {scheme!r} (use sqlite:/// or postgresql://)"
+    )
+
+
 def open_store(url: str, *, migrate: bool = True) -> MemoryStore:
     """Open the memory store at ``url``, upgrading its schema to the newest revision.
 
@@ -44,20 +78,10 @@ def open_store(url: str, *, migrate: bool = True) -> MemoryStore:
         MemoryBackendUnavailable: an unknown scheme, or a database that cannot be
             opened or reached.
     """
-    scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
-    store: MemoryStore
-    if scheme == "sqlite":
-        from store.memory.sqlite import SqliteMemoryStore
-
-        store = SqliteMemoryStore(url)
-    elif scheme in ("postgresql", "postgres"):
-        from store.memory.postgres import PostgresMemoryStore
-
-        store = PostgresMemoryStore("postgresql" + url[len(url.split(":", 1)[0]) :])
-    else:
-        raise MemoryBackendUnavailable(
-            f"unknown memory database URL scheme {scheme!r} (use sqlite:/// or postgresql://)"
-        )
+    cls = backend(url)
+    if _scheme(url) != "sqlite":  # postgres:// and postgresql+driver:// as postgresql://
+        url = "postgresql" + url[len(url.split(":", 1)[0]) :]
+    store: MemoryStore = cls(url)
     if migrate:
         try:
             store.migrate()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 
 from ulid import ULID
@@ -80,13 +80,21 @@ def rfc3339(t: dt.datetime) -> str:
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+_ANCHOR_FIELDS = ("kind", "geometry", "bbox", "cell", "place", "resolution")
+if tuple(f.name for f in fields(Anchor)) != _ANCHOR_FIELDS:  # anchor_to_dict names them all
+    raise ImportError("Anchor's fields changed: update store.memory.digest.anchor_to_dict")
+
+
 def anchor_to_dict(anchor: Anchor) -> dict[str, Any]:
     """The anchor as a JSON-shaped mapping (``bbox`` as a list of floats)."""
-    d = asdict(anchor)
-    d["geometry"] = _plain(anchor.geometry)
-    d["resolution"] = _plain(anchor.resolution)
-    d["bbox"] = [float(x) for x in anchor.bbox] if anchor.bbox is not None else None
-    return d
+    return {  # the dataclass's fields in order (what ``asdict`` gave), without its deep copy
+        "kind": anchor.kind,
+        "geometry": _plain(anchor.geometry),
+        "bbox": [float(x) for x in anchor.bbox] if anchor.bbox is not None else None,
+        "cell": anchor.cell,
+        "place": anchor.place,
+        "resolution": _plain(anchor.resolution),
+    }
 
 
 def anchor_from_dict(d: Mapping[str, Any]) -> Anchor:

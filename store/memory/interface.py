@@ -2,7 +2,9 @@
 
 Every write is one transaction: the item row(s), the relation rows, the history
 entry (appended to the project's hash chain) and the operation record commit
-together or not at all. A write with an ``operation_id`` already applied in the
+together or not at all (a backend may commit several callers' writes in one
+transaction, each in its own savepoint, answering none before the commit). A
+write with an ``operation_id`` already applied in the
 project returns the stored result (``replayed=True``; nothing written); the same
 ``operation_id`` with a different request digest raises
 :class:`~store.errors.OperationConflict`. Updates name the version they expect

@@ -8,13 +8,17 @@ the "insert unless present" statement, the spatial pre-filter
 (:meth:`~SqlMemoryStore.bbox_condition`) and the full-text ranking
 (:meth:`~SqlMemoryStore.text_match`, :meth:`~SqlMemoryStore.holding`).
 
-A write: one transaction that locks the project's ``projects`` row (its history
-head), replays or rejects a known ``operation_id``, checks versions and
-transitions, writes the item/relation rows and appends the history entries
-(hash-chained, each head signed by ``sign_head``), moves the head and records
-the operation. A concurrent duplicate that slips past the lookup hits the
-unique ``(project, operation_id)`` key; the loser re-reads and returns the
-stored result.
+A write: a job of the group commit (:mod:`store.memory.group`), run in a
+transaction that has locked the project's ``projects`` row (its history head),
+inside its own savepoint: it replays or rejects a known ``operation_id``, checks
+versions and transitions, writes the item/relation rows and appends the history
+entries (hash-chained, each head signed by ``sign_head``) and records the
+operation; the batch moves the heads and commits, then answers. Concurrent
+writes of this process share that transaction; other processes meet at the
+database's lock. A concurrent duplicate that slips past the lookup hits the
+unique ``(project, operation_id)`` key; its savepoint is rolled back and the
+stored result is answered. The statements a write always issues are prepared
+once (:mod:`store.memory.prepared`); SQLAlchemy Core builds the rest.
 
 The transaction bodies and the lifecycle rules are in :mod:`store.memory.writes`.
 """
@@ -52,6 +56,7 @@ from store.memory.codec import (
     token_row,
 )
 from store.memory.digest import content_of, digest_of_content
+from store.memory.group import GroupCommit
 from store.memory.interface import (
     GENESIS_HASH,
     MemoryStore,
@@ -73,7 +78,8 @@ from store.memory.model import (
     Token,
     WriteResult,
 )
-from store.memory.schema import ITEM_COLUMNS, history, item_tags, items, operations, projects
+from store.memory.prepared import Prepared, RawTx
+from store.memory.schema import ITEM_COLUMNS, history, item_tags, items, projects
 from store.memory.schema import relations as relations_t
 from store.memory.schema import tokens as tokens_t
 from store.memory.timeline import StateAsOf
@@ -102,6 +108,11 @@ class SqlMemoryStore(MemoryStore):
         """The SQLAlchemy engine (tests and tools may read it; writes go through the methods)."""
         self.url = url
         """The URL the store was opened with."""
+        dbapi = engine.dialect.loaded_dbapi
+        self._operational = (sa.exc.OperationalError, dbapi.OperationalError)
+        self._prepared = Prepared(engine.dialect, self.insert_ignore(projects), self.row_locks)
+        self.group = GroupCommit(self._batch_tx, (sa.exc.IntegrityError, dbapi.IntegrityError))
+        """This process's group commit of the store's writes (see :mod:`store.memory.group`)."""
 
     # ------------------------------------------------------------------ backend hooks
 
@@ -201,10 +212,10 @@ class SqlMemoryStore(MemoryStore):
     def _unavailable(self) -> Iterator[None]:
         try:
             yield
-        except sa.exc.OperationalError as exc:
+        except self._operational as exc:
             raise MemoryBackendUnavailable(
                 f"memory database {self.engine.url.render_as_string(hide_password=True)} "
-                f"unavailable: {exc.orig}"
+                f"unavailable: {getattr(exc, 'orig', None) or exc}"
             ) from exc
 
     # ------------------------------------------------------------------ the write skeleton
@@ -217,41 +228,20 @@ class SqlMemoryStore(MemoryStore):
         body: writes.WriteBody,
     ) -> WriteResult:
         to_us(meta.at)  # an aware time, or a typed error before anything starts
-        try:
-            with self._unavailable(), self.write_tx() as conn:
-                seq, head_hash = self.lock_head(conn, project)
-                prior = writes.prior_result(conn, project, meta)
-                if prior is not None:
-                    return prior
-                writer = writes.HeadWriter(conn, project, seq, head_hash, meta, sign_head)
-                result = body(conn, writer)
-                if writer.seq != writer.start_seq:
-                    conn.execute(
-                        projects.update()
-                        .where(projects.c.project == project)
-                        .values(head_seq=writer.seq, head_hash=writer.hash)
-                    )
-                if meta.operation_id is not None:
-                    conn.execute(
-                        operations.insert(),
-                        {
-                            "project": project,
-                            "operation_id": meta.operation_id,
-                            "request_digest": meta.request_digest,
-                            "item_id": result.item.id if result.item is not None else None,
-                            "seq": result.entry.seq,
-                            "at": to_us(meta.at),
-                        },
-                    )
-                return result
-        except sa.exc.IntegrityError:
-            if meta.operation_id is None:
-                raise
-            with self.read_tx() as conn:  # a concurrent duplicate won the unique key
-                prior = writes.prior_result(conn, project, meta)
-            if prior is None:
-                raise
-            return prior
+
+        with self._unavailable():
+            job, recover = writes.write_job(project, meta, sign_head, body)
+            return self.group.submit(project, job, recover)
+
+    @contextlib.contextmanager
+    def _batch_tx(self) -> Iterator[RawTx]:
+        """A write transaction with the prepared statements on its cursor (group commit)."""
+        with self.write_tx() as conn:
+            tx = RawTx(conn, self._prepared)
+            try:
+                yield tx
+            finally:
+                tx.close()
 
     def create(
         self,
@@ -548,10 +538,15 @@ class SqlMemoryStore(MemoryStore):
 
     def token_by_hash(self, token_hash: str) -> Token | None:
         """The token with this hash (revoked and expired included), or None."""
-        q = sa.select(tokens_t).where(tokens_t.c.token_hash == token_hash)
-        with self._unavailable(), self.read_tx() as conn:
-            row = conn.execute(q).one_or_none()
-        return token_from_row(row._mapping) if row is not None else None
+        stmt = self._prepared.token  # every authenticated call: prepared, one statement
+        with self._unavailable(), self.engine.connect() as conn:
+            cur = conn.connection.cursor()
+            try:
+                cur.execute(stmt.sql, stmt.params({"token_hash": token_hash}))
+                row = cur.fetchone()
+            finally:
+                cur.close()
+        return token_from_row(self._prepared.token_row(row)) if row is not None else None
 
     def list_tokens(self, project: str | None = None) -> list[Token]:
         """Tokens (of one project, or all), oldest first."""

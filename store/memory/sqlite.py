@@ -1,7 +1,9 @@
 """The embedded backend: one SQLite file (WAL), FTS5 full text, R*Tree place index.
 
 Writers are serialised by ``BEGIN IMMEDIATE`` (the database's write lock, taken
-at the start of every write transaction, waited for up to ``busy_timeout``), so
+at the start of every write transaction, waited for up to ``busy_timeout``;
+one process's concurrent writes share one such transaction, see
+:mod:`store.memory.group`), so
 a read-check-write never loses an update and history seqs never fork; readers
 never block (WAL snapshots). ``synchronous=FULL`` by default: a committed write
 survives a power cut, and the API answers (with its receipt) only after the

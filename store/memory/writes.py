@@ -27,6 +27,7 @@ from store.errors import (
 )
 from store.memory.codec import entry_from_row, item_from_row, item_row, jsonable, to_us
 from store.memory.digest import content_digest, new_item_id, rfc3339
+from store.memory.group import Head, Job
 from store.memory.interface import SignHead, WriteMeta, entry_hash
 from store.memory.model import (
     HistoryEntry,
@@ -35,7 +36,8 @@ from store.memory.model import (
     ProjectHead,
     WriteResult,
 )
-from store.memory.schema import history, item_tags, items, operations, relations
+from store.memory.prepared import RawTx
+from store.memory.schema import history, items, operations, relations
 
 __all__ = [
     "CHANGEABLE",
@@ -48,6 +50,8 @@ __all__ = [
     "load_item",
     "prior_result",
     "relate_body",
+    "stored_result",
+    "write_job",
 ]
 
 TRANSITIONS: Mapping[str, frozenset[str]] = {
@@ -67,14 +71,14 @@ class HeadWriter:
 
     def __init__(
         self,
-        conn: sa.Connection,
+        tx: RawTx,
         project: str,
         seq: int,
         head_hash: str,
         meta: WriteMeta,
         sign_head: SignHead | None,
     ) -> None:
-        self.conn, self.project, self.seq, self.hash = conn, project, seq, head_hash
+        self.tx, self.project, self.seq, self.hash = tx, project, seq, head_hash
         self.meta, self.sign_head = meta, sign_head
         self.start_seq = seq
 
@@ -103,26 +107,36 @@ class HeadWriter:
             "hash": new_hash,
             "head_signature": signature,
         }
-        self.conn.execute(history.insert(), row)
+        self.tx.run(self.tx.p.entry, row)
         self.seq, self.hash = seq, new_hash
         return entry_from_row(row)
 
 
-def prior_result(conn: sa.Connection, project: str, meta: WriteMeta) -> WriteResult | None:
-    """The stored result of ``meta.operation_id`` (replayed), None when it is new."""
+def prior_result(tx: RawTx, project: str, meta: WriteMeta) -> WriteResult | None:
+    """The stored result of ``meta.operation_id`` (replayed), None when it is new.
+
+    Raises:
+        OperationConflict: the operation id was applied with another request digest.
+    """
     if meta.operation_id is None:
         return None
-    op = conn.execute(
-        sa.select(operations).where(
-            operations.c.project == project, operations.c.operation_id == meta.operation_id
-        )
-    ).one_or_none()
-    if op is None:
+    applied, request_digest = tx.operation_digest(project, meta.operation_id)
+    if not applied:
         return None
-    if op.request_digest != meta.request_digest:
+    if request_digest != meta.request_digest:
         raise OperationConflict(
             f"operation_id {meta.operation_id!r} was already applied with another request"
         )
+    return stored_result(tx.conn, project, meta.operation_id)
+
+
+def stored_result(conn: sa.Connection, project: str, operation_id: str) -> WriteResult:
+    """The result an applied operation answered (``replayed=True``)."""
+    op = conn.execute(
+        sa.select(operations).where(
+            operations.c.project == project, operations.c.operation_id == operation_id
+        )
+    ).one()
     entry = conn.execute(
         sa.select(history).where(history.c.project == project, history.c.seq == op.seq)
     ).one()
@@ -132,6 +146,46 @@ def prior_result(conn: sa.Connection, project: str, meta: WriteMeta) -> WriteRes
         entry=entry_from_row(entry._mapping),
         replayed=True,
     )
+
+
+def write_job(
+    project: str, meta: WriteMeta, sign_head: SignHead | None, body: WriteBody
+) -> tuple[Job, Callable[[RawTx, BaseException], WriteResult]]:
+    """The group-commit job of one write, and its recovery from a duplicate operation id.
+
+    The job replays or rejects a known ``operation_id``, runs ``body`` from the
+    project's head and records the operation; it returns the result and the new
+    head. The recovery runs when a concurrent duplicate won the unique
+    ``(project, operation_id)`` key: the stored result, or the original error.
+    """
+
+    def job(tx: RawTx, head: Head) -> tuple[WriteResult, Head]:
+        prior = prior_result(tx, project, meta)
+        if prior is not None:
+            return prior, head
+        writer = HeadWriter(tx, project, *head, meta, sign_head)
+        result = body(tx, writer)
+        if meta.operation_id is not None:
+            tx.run(
+                tx.p.operation,
+                {
+                    "project": project,
+                    "operation_id": meta.operation_id,
+                    "request_digest": meta.request_digest,
+                    "item_id": result.item.id if result.item is not None else None,
+                    "seq": result.entry.seq,
+                    "at": to_us(meta.at),
+                },
+            )
+        return result, (writer.seq, writer.hash)
+
+    def recover(tx: RawTx, exc: BaseException) -> WriteResult:
+        prior = prior_result(tx, project, meta) if meta.operation_id else None
+        if prior is None:
+            raise exc
+        return prior
+
+    return job, recover
 
 
 def item_row_of(conn: sa.Connection, project: str, item_id: str) -> sa.Row[Any] | None:
@@ -150,8 +204,8 @@ def load_item(conn: sa.Connection, project: str, item_id: str) -> MemoryItem:
 # ------------------------------------------------------------------ writes
 
 
-WriteBody = Callable[[sa.Connection, "HeadWriter"], WriteResult]
-"""A write transaction's body: runs on the locked connection, appends through the writer."""
+WriteBody = Callable[[RawTx, "HeadWriter"], WriteResult]
+"""A write transaction's body: runs in the open transaction, appends through the writer."""
 
 
 def create_body(
@@ -164,7 +218,8 @@ def create_body(
 ) -> WriteBody:
     """The transaction body of :meth:`SqlMemoryStore.create`."""
 
-    def body(conn: sa.Connection, w: HeadWriter) -> WriteResult:
+    def body(tx: RawTx, w: HeadWriter) -> WriteResult:
+        conn = tx.conn
         wanted = list(dict.fromkeys(item.related_memory_ids))
         named = [*wanted, *([supersedes[0]] if supersedes else [])]
         rows = (
@@ -221,13 +276,11 @@ def create_body(
             digest_hex=digest_hex,
             supersedes_id=old_id,
         )
-        pk = conn.execute(items.insert().returning(items.c.pk), row).scalar_one()
-        tags = list(dict.fromkeys(item.tags))
-        if tags:
-            conn.execute(
-                item_tags.insert(),
-                [{"item_pk": pk, "tag": t, "project": project} for t in tags],
-            )
+        pk = tx.run(tx.p.item, row).fetchone()[0]
+        tx.run_many(
+            tx.p.tag,
+            [{"item_pk": pk, "tag": t, "project": project} for t in dict.fromkeys(item.tags)],
+        )
         entry = w.append(
             new_id,
             "create",
@@ -236,8 +289,8 @@ def create_body(
         edges = [(old_id, "supersedes")] if old_id else []
         edges += [(dst, "related") for dst in wanted]
         if edges:
-            conn.execute(
-                relations.insert(),
+            tx.run_many(
+                tx.p.relation,
                 [
                     {
                         "project": project,
@@ -266,7 +319,8 @@ def change_body(
 ) -> WriteBody:
     """The transaction body of :meth:`SqlMemoryStore.change`."""
 
-    def body(conn: sa.Connection, w: HeadWriter) -> WriteResult:
+    def body(tx: RawTx, w: HeadWriter) -> WriteResult:
+        conn = tx.conn
         cur = load_item(conn, project, item_id)
         if cur.status == "deleted":
             raise InvalidTransition(f"memory {item_id!r} is deleted: it cannot change")
@@ -311,7 +365,8 @@ def change_body(
 def relate_body(project: str, src_id: str, dst_id: str, kind: str, meta: WriteMeta) -> WriteBody:
     """The transaction body of :meth:`SqlMemoryStore.relate`."""
 
-    def body(conn: sa.Connection, w: HeadWriter) -> WriteResult:
+    def body(tx: RawTx, w: HeadWriter) -> WriteResult:
+        conn = tx.conn
         src = load_item(conn, project, src_id)
         load_item(conn, project, dst_id)
         if src.status == "deleted":
