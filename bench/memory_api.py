@@ -5,9 +5,9 @@ makes it: ``call_primitive(ctx, "memory_create", args, token=...)`` (token check
 validation, place resolution, content digest, the write, a signed receipt) in this
 process, and ``POST /v1/memory_create`` with ``Authorization: Bearer ...`` to the
 real ``earthmem serve`` (one worker, access log off) from keep-alive ``httpx``
-clients, one per writer, made and connected before the clock starts. Each call carries a fresh ``operation_id``. The
-item is a decision-free observation at a lat/lng with no claim and no cube
-evidence, so the data directory needs no cube. :func:`claim_rows` measures
+clients, one per writer, made and connected before the clock starts. Each call
+carries a fresh ``operation_id``. The item is a decision-free observation at a
+lat/lng with no claim and no cube evidence, so the data directory needs no cube. :func:`claim_rows` measures
 apart the write that confirms a claim against the cube (the tiny sample area's
 flood, ``indices.ndwi gt 0`` on its date: corroborated), in process, on the
 area's ingested data directory (built once and cached by
@@ -200,8 +200,11 @@ def _measure(
     durability: str,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    for _ in range(min(10, n)):  # warm-up: connections, schema caches, the server's first calls
+    for _ in range(min(10, n)):  # warm-up: schema caches, the server's first calls
         one(0, 0)
+    # ... and as many writers at once as the widest case, so its first calls do not open the
+    # store's pooled connections (and the server's worker threads) inside the timed window
+    run_writers(_MAX_WRITERS, 1, one)
     for writers in _WRITERS:
         per = max(1, n // writers)
         lat, wall = run_writers(writers, per, one)
