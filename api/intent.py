@@ -133,6 +133,14 @@ INTENTS: dict[str, IntentSpec] = {
             answers="an index over an area for each overpass, with spread, anomaly, trend and chart",
         ),
         IntentSpec(
+            "recall",
+            "recall",
+            needs=("query",),
+            optional=("near", "at", "asOf", "kinds", "limit", "compact"),
+            answers="ranked memory items matching the query, place and time, with verdicts and "
+            "a weak_match flag (needs a read token; full parameter set: earthmem_recall)",
+        ),
+        IntentSpec(
             "read_cell",
             "read_cell",
             needs=("cell",),
@@ -187,14 +195,6 @@ INTENTS: dict[str, IntentSpec] = {
             needs=("answer",),
             optional=("public_key",),
             answers="whether a saved answer's signed receipt checks (a tampered one: false)",
-        ),
-        IntentSpec(
-            "recall",
-            "recall",
-            needs=("query",),
-            optional=("near", "at", "asOf", "kinds", "limit", "compact"),
-            answers="ranked memory items matching the query, place and time, with verdicts and "
-            "a weak_match flag (needs a read token; full parameter set: earthmem_recall)",
         ),
     )
 }

@@ -207,6 +207,13 @@ def test_intent_envelope_for_missing_and_unknown_type(client: TestClient) -> Non
         "ask",
         "area_over_time",
         "recall",
+        "read_cell",
+        "read_area",
+        "locate",
+        "coverage",
+        "compare_same_doy",
+        "fact",
+        "verify_receipt",
     ]
     assert env["intents"]["did_change"]["needs"] == ["cell", "band", "window"]
     assert env["intents"]["area_over_time"]["one_of"] == ["geometry", "bbox", "areas"]
