@@ -113,14 +113,7 @@ def memory_rechecks(context: AssetExecutionContext, store: StoreResource) -> Mat
         context.log.info("no cube yet: nothing to re-check")
         return MaterializeResult(  # the declared check still reports (Dagster requires it)
             metadata={"checked": 0, "note": "no cube yet"},
-            check_results=[
-                AssetCheckResult(
-                    check_name="no_new_stale_memories",
-                    passed=True,
-                    severity=AssetCheckSeverity.WARN,
-                    metadata={"became_stale": 0, "note": "no cube yet: nothing re-checked"},
-                )
-            ],
+            check_results=[_stale_check(0, note="no cube yet: nothing re-checked")],
         )
     except StoreError as exc:
         raise RuntimeError(f"memory re-check failed: {exc}") from exc
@@ -136,14 +129,20 @@ def memory_rechecks(context: AssetExecutionContext, store: StoreResource) -> Mat
             "snapshot_id": outcome["snapshot_id"],
             "stale_items": ", ".join(outcome["became_stale"]) or "-",
         },
-        check_results=[
-            AssetCheckResult(
-                check_name="no_new_stale_memories",
-                passed=outcome["stale"] == 0,
-                severity=AssetCheckSeverity.WARN,
-                metadata={"became_stale": outcome["stale"]},
-            )
-        ],
+        check_results=[_stale_check(outcome["stale"])],
+    )
+
+
+def _stale_check(stale: int, note: str | None = None) -> AssetCheckResult:
+    """``no_new_stale_memories``: passes when the re-check marked no item potentially_stale."""
+    metadata: dict[str, Any] = {"became_stale": stale}
+    if note is not None:
+        metadata["note"] = note
+    return AssetCheckResult(
+        check_name="no_new_stale_memories",
+        passed=stale == 0,
+        severity=AssetCheckSeverity.WARN,
+        metadata=metadata,
     )
 
 
