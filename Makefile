@@ -17,11 +17,16 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 $(BIN)/earthmem: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $(BIN)/earthmem
 
+# Bytecode is compiled once, here, for the installed packages (--compile-bytecode above) and for
+# our own modules (compileall: only what changed). Where PYTHONDONTWRITEBYTECODE is set (as on
+# our CI machines) Python never writes it itself, so without this every process the tests, the
+# ingest and the servers start would compile every module it imports from source again.
 setup: $(BIN)/earthmem  ## create .venv from the lock file
+	$(BIN)/python -m compileall -q -j 0 store pipelines api cli tests bench
 
 run: setup  ## build the demo sample area, ingest it through Dagster, answer example queries
 	$(BIN)/python -m cli.demo --data $(DATA)
