@@ -11,7 +11,8 @@ everything lazily and read-only, and keeps:
   bounded by bytes, keyed by snapshot), so a new snapshot never serves stale
   values. How chunks are found, fetched and decoded is the store's
   (:mod:`store.cube.read`);
-* the k-NN tables (memory-mapped, reopened when their symlink moves);
+* the k-NN tables (memory-mapped, reopened when their symlink moves; on object storage
+  copied into a local cache first, :mod:`store.knn.remote`);
 * through each reader, its snapshot's scene inventory and
   :class:`~store.inventory.OverpassIndex` (fact sources, area overpasses), so an
   answer's overpasses and values come from the one snapshot it names; a new tip
@@ -56,6 +57,7 @@ from store.cube.cache import SingleFlight
 from store.errors import InvalidDate, StoreError
 from store.inventory import OverpassIndex
 from store.knn import KnnTable
+from store.knn.remote import TableSource, table_source
 from store.memory import MEMORY_URL_ENV, default_url, open_store
 from store.memory import backend as memory_backend
 from store.memory.interface import MemoryStore
@@ -179,6 +181,7 @@ class ServiceContext:
         self._tip_checked = 0.0
         self._as_of: OrderedDict[str, CubeReader] = OrderedDict()
         self._tables: dict[str, tuple[str, KnnTable]] = {}
+        self._knn: TableSource | None = None
         self._tables_checked: dict[str, float] = {}
         self.manifest_path: Path | None = (
             Path(manifest_path) if manifest_path is not None else _find_manifest(self.data_dir)
@@ -494,6 +497,7 @@ class ServiceContext:
             ("inventory index", self.overpass_index),
             ("embedder", self.embedder),
             ("memory backend", lambda: memory_backend(self.memory_url)),
+            ("k-NN tables", lambda: self.knn_tables().warm()),
         )
         for name, step in steps:
             try:
@@ -535,16 +539,21 @@ class ServiceContext:
 
     # ------------------------------------------------------------------ k-NN tables
 
-    def knn_root(self) -> Path:
-        """``<data_dir>/knn``."""
-        return self.data_dir / "knn"
+    def knn_tables(self) -> TableSource:
+        """The k-NN tables' source (:func:`store.knn.remote.table_source`)."""
+        if self._knn is None:
+            try:
+                self._knn = table_source(self.data_dir, self.tip_check_seconds)
+            except StoreError as exc:
+                raise from_store_error(exc) from exc
+        return self._knn
 
     def vintages(self) -> list[int]:
         """Years with a ``knn/geotessera/<year>`` table, ascending."""
-        root = self.knn_root() / "geotessera"
-        if not root.is_dir():
-            return []
-        return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
+        try:
+            return self.knn_tables().years()
+        except StoreError as exc:
+            raise from_store_error(exc) from exc
 
     def table(self, name: str) -> KnnTable:
         """Open (memory-mapped, cached) ``knn/geotessera/<year>`` or ``knn/geotessera.multi_year``.
@@ -554,9 +563,8 @@ class ServiceContext:
 
         Raises:
             NotFound: no such table (``no_table``).
-            Unavailable: the table is malformed.
+            Unavailable: the table is malformed, or its copy from object storage failed.
         """
-        directory = self.knn_root() / name
         now = time.monotonic()
         with self._lock:
             cached = self._tables.get(name)
@@ -565,7 +573,11 @@ class ServiceContext:
                 and now - self._tables_checked.get(name, 0.0) < self.tip_check_seconds
             ):
                 return cached[1]
-        if not directory.exists():
+        try:
+            directory = self.knn_tables().directory_of(name)
+        except StoreError as exc:
+            raise from_store_error(exc) from exc
+        if directory is None:
             raise NotFound(f"no k-NN table {name!r} in the store", code="no_table")
         resolved = os.path.realpath(directory)
         if cached is not None and cached[0] == resolved:

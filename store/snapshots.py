@@ -98,8 +98,9 @@ class SnapshotInfo:
 
 OBJECT_STORE_ENV = "EARTHMEM_OBJECT_STORE"
 """The data root on object storage (``s3://bucket/prefix``): when set, the cube is
-``<root>/cube.icechunk`` there. The data directory keeps what must stay local (the signing
-key, the commit lock, the memory database, the k-NN tables)."""
+``<root>/cube.icechunk`` there and the k-NN tables are under ``<root>/knn``
+(:mod:`store.knn.remote`). The data directory keeps what must stay local (the signing
+key, the commit lock, the memory database, the servers' cache of the k-NN tables)."""
 
 
 def object_root() -> str | None:

@@ -1,4 +1,9 @@
-"""Build the k-NN tables (``store.knn``) from the cube's Tessera vintages."""
+"""Build the k-NN tables (``store.knn``) from the cube's Tessera vintages.
+
+Tables are written under ``<data_dir>/knn``; with a data root on object storage each is then
+published there (:func:`store.knn.remote.publish_local`), which is where servers and the
+multi-year build on other machines find them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ import numpy as np
 from pipelines.lattice import LatticeWindow
 from store import address
 from store.cube import CubeReader
+from store.errors import VectorTableError
 from store.knn import KnnTable, write_table
+from store.knn.remote import publish_local, table_source
 from store.tslot import year_slot
 
 __all__ = ["MULTI_YEAR_DIR", "build_multi_year_table", "build_year_table", "table_dir"]
@@ -19,7 +26,11 @@ MULTI_YEAR_DIR = "geotessera.multi_year"
 
 def table_dir(data_dir: str | Path, year: int) -> Path:
     """Directory of one vintage's table."""
-    return Path(data_dir) / "knn" / "geotessera" / str(year)
+    return Path(data_dir) / "knn" / _year_name(year)
+
+
+def _year_name(year: int) -> str:
+    return f"geotessera/{year}"
 
 
 def build_year_table(data_dir: str | Path, window: LatticeWindow, year: int) -> int:
@@ -41,6 +52,7 @@ def build_year_table(data_dir: str | Path, window: LatticeWindow, year: int) -> 
         {"band": "geotessera", "tslot": slot, "vintage": year, "snapshot_id": reader.snapshot_id},
         replace=True,
     )
+    publish_local(data_dir, _year_name(year))
     return int(cells.size)
 
 
@@ -51,11 +63,16 @@ def build_multi_year_table(data_dir: str | Path) -> tuple[int, list[int]]:
     concatenation, so every year weighs the same in the cosine (the cosine of
     the concatenation is the mean of per-year cosines, up to int8 rounding).
     """
-    root = Path(data_dir) / "knn" / "geotessera"
-    years = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit()) if root.exists() else []
+    source = table_source(data_dir)  # the vintages of every machine when on object storage
+    years = source.years()
     if not years:
         return 0, []
-    tables = [KnnTable.open(root / str(y)) for y in years]
+    tables = []
+    for y in years:
+        directory = source.directory_of(_year_name(y))
+        if directory is None:  # removed since the listing
+            raise VectorTableError(f"k-NN table {_year_name(y)} vanished while building")
+        tables.append(KnnTable.open(directory))
     kept = [
         (y, t) for y, t in zip(years, tables, strict=True) if t.n > 0
     ]  # an empty vintage would empty the intersection
@@ -84,4 +101,5 @@ def build_multi_year_table(data_dir: str | Path) -> tuple[int, list[int]]:
         },
         replace=True,
     )
+    publish_local(data_dir, MULTI_YEAR_DIR)
     return int(common.size), years

@@ -12,6 +12,8 @@ Modules, in import order (each imports only the ones before it):
   scans that never hold the table resident (the directory layout is there).
 * :mod:`store.knn.write`: :func:`write_table` (atomic symlink swap) and
   :func:`upgrade_table`.
+* :mod:`store.knn.remote`: the tables on an object-storage data root (published
+  after writing) and a server's local cache of them.
 """
 
 from __future__ import annotations

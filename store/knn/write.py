@@ -17,6 +17,7 @@ import re
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from store.knn.scan import calibrate_rerank_multiple
 from store.knn.table import KnnTable
 from store.leftovers import writing
 
-__all__ = ["FORMAT", "table_leftovers", "upgrade_table", "write_table"]
+__all__ = ["FORMAT", "install_version", "table_leftovers", "upgrade_table", "write_table"]
 
 FORMAT = "earthmem.knn/1"
 """Format tag written into ``meta.json``."""
@@ -181,7 +182,6 @@ def _publish(
     path: Path, arrays: dict[str, np.ndarray], full_meta: dict[str, Any], digest: str, replace: bool
 ) -> None:
     """Write the version folder and swap the name onto it (see :func:`write_table`)."""
-    parent = path.parent
     if path.exists() or path.is_symlink():
         if not path.is_symlink():
             raise VectorTableError(f"{path} exists and is not a table written by write_table")
@@ -190,10 +190,8 @@ def _publish(
             return
         if not replace:
             raise VectorTableError(f"{path} holds a different table (pass replace=True)")
-    version = parent / f".{path.name}@{digest[:16]}-{uuid.uuid4().hex[:8]}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; tables are read by the server
-    try:
+
+    def fill(tmp: Path) -> None:
         for name, arr in arrays.items():
             with open(tmp / f"{name}.npy", "wb") as f:
                 np.save(f, arr)
@@ -203,6 +201,31 @@ def _publish(
             json.dump(full_meta, f, indent=2, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
+
+    _install(path, digest, fill)
+
+
+def install_version(path: Path, digest: str, fill: Callable[[Path], None]) -> None:
+    """Swap the table name ``path`` onto a new version folder that ``fill`` writes.
+
+    The layout :func:`write_table` writes, for tables that arrive already made (a server's
+    cache of the tables on object storage, :mod:`store.knn.remote`): ``fill`` writes the
+    files into an empty hidden temporary folder (fsyncing each), which is renamed to
+    ``.<name>@<digest>-<uuid>``; then the name is pointed at it by one atomic symlink rename
+    and the version it pointed at before is removed (open memory maps stay valid). A
+    ``fill`` that raises leaves nothing behind and the name where it was.
+    """
+    with writing(path.parent, table_leftovers):
+        _install(path, digest, fill)
+
+
+def _install(path: Path, digest: str, fill: Callable[[Path], None]) -> None:
+    parent = path.parent
+    version = parent / f".{path.name}@{digest[:16]}-{uuid.uuid4().hex[:8]}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; tables are read by the server
+    try:
+        fill(tmp)
         _fsync_dir(tmp)
         os.rename(tmp, version)
         old_target = Path(os.path.realpath(path)) if path.is_symlink() else None
