@@ -10,8 +10,10 @@ and per case type, plus how many hidden items (superseded, or written after
 is also run with that setting removed (without the vector lane).
 
 Latency: p50 / p95 of recall (paired in rounds with the fts lane on the same
-query) on stores bulk-loaded with the set plus filler (not through the API:
-:func:`bench.recall_set.load.bulk_load`; SQLite stores cached under
+query) on stores bulk-loaded with the set plus filler and their history (not
+through the API: :func:`bench.recall_set.load.bulk_load`; ``asOf: "@phase1"`` is the
+load's instant before the set's corrections, judged from the history of every
+candidate as for a written store; SQLite stores cached under
 ``bench/.cache``, PostgreSQL loaded from them into a server the bench starts):
 10^4 and 10^5 items on SQLite and PostgreSQL by default, 10^6 on SQLite with
 ``--large``. When the dispatch room has no ``recall``, every recall column says
@@ -250,6 +252,7 @@ def _latency_rows(
     budget_s: float,
     tmp: Path,
     ids: Mapping[str, str],
+    phase1_at: str,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     notes: list[str] = []
     qs = rset.queries
@@ -264,7 +267,10 @@ def _latency_rows(
     def fts(i: int) -> None:
         store.search_text(BULK_PROJECT, qs[i % len(qs)]["query"], limit=10)
 
-    data = f"{n:,} items (bulk-loaded), {len(qs)} set queries cycled, limit 10"
+    data = (
+        f"{n:,} items (bulk-loaded, with their history), {len(qs)} set queries cycled, limit 10; "
+        "asOf @phase1 = the bulk load's instant before the corrections"
+    )
     missing = recall_missing()
     rows: list[dict[str, Any]] = []
     sqlite_target = backend == "sqlite"
@@ -284,7 +290,7 @@ def _latency_rows(
 
         def rec(i: int) -> None:
             q = qs[i % len(qs)]
-            call_primitive(ctx, "recall", recall_body(q, "2100-01-01T00:00:00Z"), token=token)
+            call_primitive(ctx, "recall", recall_body(q, phase1_at), token=token)
 
         def both(i: int) -> None:
             rec(i)
@@ -367,7 +373,7 @@ def latency(
     missing = recall_missing()
     if missing is not None:
         notes.append(f"{missing}: latency rows measure the fts lane (store search_text) alone")
-    cached: dict[int, tuple[str, dict[str, str]]] = {}
+    cached: dict[int, tuple[str, dict[str, str], str]] = {}
     for n in sizes:
         t0 = time.perf_counter()
         cached[n] = cached_sqlite(rset, n, CACHE_DIR)
@@ -375,11 +381,11 @@ def latency(
         _log(
             f"sqlite store of {n:,} items ready in {loads[f'sqlite_{n}_s']:.1f} s (cached after the first build)"
         )
-        url, ids = cached[n]
+        url, ids, phase1_at = cached[n]
         store = SqliteMemoryStore(url)
         try:
             r, nt = _latency_rows(
-                "sqlite", n, store, url, rset, calls, budget_s, tmp / f"sqlite{n}", ids
+                "sqlite", n, store, url, rset, calls, budget_s, tmp / f"sqlite{n}", ids, phase1_at
             )
         finally:
             store.close()
@@ -396,7 +402,7 @@ def latency(
         return rows, notes, loads
     try:
         for n in sizes:
-            url, ids = cached[n]
+            url, ids, phase1_at = cached[n]
             dst_url = server.create_database("recall")
             dst = open_store(dst_url)
             src = SqliteMemoryStore(url)
@@ -409,7 +415,16 @@ def latency(
                     f"postgresql store of {n:,} items loaded in {loads[f'postgresql_{n}_s']:.1f} s"
                 )
                 r, nt = _latency_rows(
-                    "postgresql", n, dst, dst_url, rset, calls, budget_s, tmp / f"pg{n}", ids
+                    "postgresql",
+                    n,
+                    dst,
+                    dst_url,
+                    rset,
+                    calls,
+                    budget_s,
+                    tmp / f"pg{n}",
+                    ids,
+                    phase1_at,
                 )
                 rows += r
                 notes += nt

@@ -2,7 +2,8 @@
 
 * ``fts`` — the store's own full-text ranking (SQLite FTS5 bm25, PostgreSQL ts_rank)
   over title, statement, details and tags, for the query's content words
-  (:func:`api.recall.text.content_words`; OR semantics, ranked by the database).
+  (:func:`api.recall.text.content_words`; OR semantics, ranked by the database);
+  it reads its hits' briefs, which the lanes expanding from text hits reuse.
 * ``place`` — items whose anchor box lies within ``near.radius_m`` of the ``near``
   point (the R*Tree / GiST box pre-filter, then the exact distance to the box),
   scored ``1 - distance / radius``; without ``near``, the anchor item's own place
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from api.recall.lanes import LaneHits, NearPoint, RecallQuery
 from api.recall.text import content_words
-from store.memory.model import Anchor, MemoryItem
+from store.memory.model import Anchor, ItemBrief, MemoryItem
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -80,13 +81,14 @@ def fts_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneHit
     if not words:
         return LaneHits("fts", {}, 0, _ms(t0), ran=True, note="no content words to search")
     hits = store.search_text(q.project, " ".join(words), limit=q.candidates, where=q.where)
-    return LaneHits("fts", dict(hits), len(hits), _ms(t0))
+    briefs = {b.id: b for b in store.get_briefs(q.project, [i for i, _ in hits])}
+    return LaneHits("fts", dict(hits), len(hits), _ms(t0), items=briefs)
 
 
 def _place_point(store: MemoryStore, q: RecallQuery) -> NearPoint | None:
     if q.near is not None:
         return q.near
-    for item in store.get_many(q.project, list(q.anchor_ids[:1])):
+    for item in store.get_briefs(q.project, list(q.anchor_ids[:1])):
         if item.anchor.bbox is not None:
             s, w, n, e = item.anchor.bbox
             return NearPoint((s + n) / 2, (w + e) / 2, ANCHOR_PLACE_RADIUS_M)
@@ -100,7 +102,7 @@ def place_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneH
     if point is None:
         return LaneHits("place", {}, 0, _ms(t0), ran=False, note="no near point or anchor place")
     where = dataclasses.replace(q.where, bbox=box_around(point.lat, point.lng, point.radius_m))
-    page = store.list_items(q.project, where, limit=q.candidates)
+    page = store.list_briefs(q.project, where, limit=q.candidates)
     scores: dict[str, float] = {}
     read = {}
     for item in page.items:
@@ -112,7 +114,7 @@ def place_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneH
     return LaneHits("place", scores, len(page.items), _ms(t0), note=note, items=read)
 
 
-def valid_time_score(item: MemoryItem, at: dt.datetime) -> float | None:
+def valid_time_score(item: MemoryItem | ItemBrief, at: dt.datetime) -> float | None:
     """The time lane's score of an item: ``1 / (1 + days)`` between its valid time and ``at``
     (0 days when it covers ``at``; an open end is unbounded); None without a valid time."""
     start, end = item.valid_from, item.valid_to

@@ -2,7 +2,8 @@
 
 1. The lanes of :data:`LANES` run in order (``fts`` first: its top hits seed the
    lanes that expand from text hits).
-2. The union of their candidates is read once, and what the query may not see is
+2. The union of their candidates is read once as briefs (no item body decoded:
+   :class:`~store.memory.model.ItemBrief`), and what the query may not see is
    dropped: the anchor item itself (the caller holds it), another kind or scope (``personal``: the caller's own items only), a
    confidence under ``minConfidence``, outside ``near``'s radius, written after
    ``asOf``, or a status not recalled. Under ``asOf`` an item's status is the one it
@@ -18,7 +19,9 @@
    :data:`WEIGHTS` and divided by the weight of the lanes that proposed anything, so
    the fused score is in [0, 1]. ``rrf``: ``sum 1 / (60 + rank)`` over the lanes.
    Ties: higher importance, then newer id.
-4. After ranking, ``source`` and ``hasPrimarySource`` filter (survivors keep their order).
+4. After ranking, ``source`` and ``hasPrimarySource`` filter (survivors keep their order),
+   and the whole items of the hits kept (at most ``limit``) are read, with their status
+   as of ``asOf``.
 5. ``weak_match``: nothing matched well — no hits; or the query has content words and
    the top hit covers under :data:`WEAK_COVERAGE` of them (by text) while no structural
    lane (``place``, ``graph`` from an anchor) vouches for it; or, under weighted fusion,
@@ -46,7 +49,7 @@ from api.recall.names import name_lane
 from api.recall.parse import SCOPE_KINDS, RecallPlan
 from api.recall.text import content_words, coverage, item_words
 from api.recall.vector import vector_lane
-from store.memory.model import MemoryItem
+from store.memory.model import ItemBrief, MemoryItem
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -95,6 +98,8 @@ WEAK_FUSED = 0.2
 PRIMARY_EVIDENCE = frozenset({"fact", "scene", "answer"})
 """Evidence kinds that are primary sources (a cube fact, a scene, a verified signed answer)."""
 _SEEDS = 5
+_PRIMARY_STEP = 50
+"""Briefs whose whole items are read at a time while ``hasPrimarySource`` filters."""
 
 
 @dataclass(frozen=True)
@@ -132,45 +137,67 @@ def _run_lanes(
         out.append(hits)
         if hits.lane == "fts" and hits.ran:
             ranked = tuple(sorted(hits.scores, key=lambda i: -hits.scores[i]))
-            q = dataclasses.replace(q, seed_ids=q.seed_ids or ranked[:_SEEDS], text_ids=ranked)
+            q = dataclasses.replace(
+                q, seed_ids=q.seed_ids or ranked[:_SEEDS], text_ids=ranked, text_briefs=hits.items
+            )
     return out
 
 
 def _visible(
-    store: MemoryStore, plan: RecallPlan, ids: list[str], read: Mapping[str, MemoryItem]
-) -> dict[str, MemoryItem]:
+    store: MemoryStore, plan: RecallPlan, ids: list[str], read: Mapping[str, ItemBrief]
+) -> dict[str, ItemBrief]:
     q = plan.query
-    fetched = {i.id: i for i in store.get_many(q.project, [i for i in ids if i not in read])}
-    items = [it for i in ids if (it := read.get(i) or fetched.get(i)) is not None]
+    fetched = {b.id: b for b in store.get_briefs(q.project, [i for i in ids if i not in read])}
+    briefs = [b for i in ids if (b := read.get(i) or fetched.get(i)) is not None]
     if q.as_of is not None:
-        states = store.states_as_of(q.project, [i.id for i in items], q.as_of)
-        items = [
-            dataclasses.replace(i, status=s.status, superseded_by=s.superseded_by)
-            for i in items
-            if (s := states.get(i.id)) is not None
+        states = store.states_as_of(q.project, [b.id for b in briefs], q.as_of)
+        briefs = [
+            dataclasses.replace(b, status=s.status, superseded_by=s.superseded_by)
+            for b in briefs
+            if (s := states.get(b.id)) is not None
         ]
     kinds = set(q.where.types)
     scope_kinds = {k for s in plan.scopes if s != "personal" for k in SCOPE_KINDS[s]}
-    out: dict[str, MemoryItem] = {}
-    for item in items:
-        if item.id in q.anchor_ids:
+    out: dict[str, ItemBrief] = {}
+    for b in briefs:
+        if b.id in q.anchor_ids:
             continue
-        if item.status not in plan.statuses or (kinds and item.type not in kinds):
+        if b.status not in plan.statuses or (kinds and b.type not in kinds):
             continue
-        sk = str(item.scope.get("kind", "project"))
-        personal = sk == "user" and "personal" in plan.scopes and item.actor == plan.actor
-        if not (sk in scope_kinds or personal) or item.confidence < plan.min_confidence:
+        sk = b.scope_kind or "project"
+        personal = sk == "user" and "personal" in plan.scopes and b.actor == plan.actor
+        if not (sk in scope_kinds or personal) or b.confidence < plan.min_confidence:
             continue
         if q.near is not None:
-            d = anchor_distance_m(item.anchor, q.near.lat, q.near.lng)
+            d = anchor_distance_m(b.anchor, q.near.lat, q.near.lng)
             if d is None or d > q.near.radius_m:
                 continue
-        out[item.id] = item
+        out[b.id] = b
+    return out
+
+
+def _whole(
+    store: MemoryStore, project: str, ranked: Sequence[ItemBrief], limit: int, primary: bool
+) -> list[MemoryItem]:
+    """The whole items of the best ``limit`` briefs (with ``primary``: of those whose evidence
+    holds a primary source), best first, each with its brief's status (as of ``asOf``)."""
+    out: list[MemoryItem] = []
+    step = limit if not primary else max(limit, _PRIMARY_STEP)
+    for start in range(0, len(ranked), step):
+        chunk = ranked[start : start + step]
+        whole = {i.id: i for i in store.get_many(project, [b.id for b in chunk])}
+        for b in chunk:
+            item = whole.get(b.id)
+            if item is None or (primary and not _primary(item)):
+                continue
+            out.append(dataclasses.replace(item, status=b.status, superseded_by=b.superseded_by))
+            if len(out) >= limit:
+                return out
     return out
 
 
 def _complete(
-    results: list[LaneHits], visible: Mapping[str, MemoryItem], q: RecallQuery
+    results: list[LaneHits], visible: Mapping[str, ItemBrief], q: RecallQuery
 ) -> list[LaneHits]:
     """Give every visible candidate its score in the place lane (under ``near``: its distance)
     and in the time lane (under ``at``: its valid time's distance); those lanes' own
@@ -195,7 +222,7 @@ def _complete(
 
 
 def _fuse(
-    results: Sequence[LaneHits], visible: Mapping[str, MemoryItem], fusion: str
+    results: Sequence[LaneHits], visible: Mapping[str, ItemBrief], fusion: str
 ) -> dict[str, dict[str, float]]:
     parts: dict[str, dict[str, float]] = {i: {} for i in visible}
     for lane in results:
@@ -242,17 +269,13 @@ def recall_items(
         visible.values(),
         key=lambda it: (-fused(it.id), -it.importance, _neg(it.id)),
     )
-    hits = [Hit(it, round(fused(it.id), 6), parts[it.id]) for it in ranked]
     if plan.sources:
-        hits = [
-            h for h in hits if h.item.asserted_by in plan.sources or h.item.actor in plan.sources
-        ]
-    if plan.has_primary_source:
-        hits = [h for h in hits if _primary(h.item)]
-    hits = hits[: plan.limit]
+        ranked = [b for b in ranked if b.asserted_by in plan.sources or b.actor in plan.sources]
+    whole = _whole(store, q.project, ranked, plan.limit, plan.has_primary_source)
+    hits = [Hit(it, round(fused(it.id), 6), parts[it.id]) for it in whole]
     words = content_words(q.text)
     weak = _weak(hits, words, fusion, bool(q.anchor_ids))
-    if q.anchor_ids and not store.get_many(q.project, list(q.anchor_ids)):
+    if q.anchor_ids and not store.get_briefs(q.project, list(q.anchor_ids)):
         notes.append("anchor names no item of this project: the graph walk found nothing")
     contributed = tuple(r.lane for r in results if r.lane in proposed)
     return Recalled(

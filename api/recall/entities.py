@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +44,7 @@ from shapely.ops import nearest_points
 from api.places import Place, normalise_name
 from api.places.sources import geonames_index
 from api.queries.locate import manifest_features
-from store.memory.model import ItemFilter, MemoryItem
+from store.memory.model import ItemBrief, ItemFilter, MemoryItem
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -60,6 +60,7 @@ __all__ = [
     "Entity",
     "EntityLink",
     "anchor_point",
+    "briefs_at",
     "distance_m",
     "entities_within",
     "entity_for_place",
@@ -90,6 +91,9 @@ _EARTH_M = 6_371_008.8
 _PAGE = 500
 
 Source = Literal["feature", "place"]
+_Read = TypeVar("_Read", MemoryItem, ItemBrief)
+_Page = tuple[Sequence[_Read], str | None]
+"""A page of a listing: its items (or briefs) and the next cursor."""
 LinkHow = Literal["anchor", "contains", "nearest"]
 
 
@@ -332,7 +336,7 @@ def _feature_distance(f: _Feature, here: Point, lat: float) -> float:
 # --------------------------------------------------------------------------- links
 
 
-def anchor_point(item: MemoryItem) -> tuple[float, float] | None:
+def anchor_point(item: MemoryItem | ItemBrief) -> tuple[float, float] | None:
     """``(lat, lng)`` of an item's anchor: its point, or its area's representative point."""
     anchor = item.anchor
     if anchor.kind == "none" or anchor.geometry is None:
@@ -350,7 +354,7 @@ def anchor_point(item: MemoryItem) -> tuple[float, float] | None:
     return p.y, p.x
 
 
-def _resolved_place_id(item: MemoryItem) -> str | None:
+def _resolved_place_id(item: MemoryItem | ItemBrief) -> str | None:
     res = item.anchor.resolution
     place = res.get("place") if isinstance(res, Mapping) else None
     pid = place.get("id") if isinstance(place, Mapping) else None
@@ -391,7 +395,7 @@ def _compute_feature_link(ctx: ServiceContext, here: Point, lat: float) -> tuple
 
 
 def links_of(
-    ctx: ServiceContext, item: MemoryItem, only: Source | None = None
+    ctx: ServiceContext, item: MemoryItem | ItemBrief, only: Source | None = None
 ) -> tuple[EntityLink, ...]:
     """The entities an item links to (see the module doc for the rules).
 
@@ -454,23 +458,55 @@ def items_at(
     Returns:
         ``([(item, link)], truncated)``: truncated when the scan stopped at ``max_scan``.
     """
+
+    def page(flt: ItemFilter, limit: int, cursor: str | None) -> _Page[MemoryItem]:
+        got = store.list_items(project, flt, limit=limit, cursor=cursor)
+        return got.items, got.next_cursor
+
+    return _linked(ctx, page, entity, where, max_scan)
+
+
+def briefs_at(
+    ctx: ServiceContext,
+    store: MemoryStore,
+    project: str,
+    entity: Entity,
+    where: ItemFilter | None = None,
+    *,
+    max_scan: int = MAX_SCAN_ITEMS,
+) -> tuple[list[tuple[ItemBrief, EntityLink]], bool]:
+    """:func:`items_at` as item briefs (recall's name lane ranks them)."""
+
+    def page(flt: ItemFilter, limit: int, cursor: str | None) -> _Page[ItemBrief]:
+        got = store.list_briefs(project, flt, limit=limit, cursor=cursor)
+        return got.items, got.next_cursor
+
+    return _linked(ctx, page, entity, where, max_scan)
+
+
+def _linked(
+    ctx: ServiceContext,
+    page_of: Callable[[ItemFilter, int, str | None], _Page[_Read]],
+    entity: Entity,
+    where: ItemFilter | None,
+    max_scan: int,
+) -> tuple[list[tuple[_Read, EntityLink]], bool]:
     base = where or ItemFilter()
     box = _intersect(_search_box(entity), base.bbox)
     if box is None:
         return [], False
     flt = replace(base, bbox=box)
-    out: list[tuple[MemoryItem, EntityLink]] = []
+    out: list[tuple[_Read, EntityLink]] = []
     seen = 0
     cursor: str | None = None
     while True:
-        page = store.list_items(project, flt, limit=min(_PAGE, max_scan - seen), cursor=cursor)
-        for item in page.items:
+        found, cursor = page_of(flt, min(_PAGE, max_scan - seen), cursor)
+        for item in found:
             links = links_of(ctx, item, entity.source)
             link = next((lk for lk in links if lk.entity_id == entity.id), None)
             if link is not None:
                 out.append((item, link))
-        seen += len(page.items)
-        cursor = page.next_cursor
+        seen += len(found)
         if cursor is None:
             return out, False
         if seen >= max_scan:

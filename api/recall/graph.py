@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from api.recall.lanes import LaneHits, RecallQuery
-from store.memory.model import RELATION_KINDS, MemoryItem
+from store.memory.model import RELATION_KINDS, ItemBrief
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -56,14 +56,19 @@ def _walk(store: MemoryStore, q: RecallQuery) -> tuple[dict[str, float], int]:
 
 
 def _shared_places(
-    store: MemoryStore, q: RecallQuery, read: dict[str, MemoryItem]
+    store: MemoryStore, q: RecallQuery, read: dict[str, ItemBrief]
 ) -> tuple[dict[str, float], int]:
     scores: dict[str, float] = {}
     looked = 0
-    seeds = [i for i in store.get_many(q.project, list(q.seed_ids[:SEEDS])) if i.anchor.bbox]
+    wanted = list(q.seed_ids[:SEEDS])
+    if all(i in q.text_briefs for i in wanted):
+        briefs = [q.text_briefs[i] for i in wanted]
+    else:
+        briefs = store.get_briefs(q.project, wanted)
+    seeds = [i for i in briefs if i.anchor.bbox]
     boxes = {s.anchor.bbox: {x.id for x in seeds if x.anchor.bbox == s.anchor.bbox} for s in seeds}
     for box, own in boxes.items():  # seeds at the same place: one read
-        page = store.list_items(q.project, dataclasses.replace(q.where, bbox=box), limit=_PER_SEED)
+        page = store.list_briefs(q.project, dataclasses.replace(q.where, bbox=box), limit=_PER_SEED)
         looked += len(page.items)
         for item in page.items:
             if own - {item.id}:  # another seed is at this place
@@ -80,7 +85,7 @@ def graph_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneH
     if not q.anchor_ids and not q.seed_ids:
         return LaneHits("graph", {}, 0, 0.0, ran=False, note="no anchor and no text hits")
     walked, n1 = _walk(store, q) if q.anchor_ids else ({}, 0)
-    read: dict[str, MemoryItem] = {}
+    read: dict[str, ItemBrief] = {}
     shared, n2 = _shared_places(store, q, read) if q.seed_ids else ({}, 0)
     scores = {**shared, **walked}  # a relation hop outranks a shared place
     for i, s in shared.items():

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from store.memory.model import ItemFilter, MemoryItem
+from store.memory.model import ItemBrief, ItemFilter
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -66,6 +66,9 @@ class RecallQuery:
     text_ids: tuple[str, ...] | None = None
     """The fts lane's hits, best first, once it ran (None before: a lane that wants
     text candidates then searches itself)."""
+    text_briefs: Mapping[str, ItemBrief] = field(default_factory=dict)
+    """The briefs of the fts lane's hits, by id, once it ran (lanes that expand from them
+    read them here instead of from the store)."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +85,9 @@ class LaneHits:
     ran: bool = True
     note: str | None = None
     """Why the lane did not run or ran degraded."""
-    items: Mapping[str, MemoryItem] = field(default_factory=dict)
-    """Candidates the lane read whole, by id (as stored now): the engine reads only the
-    others again."""
+    items: Mapping[str, ItemBrief] = field(default_factory=dict)
+    """Briefs of candidates the lane read, by id (as stored now): the engine reads only the
+    others' (it reads whole items for the hits it returns)."""
 
 
 Lane = Callable[["ServiceContext", "MemoryStore", RecallQuery], LaneHits]

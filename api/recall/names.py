@@ -39,13 +39,13 @@ from api.errors import ApiError
 from api.places import MAX_TEXT_CHARS, normalise_name
 from api.recall.entities import (
     Entity,
+    briefs_at,
     entity_for_place,
     feature_entities,
-    items_at,
 )
 from api.recall.lanes import LaneHits, RecallQuery
 from store.errors import StoreError
-from store.memory.model import MemoryItem
+from store.memory.model import ItemBrief
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -332,13 +332,17 @@ def match_entities(ctx: ServiceContext, text: str) -> list[EntityMatch]:
 
 
 def _title_scores(
-    store: MemoryStore, q: RecallQuery, norm_text: str, read: dict[str, MemoryItem]
+    store: MemoryStore, q: RecallQuery, norm_text: str, read: dict[str, ItemBrief]
 ) -> tuple[dict[str, float], int]:
     ids = q.text_ids
     if ids is None:
         hits = store.search_text(q.project, q.text, limit=TITLE_CANDIDATES, where=q.where)
         ids = tuple(i for i, _ in hits)
-    items = store.get_many(q.project, list(ids[:TITLE_CANDIDATES]))
+    wanted = list(ids[:TITLE_CANDIDATES])
+    if all(i in q.text_briefs for i in wanted):
+        items = [q.text_briefs[i] for i in wanted]
+    else:
+        items = store.get_briefs(q.project, wanted)
     out: dict[str, float] = {}
     for item in items:
         ratio = fuzz.token_set_ratio(" ".join(_words(item.title)), norm_text)
@@ -355,11 +359,11 @@ def name_lane(ctx: ServiceContext, store: MemoryStore, q: RecallQuery) -> LaneHi
     scores: dict[str, float] = {}
     looked = 0
     notes: list[str] = []
-    read: dict[str, MemoryItem] = {}
+    read: dict[str, ItemBrief] = {}
     try:
         matches = match_entities(ctx, q.text)[:MAX_MATCHED_ENTITIES]
         for m in matches:
-            linked, truncated = items_at(
+            linked, truncated = briefs_at(
                 ctx, store, q.project, m.entity, q.where, max_scan=NAME_SCAN * q.candidates
             )
             looked += len(linked)

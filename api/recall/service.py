@@ -3,7 +3,8 @@
 The call is checked and resolved (:mod:`api.recall.parse`), the lanes run and their
 scores are fused (:mod:`api.recall.engine`), and the hits are shaped
 (:mod:`api.recall.payload`). The receipt names the memory state read (the project's
-history head, read before the lanes run) as cube answers name their snapshot; its
+history head, read in the same read transaction as the lanes: one snapshot) as cube
+answers name their snapshot; its
 cells are the hits' anchor cells and its fact ids the facts the hits cite. Recall
 never writes.
 """
@@ -71,9 +72,10 @@ def recall(ctx: ServiceContext, args: RecallIn, caller: Caller) -> RecallAnswer:
     t0 = time.perf_counter()
     store = ctx.memory()
     try:
-        head = store.head(caller.project)  # the state read, before any lane runs
-        plan = plan_recall(ctx, store, args, caller)
-        found = recall_items(ctx, store, plan, LANES)
+        with store.reading():  # one snapshot: the head the receipt names is what the lanes read
+            head = store.head(caller.project)
+            plan = plan_recall(ctx, store, args, caller)
+            found = recall_items(ctx, store, plan, LANES)
     except StoreError as exc:
         raise from_store_error(exc) from exc
     notes = [*plan.notes, *found.notes]

@@ -8,16 +8,22 @@
   {place: "Kanke Lake"}`` resolves as it does for a user). Between the phases it
   records the instant the set's ``asOf: "@phase1"`` stands for. The context's
   write rate limit is lifted (the bench measures ranking, not the limiter).
-* :func:`bulk_load` — not through the API: the ``items``, ``item_tags`` and
-  ``relations`` rows (:func:`store.memory.codec.item_row`, real content digests)
-  inserted with SQLAlchemy Core in one transaction. The search structures stay in
-  sync as they do for every write: SQLite's FTS5 and R*Tree through the
-  migration's ``AFTER INSERT`` triggers, PostgreSQL's ``items.search`` as a
-  generated column (GIN) and the GiST box index. Bulk-loaded items have no
-  history entries (no write happened through the API), so the project's head
-  stays at genesis.
+* :func:`bulk_load` — not through the API: the ``items``, ``item_tags``,
+  ``relations`` and ``history`` rows (:func:`store.memory.codec.item_row`, real
+  content digests; the history entries the write path appends — a ``create`` per
+  item, a ``supersede`` before the correction that replaces one — hash-chained
+  with :func:`store.memory.interface.entry_hash`, and the project's head) inserted
+  with SQLAlchemy Core in one transaction. So ``asOf`` reads the same history a
+  written store has. The search structures stay in sync as they do for every
+  write: SQLite's FTS5 and R*Tree through the migration's ``AFTER INSERT``
+  triggers, PostgreSQL's ``items.search`` as a generated column (GIN) and the
+  GiST box index. It records the instant before the first phase-2 record (what
+  ``@phase1`` means for the bulk store).
 * :func:`filler` — deterministic extra observations (the set's templates at
-  invented places outside the demo area, 2019–2025) to grow a store to 10^4..10^6.
+  invented places outside the demo area, 2019–2025) to grow a store to 10^4..10^6;
+  :func:`set_and_filler` writes them after the set's phase 1 and before its phase
+  2, so ``asOf: "@phase1"`` hides the corrections only and is judged from the
+  history of every candidate.
 """
 
 from __future__ import annotations
@@ -31,19 +37,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from bench.recall_set.generate import SET_PATH, demo_features, read_set
 from bench.recall_set.vocab import TOPICS
 from store import address
-from store.memory.codec import item_row
-from store.memory.digest import content_digest, new_item_id
+from store.memory.codec import item_row, jsonable, to_us
+from store.memory.digest import content_of, digest_of_content, new_item_id, rfc3339
+from store.memory.interface import GENESIS_HASH, entry_hash
 from store.memory.model import Anchor, NewItem
-from store.memory.schema import item_tags, items, relations
+from store.memory.schema import history, item_tags, items, projects, relations
 from store.memory.sql import SqlMemoryStore
 
 __all__ = [
     "BULK_PROJECT",
     "CREATE_FIELDS",
     "ApiLoad",
+    "BulkLoad",
     "RecallSet",
     "bulk_load",
     "cached_sqlite",
@@ -239,44 +249,96 @@ def _batches(it: Iterable[dict[str, Any]], n: int) -> Iterator[list[dict[str, An
         yield batch
 
 
-def bulk_load(
-    store: SqlMemoryStore, project: str, records: Iterable[dict[str, Any]]
-) -> dict[str, str]:
+@dataclass(frozen=True)
+class BulkLoad:
+    """What :func:`bulk_load` wrote."""
+
+    ids: dict[str, str]
+    """Record key -> item id."""
+    phase1_at: str
+    """RFC 3339 instant after the last record before the first phase-2 record (after every
+    record when there is none): what the set's ``asOf: "@phase1"`` stands for."""
+
+
+class _Chain:
+    """History entries as the write path appends them (seq, hash chain), for bulk rows."""
+
+    def __init__(self, project: str) -> None:
+        self.project, self.seq, self.hash = project, 0, GENESIS_HASH
+
+    def entry(
+        self, item_id: str, action: str, change: dict[str, Any], at: dt.datetime
+    ) -> dict[str, Any]:
+        self.seq += 1
+        body = {
+            "project": self.project,
+            "seq": self.seq,
+            "item_id": item_id,
+            "action": action,
+            "actor": "bench:bulk",
+            "at": rfc3339(at),
+            "change": change,
+            "request_id": None,
+            "operation_id": None,
+        }
+        new_hash = entry_hash(self.hash, body)
+        row = {**body, "at": to_us(at), "prev_hash": self.hash, "hash": new_hash}
+        self.hash = new_hash
+        return {**row, "head_signature": None}
+
+
+def bulk_load(store: SqlMemoryStore, project: str, records: Iterable[dict[str, Any]]) -> BulkLoad:
     """Insert item records (set or :func:`filler` records) in one transaction.
 
     Supersession (a record with ``supersedes``, after the record it replaces) is
     written as the store writes it: the old row ``superseded`` (version 2,
-    ``superseded_by``), the new row ``supersedes_id``, and a ``supersedes`` edge.
-
-    Returns:
-        Set key -> item id.
+    ``superseded_by``), the new row ``supersedes_id``, a ``supersedes`` edge, and
+    the history entries ``supersede`` (the old item) then ``create`` (the new one).
+    Record ``n`` is written at 2025-06-01 + ``n`` ms.
     """
     ids: dict[str, str] = {}
     base = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
+    chain = _Chain(project)
+    phase1_at: dt.datetime | None = None
     n = 0
     with store.write_tx() as conn:
         for batch in _batches(records, _BATCH):
-            rows, tag_rows, edges, olds = [], [], [], []
+            rows, tag_rows, edges, olds, entries = [], [], [], [], []
             for rec in batch:
                 at = base + dt.timedelta(milliseconds=n)
+                if rec.get("phase") == 2 and phase1_at is None:
+                    phase1_at = at - dt.timedelta(microseconds=500)
                 n += 1
                 item = _new_item(rec)
                 item_id = new_item_id(at)
                 old = ids.get(rec["supersedes"]) if rec.get("supersedes") else None
                 ids[rec["key"]] = item_id
+                content = content_of(item)
+                digest_hex = digest_of_content(content)
                 rows.append(
                     item_row(
                         item,
                         item_id=item_id,
                         project=project,
                         at=at,
-                        digest_hex=content_digest(item),
+                        digest_hex=digest_hex,
                         supersedes_id=old,
                     )
                 )
                 tag_rows.append((item_id, list(dict.fromkeys(item.tags))))
                 if old is not None:
                     olds.append((old, item_id))
+                    entries.append(
+                        chain.entry(
+                            old,
+                            "supersede",
+                            {"status": "superseded", "superseded_by": item_id, "version": 2},
+                            at,
+                        )
+                    )
+                change = {"item": content, "content_digest": digest_hex, "supersedes_id": old}
+                entries.append(chain.entry(item_id, "create", jsonable(change), at))
+                if old is not None:
                     edges.append(
                         {
                             "project": project,
@@ -285,7 +347,7 @@ def bulk_load(
                             "kind": "supersedes",
                             "actor": "bench:bulk",
                             "created_at": rows[-1]["created_at"],
-                            "seq": 0,
+                            "seq": chain.seq,
                         }
                     )
             got = conn.execute(
@@ -306,7 +368,14 @@ def bulk_load(
                 )
             if edges:
                 conn.execute(relations.insert(), edges)
-    return ids
+            conn.execute(history.insert(), entries)
+        if chain.seq:
+            conn.execute(
+                projects.insert().values(project=project, head_seq=chain.seq, head_hash=chain.hash)
+            )
+    if phase1_at is None:
+        phase1_at = base + dt.timedelta(milliseconds=n)
+    return BulkLoad(ids, rfc3339(phase1_at))
 
 
 _SYLLABLES = ("ba", "ko", "ri", "ma", "tu", "le", "sa", "no", "pi", "da", "gu", "he", "ja", "ro")
@@ -341,9 +410,11 @@ def filler(n: int, seed: int = 7) -> Iterator[dict[str, Any]]:
 
 
 def set_and_filler(rset: RecallSet, total: int) -> Iterator[dict[str, Any]]:
-    """The set's items, then filler up to ``total`` records."""
-    yield from rset.items
+    """The set's phase-1 items, then filler up to ``total`` records, then its phase-2 items
+    (so the filler is older than the corrections, as a project's past is)."""
+    yield from (r for r in rset.items if r.get("phase", 1) != 2)
     yield from filler(max(0, total - len(rset.items)))
+    yield from (r for r in rset.items if r.get("phase", 1) == 2)
 
 
 def keys_of(ids: dict[str, str]) -> dict[str, str]:
@@ -359,7 +430,7 @@ def ranked_keys(ranked: Sequence[str], keys: dict[str, str]) -> list[str]:
 # --------------------------------------------------------------------------- cached stores
 
 
-def cached_sqlite(rset: RecallSet, total: int, cache_dir: Path) -> tuple[str, dict[str, str]]:
+def cached_sqlite(rset: RecallSet, total: int, cache_dir: Path) -> tuple[str, dict[str, str], str]:
     """A bulk-loaded SQLite store of the set plus filler (``total`` items), built once.
 
     Kept under ``cache_dir`` with a marker written only after a complete load
@@ -367,39 +438,43 @@ def cached_sqlite(rset: RecallSet, total: int, cache_dir: Path) -> tuple[str, di
     cached file is used in place.
 
     Returns:
-        The store's URL and the set's key -> item id map.
+        The store's URL, the set's key -> item id map and the ``@phase1`` instant.
     """
     from store.memory.sqlite import SqliteMemoryStore
 
-    path = cache_dir / f"recall_v1_n{total}.sqlite"
+    path = cache_dir / f"recall_v{_CACHE_VERSION}_n{total}.sqlite"
     marker = path.with_suffix(".ids.json")
     url = f"sqlite:///{path.resolve()}"
     if marker.exists() and path.exists():
-        return url, json.loads(marker.read_text())
+        kept = json.loads(marker.read_text())
+        return url, kept["ids"], kept["phase1_at"]
     cache_dir.mkdir(parents=True, exist_ok=True)
     for p in (path, marker, Path(f"{path}-wal"), Path(f"{path}-shm")):
         p.unlink(missing_ok=True)
     store = SqliteMemoryStore(url, synchronous="NORMAL")
     try:
         store.migrate()
-        ids = bulk_load(store, BULK_PROJECT, set_and_filler(rset, total))
+        loaded = bulk_load(store, BULK_PROJECT, set_and_filler(rset, total))
     finally:
         store.close()
     wanted = {r["key"] for r in rset.items}
-    set_ids = {k: v for k, v in ids.items() if k in wanted}
-    marker.write_text(json.dumps(set_ids))
-    return url, set_ids
+    set_ids = {k: v for k, v in loaded.ids.items() if k in wanted}
+    marker.write_text(json.dumps({"ids": set_ids, "phase1_at": loaded.phase1_at}))
+    return url, set_ids, loaded.phase1_at
 
 
+_CACHE_VERSION = 2
+"""Bumped when the cached stores' contents change (2: history entries, filler before phase 2)."""
 BULK_PROJECT = "recallbench"
 """The project bulk loads write."""
 
 
 def copy_items(src: SqlMemoryStore, dst: SqlMemoryStore, project: str) -> int:
-    """Copy a project's items, tags and relations from a SQLite ``src`` into ``dst``.
+    """Copy a project's items, tags, relations, history and head from a SQLite ``src`` into
+    ``dst``.
 
-    The rows are read back as stored (content digests included), so another store
-    gets the same items as the cached SQLite one without recomputing them. Into
+    The rows are read back as stored (content digests and hashes included), so another
+    store gets the same items as the cached SQLite one without recomputing them. Into
     PostgreSQL the rows go with ``COPY ... FROM STDIN`` (psycopg) in one transaction,
     keeping the source's primary keys (the ``pk`` sequence is moved past them); into
     another SQLite store, through Core inserts. Either way the destination's own
@@ -408,9 +483,7 @@ def copy_items(src: SqlMemoryStore, dst: SqlMemoryStore, project: str) -> int:
     Returns:
         The number of items copied.
     """
-    cols = [c.name for c in items.c]
-    tag_cols = [c.name for c in item_tags.c]
-    rel_cols = [c.name for c in relations.c]
+    tables = [(t, [c.name for c in t.c]) for t in (items, item_tags, relations, history, projects)]
     raw = src.engine.raw_connection()
     try:
         cur = raw.cursor()
@@ -421,49 +494,34 @@ def copy_items(src: SqlMemoryStore, dst: SqlMemoryStore, project: str) -> int:
                 yield from chunk
 
         if dst.backend == "postgresql":
-            return _copy_pg(dst, rows, cols, tag_cols, rel_cols)
+            return _copy_pg(dst, rows, tables)
         n = 0
         with dst.write_tx() as conn:
-            for table, names in ((items, cols), (item_tags, tag_cols), (relations, rel_cols)):
+            for table, names in tables:
+                json_cols = [c.name for c in table.c if isinstance(c.type, sa.JSON)]
                 for batch in _batches(
                     (dict(zip(names, r, strict=True)) for r in rows(table.name, names)), _BATCH
                 ):
-                    if table is items:
-                        for r in batch:
-                            for c in (
-                                "tags",
-                                "evidence",
-                                "related_memory_ids",
-                                "metadata",
-                                "scope",
-                                "anchor",
-                                "claim",
-                                "verdict_facts",
-                            ):
-                                r[c] = json.loads(r[c]) if r[c] is not None else None
-                        n += len(batch)
+                    for r in batch:
+                        for c in json_cols:
+                            r[c] = json.loads(r[c]) if r[c] is not None else None
+                    n += len(batch) if table is items else 0
                     conn.execute(table.insert(), batch)
         return n
     finally:
         raw.close()
 
 
-def _copy_pg(
-    dst: SqlMemoryStore,
-    rows: Any,
-    cols: list[str],
-    tag_cols: list[str],
-    rel_cols: list[str],
-) -> int:
+def _copy_pg(dst: SqlMemoryStore, rows: Any, tables: list[tuple[sa.Table, list[str]]]) -> int:
     n = 0
     pg: Any = dst.engine.raw_connection()
     try:
         with pg.cursor() as cur:
-            for table, names in (("items", cols), ("item_tags", tag_cols), ("relations", rel_cols)):
-                with cur.copy(f"COPY {table} ({', '.join(names)}) FROM STDIN") as cp:
-                    for r in rows(table, names):
+            for table, names in tables:
+                with cur.copy(f"COPY {table.name} ({', '.join(names)}) FROM STDIN") as cp:
+                    for r in rows(table.name, names):
                         cp.write_row(r)
-                        n += table == "items"
+                        n += table is items
             cur.execute(
                 "SELECT setval(pg_get_serial_sequence('items', 'pk'), "
                 "(SELECT coalesce(max(pk), 1) FROM items))"

@@ -25,6 +25,7 @@ query is filtered by it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,7 +34,9 @@ from typing import Any
 
 from store.facts import canonical_cbor, digest
 from store.memory.model import (
+    BriefPage,
     HistoryEntry,
+    ItemBrief,
     ItemFilter,
     ItemVectors,
     MemoryItem,
@@ -124,6 +127,14 @@ class MemoryStore(ABC):
     def close(self) -> None:
         """Release connections."""
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Reads of this thread inside the block share one read transaction: one snapshot of
+        the database (so a recall's lanes see the state its receipt names) and one connection.
+        Writes inside the block are not seen by its reads. A backend without transactions may
+        leave this a no-op."""
+        yield
+
     # ------------------------------------------------------------------ writes
 
     @abstractmethod
@@ -213,6 +224,16 @@ class MemoryStore(ABC):
         Raises:
             InvalidCursor: a cursor this store did not issue.
         """
+
+    @abstractmethod
+    def get_briefs(self, project: str, item_ids: Sequence[str]) -> list[ItemBrief]:
+        """:meth:`get_many` as briefs (no body decoded: what ranking and filtering read)."""
+
+    @abstractmethod
+    def list_briefs(
+        self, project: str, where: ItemFilter, *, limit: int, cursor: str | None = None
+    ) -> BriefPage:
+        """:meth:`list_items` as briefs (the same order and cursors)."""
 
     @abstractmethod
     def relations(self, project: str, item_id: str) -> list[Relation]:

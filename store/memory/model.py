@@ -30,7 +30,9 @@ __all__ = [
     "TYPES",
     "VERDICTS",
     "Anchor",
+    "BriefPage",
     "HistoryEntry",
+    "ItemBrief",
     "ItemFilter",
     "ItemVectors",
     "MemoryItem",
@@ -227,6 +229,38 @@ class Page:
     items: tuple[MemoryItem, ...]
     next_cursor: str | None
     """Opaque cursor of the next page; None at the end."""
+
+
+@dataclass(frozen=True)
+class ItemBrief:
+    """What ranking and filtering read of an item: everything but its body (statement,
+    details, tags, evidence, metadata, claim, verdict, embedding), so a read decodes one
+    JSON column (the anchor) instead of eight. Attribute names are :class:`MemoryItem`'s."""
+
+    id: str
+    project: str
+    type: str
+    title: str
+    status: str
+    scope_kind: str
+    """The item's ``scope["kind"]``."""
+    actor: str
+    asserted_by: str
+    confidence: float
+    importance: float
+    anchor: Anchor
+    valid_from: dt.datetime | None
+    valid_to: dt.datetime | None
+    superseded_by: str | None
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class BriefPage:
+    """One page of item briefs (a listing's cursor, as :class:`Page`'s)."""
+
+    items: tuple[ItemBrief, ...]
+    next_cursor: str | None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ serialised by a transaction-scoped advisory lock.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -41,6 +41,8 @@ class PostgresMemoryStore(SqlMemoryStore):
 
     backend = "postgresql"
     row_locks = True
+    snapshot_options: Mapping[str, Any] = {"isolation_level": "REPEATABLE READ"}
+    """A :meth:`reading` block sees one snapshot (read committed would take one per statement)."""
 
     def __init__(self, url: str, *, pool_size: int = 8) -> None:
         """Connect lazily to ``postgresql://user@host:port/db`` (driver psycopg 3)."""

@@ -43,10 +43,9 @@ from store.errors import (
     InvalidTransition,
     MemoryBackendUnavailable,
 )
-from store.memory import archive, embeddings, textsearch, timeline, writes
+from store.memory import archive, embeddings, reads, textsearch, timeline, writes
 from store.memory.codec import (
     decode_cursor,
-    encode_cursor,
     entry_from_row,
     filter_key,
     item_from_row,
@@ -67,7 +66,9 @@ from store.memory.migrations import SCRIPT_LOCATION, VERSION_TABLE
 from store.memory.model import (
     ACTIONS,
     RELATION_KINDS,
+    BriefPage,
     HistoryEntry,
+    ItemBrief,
     ItemFilter,
     ItemVectors,
     MemoryItem,
@@ -79,7 +80,8 @@ from store.memory.model import (
     WriteResult,
 )
 from store.memory.prepared import Prepared, RawTx
-from store.memory.schema import ITEM_COLUMNS, history, item_tags, items, projects
+from store.memory.reads import brief_from_row
+from store.memory.schema import ITEM_COLUMNS, history, items, projects
 from store.memory.schema import relations as relations_t
 from store.memory.schema import tokens as tokens_t
 from store.memory.timeline import StateAsOf
@@ -111,6 +113,7 @@ class SqlMemoryStore(MemoryStore):
         dbapi = engine.dialect.loaded_dbapi
         self._operational = (sa.exc.OperationalError, dbapi.OperationalError)
         self._prepared = Prepared(engine.dialect, self.insert_ignore(projects), self.row_locks)
+        self._pin = reads.ReadPin()
         self.group = GroupCommit(self._batch_tx, (sa.exc.IntegrityError, dbapi.IntegrityError))
         """This process's group commit of the store's writes (see :mod:`store.memory.group`)."""
 
@@ -124,9 +127,28 @@ class SqlMemoryStore(MemoryStore):
 
     @contextlib.contextmanager
     def read_tx(self) -> Iterator[sa.Connection]:
-        """A connection in a read transaction (one consistent snapshot where the backend has one)."""
+        """A connection in a read transaction (one consistent snapshot where the backend has
+        one): this thread's :meth:`reading` transaction when one is open."""
+        pinned = self._pin.conn
+        if pinned is not None:
+            yield pinned
+            return
         with self.engine.connect() as conn, conn.begin():
             yield conn
+
+    snapshot_options: Mapping[str, Any] = {}
+    """Connection options of a :meth:`reading` transaction (PostgreSQL: repeatable read)."""
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """One read transaction for this thread's reads in the block (see the interface)."""
+        if self._pin.conn is not None:  # nested: the outer block's snapshot
+            yield
+            return
+        with self._unavailable(), self.engine.connect() as conn:
+            conn.execution_options(**self.snapshot_options)
+            with conn.begin(), self._pin.hold(conn):
+                yield
 
     def insert_ignore(self, table: sa.Table) -> sa.Executable:
         """``INSERT ... ON CONFLICT DO NOTHING`` for this dialect (values given at execution)."""
@@ -325,14 +347,17 @@ class SqlMemoryStore(MemoryStore):
         """The project's items among ``item_ids``, in the given order (missing left out)."""
         if not item_ids:
             return []
-        # by id alone (unique): with the project in the WHERE as well, SQLite's planner
-        # takes the project index and scans every item of the project
         with self._unavailable(), self.read_tx() as conn:
-            rows = conn.execute(
-                sa.select(*ITEM_COLUMNS).where(items.c.id.in_(list(dict.fromkeys(item_ids))))
-            ).all()
-        by_id = {r.id: item_from_row(r._mapping) for r in rows if r.project == project}
-        return [by_id[i] for i in dict.fromkeys(item_ids) if i in by_id]
+            rows = reads.rows_by_id(conn, ITEM_COLUMNS, project, item_ids)
+        return [item_from_row(rows[i]._mapping) for i in dict.fromkeys(item_ids) if i in rows]
+
+    def get_briefs(self, project: str, item_ids: Sequence[str]) -> list[ItemBrief]:
+        """The briefs of the project's items among ``item_ids``, in the given order."""
+        if not item_ids:
+            return []
+        with self._unavailable(), self.read_tx() as conn:
+            rows = reads.rows_by_id(conn, reads.BRIEF_COLUMNS, project, item_ids)
+        return [brief_from_row(rows[i]._mapping) for i in dict.fromkeys(item_ids) if i in rows]
 
     def project_condition(self, project: str, where: ItemFilter) -> sa.ColumnElement[bool]:
         """The condition keeping the project's items (a backend may phrase it so that its
@@ -340,32 +365,8 @@ class SqlMemoryStore(MemoryStore):
         return items.c.project == project
 
     def conditions(self, project: str, where: ItemFilter) -> list[sa.ColumnElement[bool]]:
-        """The WHERE conditions of a filter (project first; all AND-ed)."""
-        c = items.c
-        out: list[sa.ColumnElement[bool]] = [self.project_condition(project, where)]
-        if where.types:
-            out.append(c.type.in_(where.types))
-        if where.statuses:
-            out.append(c.status.in_(where.statuses))
-        for tag in dict.fromkeys(where.tags):
-            out.append(sa.exists().where(item_tags.c.item_pk == c.pk, item_tags.c.tag == tag))
-        if where.bbox is not None:
-            s, w, n, e = where.bbox
-            if not (s <= n and w <= e):
-                raise InvalidMemoryQuery(f"bbox {where.bbox} is empty or reversed")
-            out.append(self.bbox_condition(where.bbox))
-            out += [c.min_lat <= n, c.max_lat >= s, c.min_lng <= e, c.max_lng >= w]
-        if where.valid_at is not None:
-            t = to_us(where.valid_at)
-            out.append(sa.or_(c.valid_from.is_(None), c.valid_from <= t))
-            out.append(sa.or_(c.valid_to.is_(None), c.valid_to >= t))
-        if where.written_before is not None:
-            out.append(c.created_at <= to_us(where.written_before))
-        if where.scope_kinds:
-            out.append(c.scope_kind.in_(where.scope_kinds))
-        if where.actor is not None:
-            out.append(c.actor == where.actor)
-        return out
+        """The WHERE conditions of a filter (:func:`store.memory.reads.conditions`)."""
+        return reads.conditions(self.project_condition(project, where), self.bbox_condition, where)
 
     def list_items(
         self, project: str, where: ItemFilter, *, limit: int, cursor: str | None = None
@@ -379,32 +380,32 @@ class SqlMemoryStore(MemoryStore):
             InvalidCursor: a cursor this store did not issue for this project and filter.
             InvalidMemoryQuery: ``limit`` below 1, or an empty bbox.
         """
+        rows, nxt = self._page(ITEM_COLUMNS, project, where, limit, cursor)
+        return Page(items=tuple(item_from_row(r._mapping) for r in rows), next_cursor=nxt)
+
+    def list_briefs(
+        self, project: str, where: ItemFilter, *, limit: int, cursor: str | None = None
+    ) -> BriefPage:
+        """:meth:`list_items` as briefs (the same order and cursors)."""
+        rows, nxt = self._page(reads.BRIEF_COLUMNS, project, where, limit, cursor)
+        return BriefPage(items=tuple(brief_from_row(r._mapping) for r in rows), next_cursor=nxt)
+
+    def _page(
+        self,
+        columns: Sequence[Any],
+        project: str,
+        where: ItemFilter,
+        limit: int,
+        cursor: str | None,
+    ) -> tuple[list[Any], str | None]:
         if limit < 1:
             raise InvalidMemoryQuery(f"limit must be at least 1, got {limit}")
         key = filter_key(project, where)
         conds = self.conditions(project, where)
         if cursor is not None:
-            created, last_id = decode_cursor(cursor, key)
-            conds.append(
-                sa.or_(
-                    items.c.created_at < created,
-                    sa.and_(items.c.created_at == created, items.c.id < last_id),
-                )
-            )
-        q = (
-            sa.select(*ITEM_COLUMNS)
-            .where(*conds)
-            .order_by(items.c.created_at.desc(), items.c.id.desc())
-            .limit(limit + 1)
-        )
+            decode_cursor(cursor, key)  # a typed error before the read
         with self._unavailable(), self.read_tx() as conn:
-            rows = conn.execute(q).all()
-        found = [item_from_row(r._mapping) for r in rows[:limit]]
-        nxt = None
-        if len(rows) > limit:
-            last = rows[limit - 1]
-            nxt = encode_cursor(last.created_at, last.id, key)
-        return Page(items=tuple(found), next_cursor=nxt)
+            return reads.page_rows(conn, columns, conds, limit=limit, cursor=cursor, key=key)
 
     def relations(self, project: str, item_id: str) -> list[Relation]:
         """Every relation from or to an item (oldest first)."""

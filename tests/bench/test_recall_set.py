@@ -9,6 +9,7 @@ No timing is asserted.
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from bench.recall_set.load import (
 )
 from bench.recall_set.metrics import hidden_shown, ndcg_at, recall_at
 from store.memory import open_store
+from store.memory.chain import verify_chain
 from store.memory.model import ItemFilter
 from store.memory.sql import SqlMemoryStore
 
@@ -99,6 +101,26 @@ def test_metrics_on_known_rankings() -> None:
     assert hidden_shown(["a"] * 10 + ["h"], ["h"]) == 1  # duplicates collapse: h is 2nd
 
 
+def _check_history(store: Any, ids: dict[str, str], phase1_at: str) -> None:
+    """The bulk load's history is the write path's: a verifying chain ending at the head,
+    and ``@phase1`` before the corrections (the superseded item active then, its successor
+    not yet written)."""
+    rset = read_recall_set()
+    entries = store.history("bench", limit=10**6)
+    assert verify_chain(entries).ok
+    assert store.head("bench").seq == entries[-1].seq == len(entries)
+    assert store.head("bench").hash == entries[-1].hash
+    fix = next(r for r in rset.items if r.get("supersedes"))
+    old, new = ids[fix["supersedes"]], ids[fix["key"]]
+    at = dt.datetime.fromisoformat(phase1_at.replace("Z", "+00:00"))
+    then = store.states_as_of("bench", [old, new], at)
+    assert then[old].status == "active"
+    assert new not in then
+    now = store.states_as_of("bench", [old, new], at + dt.timedelta(days=1))
+    assert now[old].status == "superseded"
+    assert now[old].superseded_by == new
+
+
 def _check_bulk(store: Any, ids: dict[str, str]) -> None:
     rset = read_recall_set()
     keys = keys_of(ids)
@@ -129,9 +151,11 @@ def test_bulk_load_is_found_by_search_text_on_sqlite(sqlite_url: str) -> None:
     store = open_store(sqlite_url)
     try:
         assert isinstance(store, SqlMemoryStore)
-        ids = bulk_load(store, "bench", set_and_filler(rset, len(rset.items) + 300))
+        loaded = bulk_load(store, "bench", set_and_filler(rset, len(rset.items) + 300))
+        ids = loaded.ids
         assert len(ids) == len(rset.items) + 300
         _check_bulk(store, {k: v for k, v in ids.items() if not k.startswith("f")})
+        _check_history(store, ids, loaded.phase1_at)
     finally:
         store.close()
 
@@ -145,9 +169,11 @@ def test_copy_to_postgresql_keeps_the_bulk_load_searchable(
     try:
         assert isinstance(src, SqlMemoryStore)
         assert isinstance(dst, SqlMemoryStore)
-        ids = bulk_load(src, "bench", set_and_filler(rset, len(rset.items) + 50))
+        loaded = bulk_load(src, "bench", set_and_filler(rset, len(rset.items) + 50))
+        ids = loaded.ids
         assert copy_items(src, dst, "bench") == len(rset.items) + 50
         _check_bulk(dst, {k: v for k, v in ids.items() if not k.startswith("f")})
+        _check_history(dst, ids, loaded.phase1_at)
     finally:
         src.close()
         dst.close()

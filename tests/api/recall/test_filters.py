@@ -55,3 +55,7 @@ def test_source_confidence_and_primary_source_filter_after_ranking(mem: Memory) 
     assert mem.ids("silt bank", source=["connector:none"]) == []
     assert agent["id"] not in mem.ids("silt bank", minConfidence=0.5)
     assert mem.ids("silt bank", hasPrimarySource=True) == [sourced["id"]]
+    # the filter runs over the whole ranking, not over the first `limit` hits only
+    assert ranked[0] != sourced["id"]
+    assert mem.ids("silt bank", hasPrimarySource=True, limit=1) == [sourced["id"]]
+    assert mem.ids("silt bank", source=["agent"], limit=1) == by_agent[:1]

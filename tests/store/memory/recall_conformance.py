@@ -77,6 +77,56 @@ class RecallReadsConformance:
         assert store.states_as_of("other", ids, T0 + 4 * H) == {}  # projects never mix
         assert store.states_as_of("p", [], T0) == {}
 
+    def test_briefs_are_the_items_ranking_reads(self, store: MemoryStore) -> None:
+        day = dt.timedelta(days=1)
+        a = self._mk(store, "a", at=T0, valid_from=T0 - day, valid_to=T0 + day)
+        b = self._mk(store, "b", at=T0 + H, scope={"kind": "user", "value": "me"})
+        new = store.create("p", new_item("c"), meta(at=T0 + 2 * H), supersedes=(a, 1)).item
+        assert new is not None
+        whole = {i.id: i for i in store.get_many("p", [a, b, new.id])}
+        briefs = store.get_briefs("p", [new.id, "mem_missing", a, b, a])
+        assert [x.id for x in briefs] == [new.id, a, b]  # the order asked, missing left out
+        for x in briefs:
+            item = whole[x.id]
+            for name in ("project", "type", "title", "status", "actor", "asserted_by"):
+                assert getattr(x, name) == getattr(item, name), name
+            for name in ("confidence", "importance", "anchor", "valid_from", "valid_to"):
+                assert getattr(x, name) == getattr(item, name), name
+            assert x.superseded_by == item.superseded_by
+            assert x.created_at == item.created_at
+            assert x.scope_kind == item.scope["kind"]
+        assert briefs[1].superseded_by == new.id
+        assert briefs[1].valid_from == T0 - day
+        assert store.get_briefs("other", [a, b]) == []  # projects never mix
+        assert store.get_briefs("p", []) == []
+        # a listing of briefs: the items' order, filter and cursors
+        flt = ItemFilter()
+        items_pages, briefs_pages = [], []
+        for pages, listing in ((items_pages, store.list_items), (briefs_pages, store.list_briefs)):
+            cursor = None
+            while True:
+                page = listing("p", flt, limit=1, cursor=cursor)
+                pages.append([x.id for x in page.items])
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        assert briefs_pages == items_pages == [[new.id], [b]]  # superseded hidden by default
+        with pytest.raises(InvalidMemoryQuery):
+            store.list_briefs("p", flt, limit=0)
+
+    def test_reading_is_one_snapshot(self, store: MemoryStore) -> None:
+        a = self._mk(store, "before")
+        with store.reading():
+            head = store.head("p")
+            assert [x.id for x in store.get_briefs("p", [a])] == [a]
+            later = self._mk(store, "later", at=T0 + H)  # another transaction commits
+            assert store.head("p") == head  # not seen inside the block
+            assert store.get_briefs("p", [later]) == []
+            with store.reading():  # nested: the same snapshot
+                assert store.get_many("p", [later]) == []
+        assert store.head("p").seq == head.seq + 1
+        assert [x.id for x in store.get_briefs("p", [later])] == [later]
+
     def test_relations_of_many_both_directions(self, store: MemoryStore) -> None:
         a, b, c, d = (self._mk(store, t) for t in "abcd")
         store.relate("p", a, b, "refines", meta(at=T0 + H))
