@@ -149,7 +149,18 @@ def stream(
                 continue
             rows = np.concatenate([w[tc][0] for tc in mine])
             arrays = [
-                _gather(blocks[j], mine, w, band_tiles, at, spec, jobs[j].area.n_cells, bufs)
+                _gather(
+                    blocks[j],
+                    mine,
+                    w,
+                    band_tiles,
+                    at,
+                    spec,
+                    jobs[j].area.n_cells,
+                    jobs[j].area.box,
+                    side,
+                    bufs,
+                )
                 for spec, band_tiles in zip(specs, tiles, strict=True)
             ]
             consume(j, rows, arrays)
@@ -198,6 +209,8 @@ def _gather(
     at: dict[tuple[int, int, int], int],
     spec: Any,
     n_cells: int,
+    box: tuple[int, int, int, int],
+    tiles_side: int,
     bufs: dict[str, npt.NDArray[Any]],
 ) -> npt.NDArray[Any]:
     """``(rows, n_cells)`` values of one band on the slots of ``mine`` (fill where no chunk),
@@ -207,12 +220,23 @@ def _gather(
     if buf is None or buf.size < n_rows * n_cells:
         buf = bufs[spec.name] = np.empty(n_rows * n_cells, spec.dtype)
     out = buf[: n_rows * n_cells].reshape(n_rows, n_cells)
+    # an area filling its box (a bbox): its cells are the box row-major, so a block's
+    # rectangle is a rectangle of the box too and is copied by slices, not scattered
+    y0, y1, x0, x1 = box
+    grid = out.reshape(n_rows, y1 - y0, x1 - x0) if (y1 - y0) * (x1 - x0) == n_cells else None
+    side = tiles_side
     r0 = 0
     for tc in mine:
         days = w[tc][1]
         r1 = r0 + days.size
         for b in blocks:
             tile = tiles[at[(b.cy, b.cx, tc)]]
+            if grid is not None and b.rect is not None:
+                by0, by1, bx0, bx1 = b.rect
+                oy, ox = b.cy * side - y0, b.cx * side - x0
+                dst = grid[r0:r1, oy + by0 : oy + by1, ox + bx0 : ox + bx1]
+                dst[...] = spec.fill_value if tile is None else tile[days, by0:by1, bx0:bx1]
+                continue
             out[r0:r1, b.pos] = spec.fill_value if tile is None else _take(b, tile, days)
         r0 = r1
     return out
