@@ -25,15 +25,17 @@ Definitions
   Mann-Kendall p-value (tie-corrected variance, continuity correction), when
   at least :data:`MIN_TREND_SCENES` overpasses are kept.
 
-Caps (all tested): :data:`MAX_AREAS`, :data:`MAX_CANDIDATES` and the per-call
-budget :data:`MAX_CELL_SCENES` (cells inside x candidate overpasses, typed
-``over_budget``) here;
+Caps (all tested): :data:`MAX_AREAS` and the per-call budget
+:data:`MAX_CELL_SCENES` (cells inside x candidate overpasses, typed
+``over_budget``) here; :data:`~api.queries.area_series.MAX_CANDIDATES` per area;
 :data:`~api.queries.area_geometry.MAX_VERTICES`,
 :data:`~api.queries.area_geometry.MAX_AREA_KM2` and
 :data:`~api.queries.area_geometry.MAX_BOX_CELLS` per area.
 
 The areas are checked and put on the lattice by :mod:`api.queries.area_geometry`;
-the statistics and trend tests are :mod:`api.queries.area_stats`.
+their series, anomaly and trend computed (all areas of a call read together) by
+:mod:`api.queries.area_series`; the statistics and trend tests are
+:mod:`api.queries.area_stats`.
 """
 
 from __future__ import annotations
@@ -42,17 +44,20 @@ import base64
 import datetime as dt
 from typing import Any
 
-import numpy as np
-
-from api.charts import ChartSeries, render_area_chart
+from api.charts import render_area_chart
 from api.context import ServiceContext
 from api.errors import InvalidArgument
 from api.models import AreaOverTimeAnswer, AreaOverTimeBody, AreaOverTimeIn
-from api.queries import area_summary
-from api.queries._common import clear_info, finish, make_fact, slot_date, store_errors
+from api.queries._common import clear_info, finish, store_errors
 from api.queries.area_cells import tile_bytes
 from api.queries.area_geometry import MAX_AREA_KM2, MAX_VERTICES, Area, parse_area
-from api.queries.area_stats import mann_kendall, pick_even, theil_sen
+from api.queries.area_series import (
+    BASELINE_DAYS,
+    MAX_CANDIDATES,
+    MIN_TREND_SCENES,
+    candidate_slots,
+    series,
+)
 from api.registry import primitive
 from store import tslot
 from store.cube import REGISTRY, CubeReader
@@ -70,16 +75,6 @@ __all__ = [
 
 MAX_AREAS = 6
 """Most areas in one call."""
-MAX_CANDIDATES = 400
-"""Most overpasses whose clear fraction is measured per call (evenly thinned beyond)."""
-MAX_BASELINE = 48
-"""Most baseline overpasses read for the anomaly."""
-BASELINE_DAYS = 30
-"""Same-season window: +- this many days of year."""
-MIN_TREND_SCENES = 6
-"""Overpasses needed for the trend."""
-GOOD_CLEAR_FRACTION = 0.8
-"""Clear fraction from which an overpass is of quality 'good' (else 'fair')."""
 MAX_CELL_SCENES = 200_000_000
 """Budget of one call: cells inside the areas x candidate overpasses, summed over the areas."""
 
@@ -103,12 +98,6 @@ def _date(text: Any, name: str) -> tuple[dt.date, int]:
         ) from None
 
 
-def _candidate_slots(cand: list[tuple[int, list[str]]]) -> list[int]:
-    """The overpasses whose clear fraction is measured (evenly thinned to MAX_CANDIDATES)."""
-    slots = [t for t, _ in cand]
-    return pick_even(slots, MAX_CANDIDATES) if len(slots) > MAX_CANDIDATES else slots
-
-
 def _check_budget(
     ctx: ServiceContext,
     reader: CubeReader,
@@ -130,7 +119,7 @@ def _check_budget(
     """
     from store.cube import band_spec
 
-    per_area = [a.n_cells * len(_candidate_slots(c)) for a, c in zip(areas, cands, strict=True)]
+    per_area = [a.n_cells * len(candidate_slots(c)) for a, c in zip(areas, cands, strict=True)]
     cost = sum(per_area)
     if cost > MAX_CELL_SCENES:
         raise InvalidArgument(
@@ -157,251 +146,9 @@ def _check_budget(
     step = band_spec(flag_band).time_chunk
     chunks: set[tuple[int, int, int]] = set()  # distinct: areas may share blocks
     for a, c in zip(areas, cands, strict=True):
-        tcs = {t // step for t in _candidate_slots(c)}
+        tcs = {t // step for t in candidate_slots(c)}
         chunks.update((b.cy, b.cx, tc) for b in a.blocks(side) for tc in tcs)
     return len(chunks) * tile_bytes(flag_band, side) <= ctx.cache_bytes // 4
-
-
-# --------------------------------------------------------------------------- series, anomaly, trend
-
-
-def _doy_distance(a: int, b: int) -> int:
-    d = abs(tslot.day_of_year(a) - tslot.day_of_year(b))
-    return min(d, 365 - d)
-
-
-def _series(
-    ctx: ServiceContext,
-    reader: CubeReader,
-    band: str,
-    area: Area,
-    cand: list[tuple[int, list[str]]],
-    max_scenes: int,
-    threshold: float,
-    keep: bool,
-    use_summaries: bool = True,
-) -> tuple[dict[str, Any], list[dict[str, Any]], ChartSeries]:
-    sources = dict(cand)
-    slots = _candidate_slots(cand)
-    excluded = []
-    above: list[int] = []
-    usage: list[area_summary.Usage] = []
-    if area.n_cells and slots:
-        fractions, how = area_summary.clear_fractions(
-            ctx, reader, band, area, slots, keep, use_summaries
-        )
-        usage.append(how)
-        for t, f in zip(slots, fractions.tolist(), strict=True):
-            if f < threshold:
-                excluded.append(
-                    {
-                        "date": slot_date(t),
-                        "tslot": t,
-                        "clear_fraction": f,
-                        "reason": f"clear fraction {f:.2f} below the threshold {threshold:.2f}",
-                    }
-                )
-            else:
-                above.append(t)
-    kept = pick_even(above, max_scenes)
-    thinned = [t for t in above if t not in set(kept)]
-    scenes: list[dict[str, Any]] = []
-    facts: list[dict[str, Any]] = []
-    if kept:
-        all_stats, how = area_summary.scenes(ctx, reader, band, area, kept, keep, use_summaries)
-        usage.append(how)
-        for t, st in zip(kept, all_stats, strict=True):
-            if st is None:
-                excluded.append(
-                    {
-                        "date": slot_date(t),
-                        "tslot": t,
-                        "clear_fraction": 0.0,
-                        "reason": "no clear value inside the area",
-                    }
-                )
-                continue
-            quality = "good" if st["clear_fraction"] >= GOOD_CLEAR_FRACTION else "fair"
-            bounds = st.pop("quantile_bounds", None)
-            scenes.append(
-                {
-                    "date": slot_date(t),
-                    "tslot": t,
-                    **st,
-                    "quality": quality,
-                    "quantile_bounds": bounds,
-                }
-            )
-            facts.append(
-                make_fact(
-                    ctx,
-                    reader,
-                    f"geom:{area.digest}",
-                    band,
-                    t,
-                    dict(st) if bounds is None else {**st, "quantile_bounds": bounds},
-                    sources=sources.get(t, []),
-                    derivation="earthmem.area_stats.coslat.v1"
-                    if bounds is None
-                    else "earthmem.area_stats.coslat.block_summaries.v1",
-                )
-            )
-    excluded.sort(key=lambda e: e["tslot"])
-    anomaly = _anomaly(ctx, reader, band, area, scenes, threshold, keep, use_summaries)
-    trend = _trend(scenes)
-    out = {
-        "id": area.id,
-        "geometry_digest": area.digest,
-        "area_km2": area.km2,
-        "n_cells": area.n_cells,
-        "scenes": scenes,
-        "excluded": excluded,
-        "thinned": thinned,
-        "anomaly": anomaly,
-        "trend": trend,
-        **_method(usage),
-    }
-    chart = ChartSeries(
-        area.id,
-        [s["date"] for s in scenes],
-        [s["median"] for s in scenes],
-        [s["p25"] for s in scenes],
-        [s["p75"] for s in scenes],
-    )
-    return out, facts, chart
-
-
-def _method(usage: list[area_summary.Usage]) -> dict[str, Any]:
-    """The answer's account of how an area's statistics were computed.
-
-    The statistics pass (the kept overpasses) when there was one, else the clear-fraction pass.
-    """
-    if not usage:
-        return {
-            "method": area_summary.CELLS,
-            "summary_blocks": 0,
-            "cells_read": 0,
-            "method_note": None,
-        }
-    u = usage[-1]
-    return {
-        "method": u.method,
-        "summary_blocks": u.summary_blocks,
-        "cells_read": u.cells_read,
-        "method_note": u.note,
-    }
-
-
-def _anomaly(
-    ctx: ServiceContext,
-    reader: CubeReader,
-    band: str,
-    area: Area,
-    scenes: list[dict[str, Any]],
-    threshold: float,
-    keep: bool,
-    use_summaries: bool,
-) -> dict[str, Any]:
-    empty: dict[str, Any] = {
-        "latest_tslot": None,
-        "latest_median": None,
-        "baseline_median": None,
-        "baseline_tslots": [],
-        "difference": None,
-        "z": None,
-        "z_basis": None,
-    }
-    if not scenes:
-        return {**empty, "reason": "no overpass kept"}
-    latest = scenes[-1]
-    t_latest = int(latest["tslot"])
-    year_start = tslot.day_slot(dt.date(tslot.slot_to_date(t_latest).year, 1, 1))
-    base = {**empty, "latest_tslot": t_latest, "latest_median": latest["median"]}
-    cand = [
-        t
-        for t, _ in ctx.overpasses(reader, REGISTRY[band].family, area.box, None, year_start - 1)
-        if _doy_distance(t, t_latest) <= BASELINE_DAYS
-    ][-MAX_BASELINE:]
-    if not cand:
-        return {
-            **base,
-            "reason": f"no overpass in earlier years within +-{BASELINE_DAYS} days of year",
-        }
-    fractions, _ = area_summary.clear_fractions(ctx, reader, band, area, cand, keep, use_summaries)
-    use = [i for i, f in enumerate(fractions.tolist()) if f >= threshold]
-    if not use:
-        return {
-            **base,
-            "reason": "earlier years' same-season overpasses are all under the clear-fraction threshold",
-        }
-    stats = []
-    tslots = []
-    used, _ = area_summary.scenes(
-        ctx, reader, band, area, [cand[i] for i in use], keep, use_summaries
-    )
-    for i, st in zip(use, used, strict=True):
-        if st is not None:
-            stats.append(st)
-            tslots.append(cand[i])
-    if not stats:
-        return {**base, "reason": "no clear baseline value inside the area"}
-    medians = np.array([s["median"] for s in stats])
-    baseline = float(np.median(medians))
-    diff = float(latest["median"]) - baseline
-    z = None
-    basis = None
-    reason = None
-    # A std of two or three baseline medians can be ~0 by chance (z in the
-    # hundreds of thousands); the within-area spread of the baseline overpasses
-    # is a floor, so z is never sharper than the area's own heterogeneity.
-    between = float(np.std(medians, ddof=1)) if medians.size >= 2 else 0.0
-    spatial = float(np.mean([(s["p75"] - s["p25"]) / 1.349 for s in stats]))
-    sd = max(between, spatial)
-    if sd > 0:
-        if between >= spatial:
-            basis = f"std of the {medians.size} baseline medians"
-        else:
-            basis = (
-                f"robust spatial spread (IQR/1.349) of the {medians.size} baseline overpass(es), "
-                f"larger than the std of their medians ({between:.4g})"
-            )
-        z = diff / sd
-    if z is None:
-        reason = "baseline spread is zero: z undefined"
-    return {
-        **base,
-        "baseline_median": baseline,
-        "baseline_tslots": tslots,
-        "difference": diff,
-        "z": z,
-        "z_basis": basis,
-        "reason": reason,
-    }
-
-
-def _trend(scenes: list[dict[str, Any]]) -> dict[str, Any]:
-    n = len(scenes)
-    if n < MIN_TREND_SCENES:
-        return {
-            "slope_per_year": None,
-            "intercept": None,
-            "mann_kendall_p": None,
-            "mann_kendall_s": None,
-            "n": n,
-            "reason": f"{n} overpasses kept; the trend needs at least {MIN_TREND_SCENES}",
-        }
-    x = np.array([s["tslot"] for s in scenes], dtype=np.float64) / 365.25
-    y = np.array([s["median"] for s in scenes], dtype=np.float64)
-    slope, intercept = theil_sen(y, x)
-    s, p = mann_kendall(y)
-    return {
-        "slope_per_year": slope,
-        "intercept": intercept,
-        "mann_kendall_p": p,
-        "mann_kendall_s": s,
-        "n": n,
-        "reason": None,
-    }
 
 
 # --------------------------------------------------------------------------- the primitive
@@ -468,18 +215,17 @@ def area_over_time(ctx: ServiceContext, args: AreaOverTimeIn) -> AreaOverTimeAns
         cands = [ctx.overpasses(reader, family, area.box, t0, t1) for area in areas]
         keep = _check_budget(ctx, reader, band, areas, cands)
         outs, facts, charts = [], [], []
-        for area, cand in zip(areas, cands, strict=True):
-            out, f, ch = _series(
-                ctx,
-                reader,
-                band,
-                area,
-                cand,
-                args.max_scenes,
-                args.clear_fraction,
-                keep,
-                args.use_summaries,
-            )
+        for out, f, ch in series(
+            ctx,
+            reader,
+            band,
+            areas,
+            cands,
+            args.max_scenes,
+            args.clear_fraction,
+            keep,
+            args.use_summaries,
+        ):
             outs.append(out)
             facts.extend(f)
             charts.append(ch)

@@ -1,15 +1,21 @@
-"""The cell path of area_over_time: reading an area's cells from the cube's chunks.
+"""The cell path of area_over_time: reading areas' cells from the cube's chunks.
 
-Reads fetch, through the context's tile cache, only the chunks of the blocks
-the area's cells fall in, a bounded group at a time (:data:`TILE_GROUP_BYTES`
-of decoded chunks, :data:`SCENE_BUFFER_BYTES` of gathered values), so the
-memory follows the area's cells, not its bounding box or the number of
-scenes. :mod:`api.queries.area_summary` answers the blocks wholly inside an
-area from their summaries and calls these for the rest.
+Work is given as jobs (an area and the slots wanted there); :func:`stream`
+walks the time chunks the jobs need in ascending order, a bounded group at a
+time (:data:`TILE_GROUP_BYTES` of decoded chunks and :data:`SCENE_BUFFER_BYTES`
+of gathered values), fetches the union of the jobs' chunks of that group once
+through the context's tile cache, and takes each job's cells out of them with
+one numpy step per (block, time chunk), not per slot. Several areas of one
+call therefore read a chunk they share once per pass, and the memory follows
+the areas' cells, not their bounding boxes or the number of scenes.
+:mod:`api.queries.area_summary` answers the chunks wholly inside an area
+from their summaries and calls these for the rest.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,23 +23,27 @@ import numpy.typing as npt
 
 from api.context import ServiceContext
 from api.queries._common import clear_info
-from api.queries.area_geometry import Area
+from api.queries.area_geometry import Area, BlockCells
 from api.queries.area_stats import scenes_stats
 from store.cube import CubeReader
 
 __all__ = [
     "SCENE_BUFFER_BYTES",
     "TILE_GROUP_BYTES",
+    "Job",
     "cell_scenes",
+    "cell_scenes_many",
     "clear_counts",
+    "clear_counts_many",
     "gather",
+    "stream",
     "tile_bytes",
 ]
 
 TILE_GROUP_BYTES = 48 << 20
 """Decoded chunks one read step holds at once."""
 SCENE_BUFFER_BYTES = 32 << 20
-"""Values and clear flags of one group of scenes (at the area's cells) held at once."""
+"""Values and clear flags of one group of scenes (at the areas' cells) held at once."""
 
 
 def tile_bytes(band: str, side: int) -> int:
@@ -41,6 +51,195 @@ def tile_bytes(band: str, side: int) -> int:
 
     spec = band_spec(band)
     return spec.time_chunk * side * side * np.dtype(spec.dtype).itemsize
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """Slots wanted at an area's cells."""
+
+    area: Area
+    slots: Sequence[int]
+
+
+Consume = Callable[[int, npt.NDArray[np.intp], list[npt.NDArray[Any]]], None]
+"""``consume(job, rows, arrays)``: the values of ``job.slots[rows]``, one ``(rows, cells)`` per band."""
+
+
+def _take(b: BlockCells, tile: npt.NDArray[Any], days: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
+    """``(len(days), cells)``: a block's cells on some days of one decoded chunk."""
+    if b.rect is not None:
+        y0, y1, x0, x1 = b.rect
+        return tile[days, y0:y1, x0:x1].reshape(days.size, -1)
+    return tile[days[:, None], b.ly[None, :], b.lx[None, :]]
+
+
+def _by_chunk(
+    slots: Sequence[int], step: int
+) -> dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]]:
+    """Time chunk -> (positions in ``slots``, days within the chunk)."""
+    s = np.asarray(slots, np.int64)
+    tc = s // step
+    order = np.argsort(tc, kind="stable")
+    cuts = np.flatnonzero(np.diff(tc[order])) + 1
+    out = {}
+    for part in np.split(order, cuts):
+        if part.size:
+            out[int(tc[part[0]])] = (part.astype(np.intp), (s[part] % step).astype(np.intp))
+    return out
+
+
+def stream(
+    ctx: ServiceContext,
+    reader: CubeReader,
+    bands: Sequence[str],
+    jobs: Sequence[Job],
+    keep: bool,
+    consume: Consume | None,
+    count: int | None = None,
+) -> list[npt.NDArray[np.int64]] | None:
+    """Walk the jobs' time chunks in groups, each chunk fetched once per group for every job.
+
+    With ``consume``: for each group and each job with slots in it, the job's
+    values of those slots (fill where absent), one array per band, are handed
+    to ``consume`` (in buffers reused afterwards: copy what must outlive the call). With ``count`` (one band, a flag): nothing is gathered;
+    the result is, per job, the cells of each slot whose flag equals ``count``.
+    ``keep``: put the fetched chunks in the cache.
+    """
+    from store.cube import band_spec
+
+    specs = [band_spec(b) for b in bands]
+    step = specs[0].time_chunk
+    if any(s.time_chunk != step for s in specs):
+        raise ValueError("the bands of one stream share their time chunks")
+    side = 1 << reader.block_level
+    counts = [np.zeros(len(j.slots), np.int64) for j in jobs]
+    wanted = [_by_chunk(j.slots, step) if len(j.slots) and j.area.n_cells else {} for j in jobs]
+    blocks = [j.area.blocks(side) for j in jobs]
+    per_tile = sum(tile_bytes(b, side) for b in bands)
+    per_cell = 0 if consume is None else sum(np.dtype(s.dtype).itemsize for s in specs)
+    cost: dict[int, int] = {}
+    union: dict[int, set[tuple[int, int]]] = {}
+    for j, w in enumerate(wanted):
+        for tc, (rows, _) in w.items():
+            union.setdefault(tc, set()).update((b.cy, b.cx) for b in blocks[j])
+            cost[tc] = cost.get(tc, 0) + rows.size * jobs[j].area.n_cells * per_cell
+    budget = TILE_GROUP_BYTES + (SCENE_BUFFER_BYTES if consume is not None else 0)
+    groups: list[list[int]] = []
+    size = 0
+    for tc in sorted(union):
+        c = len(union[tc]) * per_tile + cost[tc]
+        if not groups or size + c > budget:
+            groups.append([])
+            size = 0
+        groups[-1].append(tc)
+        size += c
+    bufs: dict[str, npt.NDArray[Any]] = {}  # one buffer per band, reused by every job and group
+    for group in groups:
+        keys = sorted((cy, cx, tc) for tc in group for cy, cx in union[tc])
+        at = {k: i for i, k in enumerate(keys)}
+        tiles = [ctx.tiles(reader, b, keys, keep=keep) for b in bands]
+        shared: dict[tuple[Any, ...], npt.NDArray[np.int64]] = {}
+        for j, w in enumerate(wanted):
+            mine = [tc for tc in group if tc in w]
+            if not mine:
+                continue
+            if consume is None:
+                assert count is not None
+                _count(blocks[j], mine, w, tiles[0], at, count, counts[j], shared)
+                continue
+            rows = np.concatenate([w[tc][0] for tc in mine])
+            arrays = [
+                _gather(
+                    blocks[j],
+                    mine,
+                    w,
+                    band_tiles,
+                    at,
+                    spec,
+                    jobs[j].area.n_cells,
+                    jobs[j].area.box,
+                    side,
+                    bufs,
+                )
+                for spec, band_tiles in zip(specs, tiles, strict=True)
+            ]
+            consume(j, rows, arrays)
+            del arrays
+        del tiles  # before the next group's chunks are fetched
+    return counts if consume is None else None
+
+
+def _count(
+    blocks: Sequence[BlockCells],
+    mine: list[int],
+    w: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]],
+    tiles: list[npt.NDArray[Any] | None],
+    at: dict[tuple[int, int, int], int],
+    value: int,
+    counts: npt.NDArray[np.int64],
+    shared: dict[tuple[Any, ...], npt.NDArray[np.int64]],
+) -> None:
+    """Add to ``counts`` the cells equal to ``value`` of each slot, block by block.
+
+    A rectangle of a block on given days counted for one job is reused by the
+    others of the group (areas sharing whole blocks, or the same area twice).
+    """
+    for tc in mine:
+        rows, days = w[tc]
+        for b in blocks:
+            tile = tiles[at[(b.cy, b.cx, tc)]]
+            if tile is None:
+                continue
+            if b.rect is None:
+                counts[rows] += (_take(b, tile, days) == value).sum(axis=1)
+                continue
+            key = (b.cy, b.cx, tc, b.rect, days.tobytes())
+            got = shared.get(key)
+            if got is None:
+                y0, y1, x0, x1 = b.rect
+                got = shared[key] = (tile[days, y0:y1, x0:x1] == value).sum(axis=(1, 2))
+            counts[rows] += got
+
+
+def _gather(
+    blocks: Sequence[BlockCells],
+    mine: list[int],
+    w: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]],
+    tiles: list[npt.NDArray[Any] | None],
+    at: dict[tuple[int, int, int], int],
+    spec: Any,
+    n_cells: int,
+    box: tuple[int, int, int, int],
+    tiles_side: int,
+    bufs: dict[str, npt.NDArray[Any]],
+) -> npt.NDArray[Any]:
+    """``(rows, n_cells)`` values of one band on the slots of ``mine`` (fill where no chunk),
+    in a buffer reused across calls (valid until the next call for the band)."""
+    n_rows = sum(w[tc][1].size for tc in mine)
+    buf = bufs.get(spec.name)
+    if buf is None or buf.size < n_rows * n_cells:
+        buf = bufs[spec.name] = np.empty(n_rows * n_cells, spec.dtype)
+    out = buf[: n_rows * n_cells].reshape(n_rows, n_cells)
+    # an area filling its box (a bbox): its cells are the box row-major, so a block's
+    # rectangle is a rectangle of the box too and is copied by slices, not scattered
+    y0, y1, x0, x1 = box
+    grid = out.reshape(n_rows, y1 - y0, x1 - x0) if (y1 - y0) * (x1 - x0) == n_cells else None
+    side = tiles_side
+    r0 = 0
+    for tc in mine:
+        days = w[tc][1]
+        r1 = r0 + days.size
+        for b in blocks:
+            tile = tiles[at[(b.cy, b.cx, tc)]]
+            if grid is not None and b.rect is not None:
+                by0, by1, bx0, bx1 = b.rect
+                oy, ox = b.cy * side - y0, b.cx * side - x0
+                dst = grid[r0:r1, oy + by0 : oy + by1, ox + bx0 : ox + bx1]
+                dst[...] = spec.fill_value if tile is None else tile[days, by0:by1, bx0:bx1]
+                continue
+            out[r0:r1, b.pos] = spec.fill_value if tile is None else _take(b, tile, days)
+        r0 = r1
+    return out
 
 
 def gather(
@@ -54,64 +253,62 @@ def gather(
     """Values ``(len(slots), n_cells)`` of a band at the area's cells (fill where absent).
 
     Reads, through the context's tile cache, only the chunks of the blocks the
-    area's cells fall in and of the time chunks holding ``slots`` (all missing
-    chunks of the call fetched together); the buffer holds the cells inside,
-    not the bounding box. ``keep``: put the fetched chunks in the cache.
+    area's cells fall in and of the time chunks holding ``slots``; the buffer
+    holds the cells inside, not the bounding box. ``keep``: put the fetched
+    chunks in the cache.
     """
     from store.cube import band_spec
 
     spec = band_spec(band)
     out = np.full((len(slots), area.n_cells), spec.fill_value, dtype=spec.dtype)
-    if not slots or not area.n_cells:
-        return out
-    blocks = area.blocks(1 << reader.block_level)
-    step = spec.time_chunk
-    tcs = sorted({t // step for t in slots})
-    at = {tc: k for k, tc in enumerate(tcs)}
-    tiles = ctx.tiles(reader, band, [(b.cy, b.cx, tc) for b in blocks for tc in tcs], keep=keep)
-    for j, b in enumerate(blocks):
-        row = tiles[j * len(tcs) : (j + 1) * len(tcs)]
-        for i, t in enumerate(slots):
-            tile = row[at[t // step]]
-            if tile is not None:
-                out[i, b.pos] = b.take(tile[t % step])
+
+    def put(_: int, rows: npt.NDArray[np.intp], arrays: list[npt.NDArray[Any]]) -> None:
+        out[rows] = arrays[0]
+
+    stream(ctx, reader, [band], [Job(area, slots)], keep, put)
     return out
+
+
+def clear_counts_many(
+    ctx: ServiceContext, reader: CubeReader, band: str, jobs: Sequence[Job], keep: bool
+) -> list[npt.NDArray[np.int64]]:
+    """Per job, the clear cells (flag says clear) of each of its slots over its area.
+
+    Only counts are kept: the memory is one group of decoded chunks
+    (:data:`TILE_GROUP_BYTES`), whatever the number of slots and areas.
+    """
+    flag_band, clear_value = clear_info(band)
+    got = stream(ctx, reader, [flag_band], jobs, keep, None, count=clear_value)
+    assert got is not None
+    return got
 
 
 def clear_counts(
     ctx: ServiceContext, reader: CubeReader, band: str, area: Area, slots: list[int], keep: bool
 ) -> npt.NDArray[np.int64]:
-    """Clear cells (flag says clear) of each slot over the area, streamed a few time chunks at a time.
+    """Clear cells (flag says clear) of each slot over the area (:func:`clear_counts_many`)."""
+    return clear_counts_many(ctx, reader, band, [Job(area, slots)], keep)[0]
 
-    Only counts are kept: the memory is one group of decoded chunks
-    (:data:`TILE_GROUP_BYTES`), whatever the number of slots.
+
+def cell_scenes_many(
+    ctx: ServiceContext, reader: CubeReader, band: str, jobs: Sequence[Job], keep: bool
+) -> list[list[dict[str, Any] | None]]:
+    """:func:`scenes_stats` of each job's slots, the jobs' chunks read together.
+
+    Each scene's statistics depend on its own values only, so grouping the
+    scenes by time chunk (and areas together) gives the same numbers.
     """
-    from store.cube import band_spec
-
     flag_band, clear_value = clear_info(band)
-    counts = np.zeros(len(slots), np.int64)
-    if not slots or not area.n_cells:
-        return counts
-    side = 1 << reader.block_level
-    blocks = area.blocks(side)
-    step = band_spec(flag_band).time_chunk
-    wanted: dict[int, list[tuple[int, int]]] = {}
-    for i, t in enumerate(slots):
-        wanted.setdefault(t // step, []).append((i, t % step))
-    tcs = sorted(wanted)
-    per = max(1, TILE_GROUP_BYTES // max(1, len(blocks) * tile_bytes(flag_band, side)))
-    for g in range(0, len(tcs), per):
-        group = tcs[g : g + per]
-        keys = [(b.cy, b.cx, tc) for b in blocks for tc in group]
-        tiles = ctx.tiles(reader, flag_band, keys, keep=keep)
-        for j, b in enumerate(blocks):
-            for k, tc in enumerate(group):
-                tile = tiles[j * len(group) + k]
-                if tile is None:
-                    continue
-                for i, d in wanted[tc]:
-                    counts[i] += np.count_nonzero(b.take(tile[d]) == clear_value)
-    return counts
+    out: list[list[dict[str, Any] | None]] = [[None] * len(j.slots) for j in jobs]
+
+    def stats(j: int, rows: npt.NDArray[np.intp], arrays: list[npt.NDArray[Any]]) -> None:
+        area = jobs[j].area
+        got = scenes_stats(arrays[1], arrays[0] == clear_value, area.weights, area.n_cells)
+        for r, st in zip(rows.tolist(), got, strict=True):
+            out[j][r] = st
+
+    stream(ctx, reader, [flag_band, band], jobs, keep, stats)
+    return out
 
 
 def cell_scenes(
@@ -122,25 +319,5 @@ def cell_scenes(
     slots: list[int],
     keep: bool,
 ) -> list[dict[str, Any] | None]:
-    """:func:`scenes_stats` of each slot, a group of scenes at a time.
-
-    A group's values and clear flags take about :data:`SCENE_BUFFER_BYTES`
-    (and its chunks about :data:`TILE_GROUP_BYTES`), so the memory follows the
-    area's cells, not the number of scenes.
-    """
-    from store.cube import band_spec
-
-    flag_band, clear_value = clear_info(band)
-    side = 1 << reader.block_level
-    per_scene = area.n_cells * (np.dtype(band_spec(band).dtype).itemsize + 2)
-    per_tiles = len(area.blocks(side)) * (tile_bytes(band, side) + tile_bytes(flag_band, side))
-    group = max(
-        1, min(SCENE_BUFFER_BYTES // max(1, per_scene), TILE_GROUP_BYTES // max(1, per_tiles))
-    )
-    out: list[dict[str, Any] | None] = []
-    for g in range(0, len(slots), group):
-        part = slots[g : g + group]
-        oks = gather(ctx, reader, flag_band, area, part, keep) == clear_value
-        values = gather(ctx, reader, band, area, part, keep)
-        out.extend(scenes_stats(values, oks, area.weights, area.n_cells))
-    return out
+    """:func:`scenes_stats` of each slot (:func:`cell_scenes_many` of one area)."""
+    return cell_scenes_many(ctx, reader, band, [Job(area, slots)], keep)[0]

@@ -20,6 +20,7 @@ which happened.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +29,21 @@ import numpy.typing as npt
 
 from api.context import ServiceContext
 from api.queries._common import clear_info
-from api.queries.area_cells import SCENE_BUFFER_BYTES, cell_scenes, clear_counts, gather
+from api.queries.area_cells import Job, clear_counts_many, stream
 from api.queries.area_geometry import Area
+from api.queries.area_stats import scenes_stats
 from store.cube import CubeReader, band_spec
 from store.cube import summaries as sm
 
-__all__ = ["CELLS", "SUMMARIES", "Usage", "clear_fractions", "scenes"]
+__all__ = [
+    "CELLS",
+    "SUMMARIES",
+    "Usage",
+    "clear_fractions",
+    "clear_fractions_many",
+    "scenes",
+    "scenes_many",
+]
 
 CELLS = "cells"
 """Method: every cell of the area read from the chunks (exact quantiles)."""
@@ -166,6 +176,28 @@ def _plan(
     return _Plan(rest, merged, Usage(SUMMARIES, used, rest.n_cells, None))
 
 
+def clear_fractions_many(
+    ctx: ServiceContext,
+    reader: CubeReader,
+    band: str,
+    jobs: Sequence[Job],
+    keep: bool,
+    use: bool,
+) -> list[tuple[npt.NDArray[np.float64], Usage]]:
+    """Per job, the clear fraction of each slot over its area (exact either way) and how it
+    was answered; the cells read are read for every job together (:func:`clear_counts_many`)."""
+    plans = [_plan(ctx, reader, band, j.area, list(j.slots), keep, use, stats=False) for j in jobs]
+    rests = [Job(p.rest, j.slots) for p, j in zip(plans, jobs, strict=True)]
+    counts = clear_counts_many(ctx, reader, band, rests, keep)
+    out = []
+    for p, j, c in zip(plans, jobs, counts, strict=True):
+        got = c.astype(np.float64)
+        if p.merged is not None:
+            got += p.merged[:, sm.N_FLAG]
+        out.append((got / max(1, j.area.n_cells), p.usage))
+    return out
+
+
 def clear_fractions(
     ctx: ServiceContext,
     reader: CubeReader,
@@ -175,12 +207,8 @@ def clear_fractions(
     keep: bool,
     use: bool,
 ) -> tuple[npt.NDArray[np.float64], Usage]:
-    """Clear fraction of each slot over the area (exact either way) and how it was answered."""
-    plan = _plan(ctx, reader, band, area, slots, keep, use, stats=False)
-    counts = clear_counts(ctx, reader, band, plan.rest, slots, keep).astype(np.float64)
-    if plan.merged is not None:
-        counts += plan.merged[:, sm.N_FLAG]
-    return counts / max(1, area.n_cells), plan.usage
+    """Clear fraction of each slot over the area (:func:`clear_fractions_many` of one area)."""
+    return clear_fractions_many(ctx, reader, band, [Job(area, slots)], keep, use)[0]
 
 
 def _stats(s: npt.NDArray[np.float64], grid: sm.Grid, n_total: int) -> dict[str, Any] | None:
@@ -195,6 +223,66 @@ def _stats(s: npt.NDArray[np.float64], grid: sm.Grid, n_total: int) -> dict[str,
     return out
 
 
+def scenes_many(
+    ctx: ServiceContext,
+    reader: CubeReader,
+    band: str,
+    jobs: Sequence[Job],
+    keep: bool,
+    use: bool,
+) -> list[tuple[list[dict[str, Any] | None], Usage]]:
+    """Per job, the statistics of each slot (None: no clear value) and how they were answered.
+
+    With summaries a job's edge cells are read (with every other job's cells,
+    a group of time chunks at a time), summarised per scene and merged with the
+    blocks' summaries; each scene then carries ``quantile_bounds``. Without,
+    the exact cell path. Each scene's numbers depend on its own cells only
+    (and on its job's slots through the plan), so reading jobs together
+    changes none of them.
+    """
+    plans = [_plan(ctx, reader, band, j.area, list(j.slots), keep, use, stats=True) for j in jobs]
+    flag_band, clear_value = clear_info(band)
+    grid = sm.Grid.of(band_spec(band)) if any(p.merged is not None for p in plans) else None
+    out: list[list[dict[str, Any] | None]] = [[None] * len(j.slots) for j in jobs]
+    reads: list[Job] = []
+    owner: list[int] = []
+    for k, (p, j) in enumerate(zip(plans, jobs, strict=True)):
+        if p.merged is None:
+            reads.append(j)
+            owner.append(k)
+        elif p.rest.n_cells:
+            reads.append(Job(p.rest, j.slots))
+            owner.append(k)
+        else:  # every cell from the summaries
+            assert grid is not None
+            out[k] = [_stats(p.merged[i], grid, j.area.n_cells) for i in range(len(j.slots))]
+
+    def one(r: int, rows: npt.NDArray[np.intp], arrays: list[npt.NDArray[Any]]) -> None:
+        k = owner[r]
+        p, area = plans[k], jobs[k].area
+        oks, values = arrays[0] == clear_value, arrays[1]
+        if p.merged is None:
+            got = scenes_stats(values, oks, area.weights, area.n_cells)
+        else:
+            assert grid is not None
+            got = [
+                _stats(
+                    sm.merge_pair(
+                        p.merged[i], sm.summarise_cells(values[m], oks[m], p.rest.weights, grid)
+                    ),
+                    grid,
+                    area.n_cells,
+                )
+                for m, i in enumerate(rows.tolist())
+            ]
+        for i, st in zip(rows.tolist(), got, strict=True):
+            out[k][i] = st
+
+    if reads:
+        stream(ctx, reader, [flag_band, band], reads, keep, one)
+    return [(o, p.usage) for o, p in zip(out, plans, strict=True)]
+
+
 def scenes(
     ctx: ServiceContext,
     reader: CubeReader,
@@ -204,31 +292,5 @@ def scenes(
     keep: bool,
     use: bool,
 ) -> tuple[list[dict[str, Any] | None], Usage]:
-    """Statistics of each slot (None: no clear value) and how they were answered.
-
-    With summaries the edge cells are read a group of scenes at a time
-    (about :data:`~api.queries.area_cells.SCENE_BUFFER_BYTES`), summarised and
-    merged with the blocks' summaries; each scene then carries
-    ``quantile_bounds``. Without, the exact cell path.
-    """
-    plan = _plan(ctx, reader, band, area, slots, keep, use, stats=True)
-    if plan.merged is None:
-        return cell_scenes(ctx, reader, band, area, slots, keep), plan.usage
-    flag_band, clear_value = clear_info(band)
-    spec = band_spec(band)
-    grid = sm.Grid.of(spec)
-    rest = plan.rest
-    per_scene = max(1, rest.n_cells * (np.dtype(spec.dtype).itemsize + 2))
-    group = max(1, SCENE_BUFFER_BYTES // per_scene)
-    out: list[dict[str, Any] | None] = []
-    for g in range(0, len(slots), group):
-        part = slots[g : g + group]
-        if rest.n_cells:
-            oks = gather(ctx, reader, flag_band, rest, part, keep) == clear_value
-            values = gather(ctx, reader, band, rest, part, keep)
-        for i in range(len(part)):
-            s = plan.merged[g + i]
-            if rest.n_cells:
-                s = sm.merge_pair(s, sm.summarise_cells(values[i], oks[i], rest.weights, grid))
-            out.append(_stats(s, grid, area.n_cells))
-    return out, plan.usage
+    """Statistics of each slot and how they were answered (:func:`scenes_many` of one area)."""
+    return scenes_many(ctx, reader, band, [Job(area, slots)], keep, use)[0]

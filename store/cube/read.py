@@ -127,6 +127,7 @@ class CubeReader(RegionReads):
                 "commit, before the layout); read a later snapshot"
             ) from None
         self.block_level = block_level_of(dict(root.attrs), DEFAULT_BLOCK_LEVEL)
+        self._root = root  # the summary probe looks its arrays up here (no second open)
         self._arrays: dict[str, zarr.Array] = {}
         self._index: dict[str, dict[tuple[int, int], npt.NDArray[np.int64]]] = {}
         self._codecs: dict[str, ChunkCodec | None] = {}
@@ -374,8 +375,7 @@ class CubeReader(RegionReads):
         band_spec(band)
         path = summary_path(band)
         if path not in self._codecs:
-            root = zarr.open_group(self.session.store, mode="r")
-            if path not in root:
+            if path not in self._root:
                 self._codecs[path] = None
             else:
                 summary = zarr.open_array(self.session.store, path=path, mode="r", zarr_format=3)

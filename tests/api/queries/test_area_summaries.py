@@ -193,3 +193,20 @@ def test_chunks_answered_from_summaries_are_not_read(tiny_store: Any, small_bloc
         reads[use] = calls
     assert reads[False]  # the cell path reads the chunks
     assert not [b for b in reads[True] if b in ("indices.ndvi", "s2.clear")]
+
+
+def test_areas_together_answer_as_each_alone(tiny_store: Any, small_blocks: Path) -> None:
+    """Summary and cell jobs read together give each area exactly its own answer."""
+    ctx = ServiceContext(small_blocks, signer=Signer.generate())
+    geoms = _geometries(tiny_store)
+    areas = [{"id": name, **where} for name, where in geoms.items()]
+    together = run(ctx, "area_over_time", {**_ARGS, "areas": areas}).model_dump(mode="json")
+    methods = set()
+    facts: list[str] = []
+    for where, got in zip(geoms.values(), together["areas"], strict=True):
+        alone = _call(ServiceContext(small_blocks, signer=ctx.signer), where, True)
+        assert {**got, "id": "area"} == alone["areas"][0]
+        facts += [f["fact_id"] for f in alone["facts"]]
+        methods.add(got["method"])
+    assert [f["fact_id"] for f in together["facts"]] == facts
+    assert methods == {"cells", "block_summaries+edge_cells"}
