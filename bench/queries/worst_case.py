@@ -2,7 +2,8 @@
 
 Rows (targets from issue 14):
 
-* the worst valid request — six areas, each the whole demo extent, two years,
+* the worst valid request — six areas, each the whole demo extent (each moved a lattice
+  row further north, so no two are equal), two years,
   ``max_scenes`` 24 — and the issue's thin diagonal polygon, each in a fresh
   process: wall time and peak RSS above the warmed-up idle process
   (``VmHWM`` reset through ``/proc/self/clear_refs``), target <= 1 s and
@@ -47,11 +48,20 @@ _SPAN = {"start_date": "2023-01-01", "end_date": "2024-12-31", "max_scenes": 24,
 
 
 def worst_args(area: DemoArea) -> dict[str, dict[str, Any]]:
-    """The requests measured: six whole-extent areas, and the issue's repro polygon."""
+    """The requests measured: six whole-extent areas, and the issue's repro polygon.
+
+    The six areas are the demo extent moved north by 0..5 lattice rows each, so no two
+    are the same area: a server that answered identical areas once would not pass for a
+    fast one here.
+    """
     b = area.manifest()["bbox"]  # [min_lng, min_lat, max_lng, max_lat]
-    box = [b[1], b[0], b[3], b[2]]
+    row = 180.0 / ((1 << 21) - 1)  # one cell64 lattice row in degrees of latitude
+    boxes = [[b[1] + i * row, b[0], b[3] + i * row, b[2]] for i in range(6)]
     return {
-        "six_areas": {"areas": [{"id": f"a{i}", "bbox": box} for i in range(6)], **_SPAN},
+        "six_areas": {
+            "areas": [{"id": f"a{i}", "bbox": box} for i, box in enumerate(boxes)],
+            **_SPAN,
+        },
         "repro_polygon": {"geometry": REPRO_POLYGON, **_SPAN},
     }
 
