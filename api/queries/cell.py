@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -148,10 +149,20 @@ def read_cell(
         keep = fv64 > 0
         return CellSeries(ft[keep], vals[keep], fv64[keep], clear_value)
     vt, vv = ctx.cell_series(reader, band, lat_q, lng_q)
-    t, values, flag = _align(vt, vv.astype(np.float64), ft, fv.astype(np.int64))
-    series = CellSeries(t, values, flag, clear_value)
-    keep = series.observed
-    return CellSeries(t[keep], values[keep], flag[keep], clear_value)
+    if vt.size == ft.size and np.array_equal(vt, ft):  # usual: the band and its flag share slots
+        t, values, flag = vt, vv.astype(np.float64), fv.astype(np.int64)
+    else:
+        t, values, flag = _align(vt, vv.astype(np.float64), ft, fv.astype(np.int64))
+    keep = (flag > 0) | np.isfinite(values)
+    if not keep.all():
+        t, values, flag = t[keep], values[keep], flag[keep]
+    return CellSeries(t, values, flag, clear_value)
+
+
+@functools.lru_cache(maxsize=65536)
+def _cell_text(lat_q: int, lng_q: int) -> str:
+    """cell64 text of a lattice cell (a neighbour named in ``cells_read``), remembered."""
+    return address.format_cell(address.q_to_raw(lat_q, lng_q))
 
 
 def _no_observation(series: CellSeries, cell: CellRef, band: str, t: int) -> NoObservation:
@@ -259,7 +270,7 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
                     a, b = float(nv[hit[0]]), float(nv[hit[1]])
                     if math.isfinite(a) and math.isfinite(b):
                         neighbour_deltas.append(b - a)
-                        cells_read.append(address.format_cell(address.q_to_raw(la, ln)))
+                        cells_read.append(_cell_text(la, ln))
         flag_band, _clear_value = clear_info(band)
         facts = [
             make_fact(ctx, reader, cell.cell, band, t0, v0, lat_q=cell.lat_q, lng_q=cell.lng_q),
