@@ -196,15 +196,13 @@ def finish(
 
 
 def _signed_model(answer_model: type[M], checked: BaseModel, signed: dict[str, Any]) -> M:
-    """The answer model of a signed body: the validated body's fields and the receipt
-    sign_answer built (its own plain dict, not validated again), when the answer is exactly
-    the body and a receipt."""
+    """The answer model of a signed body: the validated body's fields and the validated
+    receipt, not validated a second time when the answer is exactly the body and a receipt."""
     fields = answer_model.model_fields
     if set(fields) != {*type(checked).model_fields, "receipt"}:
         return answer_model.model_validate(signed)
     values = {name: getattr(checked, name) for name in type(checked).model_fields}
-    # the receipt sign_answer just built: plain, exactly Receipt's fields and types
-    values["receipt"] = Receipt.model_construct(**signed["receipt"])
+    values["receipt"] = Receipt.model_validate(signed["receipt"])
     return answer_model.model_construct(**values)
 
 

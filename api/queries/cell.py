@@ -77,7 +77,7 @@ RULE = (
 class CellSeries:
     """One cell's values and observation flags along the band's stored tslots."""
 
-    __slots__ = ("clear", "flag", "observed", "tslots", "values")
+    __slots__ = ("_sigma", "clear", "flag", "observed", "tslots", "values")
 
     def __init__(
         self,
@@ -96,6 +96,14 @@ class CellSeries:
         """Clear value per slot."""
         self.observed = (flag > 0) | np.isfinite(values)
         """Any observation (masked included)."""
+        self._sigma: dict[float, tuple[float, int]] = {}
+
+    def clear_sigma(self, floor: float) -> tuple[float, int]:
+        """:func:`robust_sigma` of the clear values with ``floor`` (computed once per floor)."""
+        got = self._sigma.get(floor)
+        if got is None:
+            got = self._sigma[floor] = robust_sigma(self.values[self.clear], floor)
+        return got
 
     def valid_slots(self) -> npt.NDArray[np.int64]:
         """Slots holding a finite value."""
@@ -140,7 +148,22 @@ def read_cell(
     """A cell's series and flags from the column cache (microseconds when warm).
 
     Flag bands (``s2.clear``, ``s1.valid``) read as their own value (0 -> NaN).
+    Remembered per snapshot, band and cell in ``ctx.cells`` (a snapshot never changes);
+    the series' arrays are read-only.
     """
+    key = (reader.snapshot_id, band, lat_q, lng_q)
+    return ctx.cells.get(key, lambda: _frozen(_read_cell(ctx, reader, band, lat_q, lng_q)))  # type: ignore[no-any-return]
+
+
+def _frozen(series: CellSeries) -> CellSeries:
+    for arr in (series.tslots, series.values, series.flag, series.clear, series.observed):
+        arr.flags.writeable = False
+    return series
+
+
+def _read_cell(
+    ctx: ServiceContext, reader: CubeReader, band: str, lat_q: int, lng_q: int
+) -> CellSeries:
     flag_band, clear_value = clear_info(band)
     ft, fv = ctx.cell_series(reader, flag_band, lat_q, lng_q)
     if band == flag_band:
@@ -244,7 +267,7 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
         v0, v1 = float(series.values[i0]), float(series.values[i1])
         delta = v1 - v0
         floor = SIGMA_FLOOR.get(band, 0.02)
-        sigma, n_obs = robust_sigma(series.values[series.clear], floor)
+        sigma, n_obs = series.clear_sigma(floor)
         z = delta / sigma
         c0, c1 = bool(series.clear[i0]), bool(series.clear[i1])
         significant = c0 and c1 and abs(z) >= Z_THRESHOLD
