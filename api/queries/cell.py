@@ -152,7 +152,10 @@ def read_cell(
     the series' arrays are read-only.
     """
     key = (reader.snapshot_id, band, lat_q, lng_q)
-    return ctx.cells.get(key, lambda: _frozen(_read_cell(ctx, reader, band, lat_q, lng_q)))  # type: ignore[no-any-return]
+    series: CellSeries = ctx.cells.get(
+        key, lambda: _frozen(_read_cell(ctx, reader, band, lat_q, lng_q))
+    )
+    return series
 
 
 def _frozen(series: CellSeries) -> CellSeries:
@@ -275,7 +278,8 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
         neighbour_deltas: list[float] = []
         cells_read = [cell.cell]
         window = np.array([t0, t1], np.int64)
-        hits: dict[int, tuple[int, int] | None] = {}  # per column: where t0 and t1 sit
+        col = None  # the block column of the last neighbour (most share the cell's block)
+        hit: tuple[int, int] | None = None  # where t0 and t1 sit in its tslots
         for dy in (-1, 0, 1):
             for dx in (-1, 0, 1):
                 if dy == 0 and dx == 0:
@@ -283,14 +287,18 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
                 la, ln = cell.lat_q + dy, cell.lng_q + dx
                 if not (0 < la < address.LAT_MAX_Q and 0 <= ln < address.LNG_MAX_Q):
                     continue
-                nt, nv = ctx.cell_series(reader, band, la, ln)
-                if id(nt) not in hits:  # neighbours in one block share their tslots
+                if col is None or not (
+                    0 <= la - col.lat_q0 < col.values.shape[1]
+                    and 0 <= ln - col.lng_q0 < col.values.shape[2]
+                ):
+                    col = ctx.column(reader, band, la, ln)
+                    nt = col.tslots
                     j0, j1 = np.searchsorted(nt, window).tolist()
                     found = j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1
-                    hits[id(nt)] = (j0, j1) if found else None
-                hit = hits[id(nt)]
+                    hit = (j0, j1) if found else None
                 if hit is not None:
-                    a, b = float(nv[hit[0]]), float(nv[hit[1]])
+                    y, x = la - col.lat_q0, ln - col.lng_q0
+                    a, b = float(col.values[hit[0], y, x]), float(col.values[hit[1], y, x])
                     if math.isfinite(a) and math.isfinite(b):
                         neighbour_deltas.append(b - a)
                         cells_read.append(_cell_text(la, ln))
