@@ -51,6 +51,7 @@ import numpy.typing as npt
 from api.charts import ChartStore
 from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, from_store_error
 from api.limiter import RateLimiter
+from api.memo import BoundedMemo
 from api.receipts import Signer
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column, CubeReader
 from store.cube.cache import SingleFlight
@@ -110,6 +111,9 @@ def refresh_seconds(value: str | float | None = None) -> float:
         )
     return seconds
 
+
+CELL_MEMO_ENTRIES = 1024
+"""Cell series a context remembers (a few KB each)."""
 
 _AS_OF_READERS = 4  # readers opened as_of a time, kept (LRU)
 _HISTORY_LISTED = 10  # snapshots a snapshot_not_found for an as_of lists (newest first)
@@ -192,6 +196,8 @@ class ServiceContext:
         self._embedder: tuple[Any] | None = None
         # one thread opens a reader while the others wait for it
         self._single_flight = SingleFlight()
+        self.cells = BoundedMemo(CELL_MEMO_ENTRIES)
+        """Per-cell series of a snapshot (:func:`api.queries.cell.read_cell`), least recent dropped."""
 
     # ------------------------------------------------------------------ places
 

@@ -133,6 +133,33 @@ def query_digest(primitive: str, args: Mapping[str, Any]) -> bytes:
         raise from_store_error(exc) from exc
 
 
+class _NotPlain(Exception):
+    """The value needs :func:`normalise` and the JSON round trip."""
+
+
+def _plain_query(value: Any) -> Any:
+    """What ``_json_round_trip(normalise(value, drop_none=True))`` gives for a tree of exact
+    JSON types (dict with str keys, list, str, int, finite float, bool, None): a copy with
+    the None values of its maps dropped, in the same key order. Anything else (a tuple, a
+    numpy value, a subclass, NaN) raises :class:`_NotPlain`: the reference path takes it."""
+    t = type(value)
+    if t is dict:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotPlain
+            if v is not None:
+                out[k] = _plain_query(v)
+        return out
+    if t is list:
+        return [_plain_query(v) for v in value]
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is float and value - value == 0.0:
+        return value
+    raise _NotPlain
+
+
 def _json_round_trip(value: Any, what: str) -> Any:
     try:
         return json.loads(json.dumps(value, allow_nan=False))
@@ -308,15 +335,18 @@ def sign_answer(
     if "receipt" in answer:
         raise InvalidArgument("answer already carries a receipt", code="invalid_answer")
     served = served_at if served_at is not None else _served_at_now()
-    if not _SERVED_AT.fullmatch(served):
+    if served_at is not None and not _SERVED_AT.fullmatch(served):
         raise InvalidArgument(
             f"served_at must be RFC 3339 UTC ending in Z, got {served!r}", code="invalid_receipt"
         )
     req = request_id if request_id is not None else uuid.uuid4().hex
     try:
-        query = _json_round_trip(normalise(dict(args), drop_none=True), "query")
-    except CanonicalFormError as exc:
-        raise from_store_error(exc) from exc
+        query = _plain_query(dict(args))
+    except (_NotPlain, RecursionError):
+        try:
+            query = _json_round_trip(normalise(dict(args), drop_none=True), "query")
+        except CanonicalFormError as exc:
+            raise from_store_error(exc) from exc
     q_digest = query_digest(primitive, query)
     a_digest = answer_digest(answer)
     cell_list = _sorted_unique(cells, "cells")

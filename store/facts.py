@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -459,6 +460,50 @@ def fact_record(
     """
     if isinstance(value, float) and not math.isfinite(value):
         value = None
+    tv = type(value)
+    if (
+        tv in _MEMO_VALUE_TYPES
+        and type(tslot) is int
+        and type(sources) is list
+        and type(cell) is str
+        and type(band) is str
+        and type(derivation) is str
+        and type(date) is str
+        and all(type(s) is str for s in sources)
+    ):
+        # a pure function of its arguments: plain scalar facts are remembered (bounded);
+        # the type and a float's sign are part of the key (1, 1.0 and True, 0.0 and -0.0
+        # are equal keys but different facts), and every caller gets its own dict
+        sign = tv is float and math.copysign(1.0, value) < 0
+        key = (cell, band, tslot, tv, sign, value, tuple(sources), derivation, date)
+        rec = _FACT_MEMO.get(key)
+        if rec is None:
+            rec = _fact_record(cell, band, tslot, value, sources, derivation, date)
+            with _FACT_MEMO_LOCK:
+                if len(_FACT_MEMO) >= FACT_MEMO_ENTRIES:
+                    _FACT_MEMO.pop(next(iter(_FACT_MEMO)), None)  # the oldest entry
+                _FACT_MEMO[key] = rec
+        return {**rec, "sources": list(rec["sources"])}
+    return _fact_record(cell, band, tslot, value, sources, derivation, date)
+
+
+FACT_MEMO_ENTRIES = 4096
+"""Fact records :func:`fact_record` remembers (oldest dropped first): a few MB at most."""
+
+_MEMO_VALUE_TYPES = frozenset({int, float, bool, str, type(None)})
+_FACT_MEMO: dict[tuple[Any, ...], dict[str, Any]] = {}
+_FACT_MEMO_LOCK = threading.Lock()
+
+
+def _fact_record(
+    cell: str,
+    band: str,
+    tslot: int,
+    value: Any,
+    sources: Sequence[str],
+    derivation: str,
+    date: str,
+) -> dict[str, Any]:
     return {
         "fact_id": fact_id(cell, band, int(tslot), value, list(sources), derivation),
         "cell": cell,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -76,7 +77,7 @@ RULE = (
 class CellSeries:
     """One cell's values and observation flags along the band's stored tslots."""
 
-    __slots__ = ("clear", "flag", "observed", "tslots", "values")
+    __slots__ = ("_sigma", "clear", "flag", "observed", "tslots", "values")
 
     def __init__(
         self,
@@ -95,6 +96,14 @@ class CellSeries:
         """Clear value per slot."""
         self.observed = (flag > 0) | np.isfinite(values)
         """Any observation (masked included)."""
+        self._sigma: dict[float, tuple[float, int]] = {}
+
+    def clear_sigma(self, floor: float) -> tuple[float, int]:
+        """:func:`robust_sigma` of the clear values with ``floor`` (computed once per floor)."""
+        got = self._sigma.get(floor)
+        if got is None:
+            got = self._sigma[floor] = robust_sigma(self.values[self.clear], floor)
+        return got
 
     def valid_slots(self) -> npt.NDArray[np.int64]:
         """Slots holding a finite value."""
@@ -139,7 +148,25 @@ def read_cell(
     """A cell's series and flags from the column cache (microseconds when warm).
 
     Flag bands (``s2.clear``, ``s1.valid``) read as their own value (0 -> NaN).
+    Remembered per snapshot, band and cell in ``ctx.cells`` (a snapshot never changes);
+    the series' arrays are read-only.
     """
+    key = (reader.snapshot_id, band, lat_q, lng_q)
+    series: CellSeries = ctx.cells.get(
+        key, lambda: _frozen(_read_cell(ctx, reader, band, lat_q, lng_q))
+    )
+    return series
+
+
+def _frozen(series: CellSeries) -> CellSeries:
+    for arr in (series.tslots, series.values, series.flag, series.clear, series.observed):
+        arr.flags.writeable = False
+    return series
+
+
+def _read_cell(
+    ctx: ServiceContext, reader: CubeReader, band: str, lat_q: int, lng_q: int
+) -> CellSeries:
     flag_band, clear_value = clear_info(band)
     ft, fv = ctx.cell_series(reader, flag_band, lat_q, lng_q)
     if band == flag_band:
@@ -148,10 +175,20 @@ def read_cell(
         keep = fv64 > 0
         return CellSeries(ft[keep], vals[keep], fv64[keep], clear_value)
     vt, vv = ctx.cell_series(reader, band, lat_q, lng_q)
-    t, values, flag = _align(vt, vv.astype(np.float64), ft, fv.astype(np.int64))
-    series = CellSeries(t, values, flag, clear_value)
-    keep = series.observed
-    return CellSeries(t[keep], values[keep], flag[keep], clear_value)
+    if vt.size == ft.size and np.array_equal(vt, ft):  # usual: the band and its flag share slots
+        t, values, flag = vt, vv.astype(np.float64), fv.astype(np.int64)
+    else:
+        t, values, flag = _align(vt, vv.astype(np.float64), ft, fv.astype(np.int64))
+    keep = (flag > 0) | np.isfinite(values)
+    if not keep.all():
+        t, values, flag = t[keep], values[keep], flag[keep]
+    return CellSeries(t, values, flag, clear_value)
+
+
+@functools.lru_cache(maxsize=65536)
+def _cell_text(lat_q: int, lng_q: int) -> str:
+    """cell64 text of a lattice cell (a neighbour named in ``cells_read``), remembered."""
+    return address.format_cell(address.q_to_raw(lat_q, lng_q))
 
 
 def _no_observation(series: CellSeries, cell: CellRef, band: str, t: int) -> NoObservation:
@@ -233,7 +270,7 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
         v0, v1 = float(series.values[i0]), float(series.values[i1])
         delta = v1 - v0
         floor = SIGMA_FLOOR.get(band, 0.02)
-        sigma, n_obs = robust_sigma(series.values[series.clear], floor)
+        sigma, n_obs = series.clear_sigma(floor)
         z = delta / sigma
         c0, c1 = bool(series.clear[i0]), bool(series.clear[i1])
         significant = c0 and c1 and abs(z) >= Z_THRESHOLD
@@ -241,7 +278,8 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
         neighbour_deltas: list[float] = []
         cells_read = [cell.cell]
         window = np.array([t0, t1], np.int64)
-        hits: dict[int, tuple[int, int] | None] = {}  # per column: where t0 and t1 sit
+        col = None  # the block column of the last neighbour (most share the cell's block)
+        hit: tuple[int, int] | None = None  # where t0 and t1 sit in its tslots
         for dy in (-1, 0, 1):
             for dx in (-1, 0, 1):
                 if dy == 0 and dx == 0:
@@ -249,17 +287,21 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
                 la, ln = cell.lat_q + dy, cell.lng_q + dx
                 if not (0 < la < address.LAT_MAX_Q and 0 <= ln < address.LNG_MAX_Q):
                     continue
-                nt, nv = ctx.cell_series(reader, band, la, ln)
-                if id(nt) not in hits:  # neighbours in one block share their tslots
+                if col is None or not (
+                    0 <= la - col.lat_q0 < col.values.shape[1]
+                    and 0 <= ln - col.lng_q0 < col.values.shape[2]
+                ):
+                    col = ctx.column(reader, band, la, ln)
+                    nt = col.tslots
                     j0, j1 = np.searchsorted(nt, window).tolist()
                     found = j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1
-                    hits[id(nt)] = (j0, j1) if found else None
-                hit = hits[id(nt)]
+                    hit = (j0, j1) if found else None
                 if hit is not None:
-                    a, b = float(nv[hit[0]]), float(nv[hit[1]])
+                    y, x = la - col.lat_q0, ln - col.lng_q0
+                    a, b = float(col.values[hit[0], y, x]), float(col.values[hit[1], y, x])
                     if math.isfinite(a) and math.isfinite(b):
                         neighbour_deltas.append(b - a)
-                        cells_read.append(address.format_cell(address.q_to_raw(la, ln)))
+                        cells_read.append(_cell_text(la, ln))
         flag_band, _clear_value = clear_info(band)
         facts = [
             make_fact(ctx, reader, cell.cell, band, t0, v0, lat_q=cell.lat_q, lng_q=cell.lng_q),

@@ -12,6 +12,8 @@ from typing import Any
 
 import blake3
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from api.errors import InvalidArgument, ReceiptKeyError
 from api.receipts import (
@@ -24,7 +26,7 @@ from api.receipts import (
     sign_answer,
     verify_answer,
 )
-from store.facts import fact_id
+from store.facts import fact_id, normalise
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -356,6 +358,38 @@ def test_args_without_canonical_form_are_invalid_arguments(
     with pytest.raises(InvalidArgument) as err:
         query_digest("p", args)
     assert err.value.code == code
+
+
+_JSONISH = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=4), _JSONISH, max_size=5))
+def test_receipt_query_is_the_normalised_json_of_the_args(args: dict[str, Any]) -> None:
+    """receipt.query is the JSON round trip of the normalised args (key order, types, nulls
+    dropped), whichever path built it; args without a canonical form are refused."""
+    signer = Signer.generate()
+    try:
+        expected = json.loads(json.dumps(normalise(args, drop_none=True), allow_nan=False))
+    except (ValueError, TypeError):
+        with pytest.raises(InvalidArgument):
+            sign_answer(signer, "p", args, {}, [], [], "s")
+        return
+    query = sign_answer(signer, "p", args, {}, [], [], "s")["receipt"]["query"]
+    assert json.dumps(query) == json.dumps(expected)
+    assert query_digest("p", query) == query_digest("p", expected)
 
 
 def test_verify_nan_in_saved_doc_does_not_raise(signed: dict[str, Any]) -> None:

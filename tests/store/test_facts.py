@@ -19,6 +19,7 @@ from store.facts import (
     canonical_cbor_reference,
     fact_id,
     fact_ids,
+    fact_record,
     fast_cbor,
     normalise,
     parse_fact_id,
@@ -212,6 +213,26 @@ def test_fact_ids_declined_items_take_fact_id() -> None:
         fact_ids([CELL_A], "b", [1], [1.0], ["S2A_1"], "d")
     with pytest.raises(InvalidFact):
         fact_ids([CELL_A], "b", [True], [1.0], [[]], "d")
+
+
+def test_fact_record_remembered_facts_keep_their_type_and_sign() -> None:
+    """Values equal as keys (0.0 / -0.0, 1 / 1.0 / True) are different facts, asked in any
+    order and again; each call gets its own record, so changing one changes no other."""
+    srcs = ["S2A_X", "S2B_Y"]
+    values: list[Any] = [0.0, -0.0, 1, 1.0, True, None, "a"]
+    for _ in range(2):
+        for value in values:
+            rec = fact_record(CELL_A, "indices.ndvi", 19000, value, srcs, "d.v1", "2022-01-08")
+            assert rec["fact_id"] == fact_id(CELL_A, "indices.ndvi", 19000, value, srcs, "d.v1")
+            assert type(rec["value"]) is type(value)
+            assert str(rec["value"]) == str(value)
+            rec["sources"].append("changed")
+            rec["value"] = "changed"
+    again = fact_record(CELL_A, "indices.ndvi", 19000, 1.0, srcs, "d.v1", "2022-01-08")
+    assert again["sources"] == srcs
+    assert again["value"] == 1.0
+    with pytest.raises(InvalidFact):  # an error is not remembered as a record
+        fact_record(CELL_A, "indices.ndvi", 19000, 1.0, [1], "d.v1", "2022-01-08")  # type: ignore[list-item]
 
 
 def test_store_facts_does_not_import_the_api() -> None:

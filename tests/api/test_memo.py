@@ -1,0 +1,32 @@
+"""api/memo.py: the bounded memo behind the context's per-cell series."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.memo import BoundedMemo
+
+
+def test_memo_remembers_drops_the_least_recent_and_not_errors() -> None:
+    memo = BoundedMemo(2)
+    made: list[str] = []
+
+    def make(key: str) -> str:
+        made.append(key)
+        return key.upper()
+
+    assert memo.get("a", lambda: make("a")) == "A"
+    assert memo.get("b", lambda: make("b")) == "B"
+    assert memo.get("a", lambda: make("a")) == "A"  # remembered; now the most recent
+    assert memo.get("c", lambda: make("c")) == "C"  # drops b, the least recent
+    assert len(memo) == 2
+    assert memo.get("a", lambda: make("a")) == "A"
+    assert memo.get("b", lambda: make("b")) == "B"  # made again
+    assert made == ["a", "b", "c", "b"]
+
+    def fail() -> str:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        memo.get("d", fail)
+    assert memo.get("d", lambda: make("d")) == "D"  # the error was not remembered
