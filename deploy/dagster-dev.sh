@@ -20,12 +20,10 @@ export EARTHMEM_AREA=$data/sample/manifest.json
 # layout this repo does not use, so that one warning (and only it) is silenced.
 export PYTHONWARNINGS="ignore:Function \`dev_command\` is superseded"
 
-set -m # job control: the background job below gets a process group of its own
-"$bin/dagster" dev -w workspace.yaml -h 127.0.0.1 -p 3000 &
-pid=$!
-
+pid=""
 stop() {
     trap - INT TERM
+    [ -n "$pid" ] || exit 0 # a signal before dagster dev started: nothing to stop
     kill -INT -- "-$pid" 2>/dev/null || true
     for _ in $(seq 1 $((stop_seconds * 4))); do
         kill -0 -- "-$pid" 2>/dev/null || exit 0
@@ -39,7 +37,12 @@ stop() {
     done
     exit 0
 }
+# The trap is set before dagster dev starts, so a signal that arrives while it starts is not
+# lost (bash would otherwise keep waiting on a dagster dev nobody stops).
 trap stop INT TERM
+set -m # job control: the background job below gets a process group of its own
+"$bin/dagster" dev -w workspace.yaml -h 127.0.0.1 -p 3000 &
+pid=$!
 set +e
 wait "$pid"
 status=$?

@@ -19,7 +19,7 @@ import numpy as np
 
 from api.context import ServiceContext
 from api.dispatch import run
-from api.queries import area as area_mod
+from api.queries.area_series import series
 from api.queries.area_geometry import parse_area
 from api.receipts import Signer
 from pipelines.family import ingest_range
@@ -109,8 +109,8 @@ def test_area_answers_during_an_ingest_match_their_snapshot(
             reader = CubeReader(data, snapshot_id=snap)
             fresh_ctx = ServiceContext(data, signer=ctx.signer)
             cand = fresh_ctx.overpasses(reader, "s2", shape.box, t0, t1)
-            out, facts, _ = area_mod._series(
-                fresh_ctx, reader, "indices.ndvi", shape, cand, 24, 0.4, True
+            ((out, facts, _),) = series(
+                fresh_ctx, reader, "indices.ndvi", [shape], [cand], 24, 0.4, True
             )
             fresh[snap] = (
                 [(s["tslot"], s["median"], s["n_clear"]) for s in out["scenes"]],
