@@ -35,10 +35,10 @@ test: setup  ## lint, type-check and run the test suite (offline; outside client
 	$(BIN)/ruff check store pipelines api cli tests bench
 	$(BIN)/ruff format --check store pipelines api cli tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q $(PYTEST_PARALLEL)
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not bench_smoke"
 
 pytest: setup  ## the test suite without the outside clients (CI runs those as their own stage)
-	$(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=15 -m "not clients and not fuzz"
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=15 -m "not clients and not fuzz and not bench_smoke"
 
 CLIENTS := tests/clients
 EARTHMEM_FUZZ_SECONDS ?= 900
@@ -64,8 +64,9 @@ typecheck: setup
 bench: setup  ## run every benchmark and write bench/RESULTS.md
 	$(BIN)/python -m bench.run
 
-bench-quick: setup
-	$(BIN)/python -m bench.run --quick
+# The smoke run of every bench (minutes of CPU) is left out of `make test` and CI to keep CI short.
+bench-quick: setup  ## every bench's --quick variant runs and reports its rows (tests/bench, bench_smoke)
+	$(BIN)/pytest -q -p no:cacheprovider -m bench_smoke tests/bench
 
 bench-large: setup  ## the large benches (recall at 10^6 items on SQLite) -> bench/RESULTS-large.md
 	$(BIN)/python -m bench.run --large

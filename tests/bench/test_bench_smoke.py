@@ -234,7 +234,19 @@ EXPECTED_ROWS = {
 }
 
 
-@pytest.mark.slow  # subprocesses: every bench's --quick variant, ~1 min on 2 idle cores
+def test_the_smoke_run_is_make_bench_quick_and_left_out_of_ci() -> None:
+    """CI and `make test` leave the smoke run below out (minutes of CPU); `make bench-quick`
+    runs it, so it is not orphaned."""
+    makefile = (REPO / "Makefile").read_text()
+    quick = makefile.split("\nbench-quick:", 1)[1].split("\n\n", 1)[0]
+    assert "-m bench_smoke" in quick
+    for target in ("test", "pytest"):
+        recipe = makefile.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+        assert "not bench_smoke" in recipe, target
+
+
+@pytest.mark.slow  # subprocesses: every bench's --quick variant, minutes on 2 cores
+@pytest.mark.bench_smoke  # `make bench-quick`; left out of `make test` and CI
 def test_quick_harness_runs_every_bench_and_reports_every_row(tiny_store, tmp_path: Path) -> None:
     env = {
         **os.environ,
