@@ -19,8 +19,8 @@ import numpy as np
 
 from api.context import ServiceContext
 from api.dispatch import run
-from api.queries.area_series import series
 from api.queries.area_geometry import parse_area
+from api.queries.area_series import series
 from api.receipts import Signer
 from pipelines.family import ingest_range
 from pipelines.partitions import scene_key, week_key_of, week_t0
