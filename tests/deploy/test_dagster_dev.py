@@ -34,6 +34,18 @@ FAKE_DAGSTER = textwrap.dedent(
 )
 
 
+def _default_signals() -> None:
+    """The script as a user's terminal starts it: SIGINT and SIGTERM at their defaults.
+
+    A signal ignored when bash starts cannot be trapped, and an ignored disposition is
+    inherited across exec: a test earlier in the same pytest worker that left SIGINT or
+    SIGTERM ignored would otherwise make the script deaf to them (the test timed out so).
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -62,7 +74,12 @@ def test_start_refreshes_config_and_a_signal_stops_everything(tmp_path: Path, si
     (fake_bin / "dagster").chmod(0o755)
     (home / "dagster.yaml").write_text("stale: true\n")  # an older copy from the repo
     env = {**os.environ, "DAGSTER_HOME": str(home), "OUT": str(out), "STOP_SECONDS": "1"}
-    proc = subprocess.Popen([str(SCRIPT), str(fake_bin), str(tmp_path / "data")], cwd=REPO, env=env)
+    proc = subprocess.Popen(
+        [str(SCRIPT), str(fake_bin), str(tmp_path / "data")],
+        cwd=REPO,
+        env=env,
+        preexec_fn=_default_signals,
+    )
     try:
         _wait_for(out / "child")
         _wait_for(out / "dev")
