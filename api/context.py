@@ -51,7 +51,6 @@ import numpy.typing as npt
 from api.charts import ChartStore
 from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, from_store_error
 from api.limiter import RateLimiter
-from api.memo import BoundedMemo
 from api.receipts import Signer
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column, CubeReader
 from store.cube.cache import SingleFlight
@@ -59,6 +58,7 @@ from store.errors import InvalidDate, StoreError
 from store.inventory import OverpassIndex
 from store.knn import KnnTable
 from store.knn.remote import TableSource, table_source
+from store.memo import BoundedMemo
 from store.memory import MEMORY_URL_ENV, default_url, open_store
 from store.memory import backend as memory_backend
 from store.memory.interface import MemoryStore

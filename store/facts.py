@@ -50,7 +50,6 @@ from __future__ import annotations
 import math
 import re
 import struct
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +58,7 @@ import blake3
 import cbor2
 
 from store.errors import CanonicalFormError, InvalidFact, NonFiniteNumber
+from store.memo import BoundedMemo
 
 __all__ = [
     "FACT_ID_PREFIX",
@@ -476,23 +476,18 @@ def fact_record(
         # are equal keys but different facts), and every caller gets its own dict
         sign = tv is float and math.copysign(1.0, value) < 0
         key = (cell, band, tslot, tv, sign, value, tuple(sources), derivation, date)
-        rec = _FACT_MEMO.get(key)
-        if rec is None:
-            rec = _fact_record(cell, band, tslot, value, sources, derivation, date)
-            with _FACT_MEMO_LOCK:
-                if len(_FACT_MEMO) >= FACT_MEMO_ENTRIES:
-                    _FACT_MEMO.pop(next(iter(_FACT_MEMO)), None)  # the oldest entry
-                _FACT_MEMO[key] = rec
+        rec = _FACT_MEMO.get(
+            key, lambda: _fact_record(cell, band, tslot, value, sources, derivation, date)
+        )
         return {**rec, "sources": list(rec["sources"])}
     return _fact_record(cell, band, tslot, value, sources, derivation, date)
 
 
 FACT_MEMO_ENTRIES = 4096
-"""Fact records :func:`fact_record` remembers (oldest dropped first): a few MB at most."""
+"""Fact records :func:`fact_record` remembers (least recent dropped first): a few MB at most."""
 
 _MEMO_VALUE_TYPES = frozenset({int, float, bool, str, type(None)})
-_FACT_MEMO: dict[tuple[Any, ...], dict[str, Any]] = {}
-_FACT_MEMO_LOCK = threading.Lock()
+_FACT_MEMO = BoundedMemo(FACT_MEMO_ENTRIES)
 
 
 def _fact_record(

@@ -1,10 +1,10 @@
-"""api/memo.py: the bounded memo behind the context's per-cell series."""
+"""store/memo.py: the bounded memo behind the context's per-cell series and the fact records."""
 
 from __future__ import annotations
 
 import pytest
 
-from api.memo import BoundedMemo
+from store.memo import BoundedMemo
 
 
 def test_memo_remembers_drops_the_least_recent_and_not_errors() -> None:

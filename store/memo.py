@@ -1,8 +1,9 @@
 """A small bounded, thread-safe memo for values computed from immutable inputs.
 
 The service context keeps one for per-cell series of a snapshot (a snapshot never
-changes, so a remembered series is the one a new read would give); the least
-recently used entry is dropped past the bound.
+changes, so a remembered series is the one a new read would give), and
+:func:`store.facts.fact_record` one for fact records (a pure function of its
+arguments); the least recently used entry is dropped past the bound.
 """
 
 from __future__ import annotations
