@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from api.charts import ChartStore
-from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, from_store_error
+from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, store_errors
 from api.limiter import RateLimiter
 from api.receipts import Signer
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column, CubeReader
@@ -288,10 +288,8 @@ class ServiceContext:
         if self._memory is None:
             with self._single_flight("memory"):
                 if self._memory is None:
-                    try:
+                    with store_errors():
                         store = open_store(self.memory_url)
-                    except StoreError as exc:
-                        raise from_store_error(exc) from exc
                     self._memory = store
         return self._memory
 
@@ -320,7 +318,7 @@ class ServiceContext:
             reader = self._reader
             if reader is not None and now - self._tip_checked < self.tip_check_seconds:
                 return reader  # checked by the thread this one waited for
-        try:
+        with store_errors():
             if reader is not None:
                 tip = reader.repo.lookup_branch(MAIN_BRANCH)
                 if tip == reader.snapshot_id:
@@ -328,15 +326,13 @@ class ServiceContext:
                         self._tip_checked = now
                     return reader
             fresh = CubeReader(self.data_dir, cache=self.chunks, inventory_from=reader)
-        except StoreError as exc:
-            raise from_store_error(exc) from exc
         with self._lock:
             self._reader = fresh
             self._tip_checked = now
         return fresh
 
     def _reader_as_of(self, when: dt.datetime) -> CubeReader:
-        try:
+        with store_errors():
             tip = self.reader()
             found = snapshot_at(tip.repo, when)
             if found is None:
@@ -354,8 +350,6 @@ class ServiceContext:
                 if found.id == tip.snapshot_id
                 else CubeReader(self.data_dir, snapshot_id=found.id, cache=self.chunks)
             )
-        except StoreError as exc:
-            raise from_store_error(exc) from exc
         with self._lock:
             self._as_of[found.id] = reader
             while len(self._as_of) > _AS_OF_READERS:
@@ -481,10 +475,8 @@ class ServiceContext:
     def inventory_table(self, reader: CubeReader | None = None) -> Any:
         """The inventory of a reader's snapshot (default: the tip) as a pyarrow table."""
         reader = reader if reader is not None else self.reader()
-        try:
+        with store_errors():
             return reader.inventory.table()
-        except StoreError as exc:
-            raise from_store_error(exc) from exc
 
     def warm(self) -> bool:
         """Open what a first query needs: the tip's reader and its inventory's overpass index,
@@ -516,10 +508,8 @@ class ServiceContext:
     def overpass_index(self, reader: CubeReader | None = None) -> OverpassIndex:
         """The overpass index of a reader's snapshot (default: the tip), loaded once per snapshot."""
         reader = reader if reader is not None else self.reader()
-        try:
+        with store_errors():
             return reader.inventory.overpass_index()
-        except StoreError as exc:
-            raise from_store_error(exc) from exc
 
     def sources(
         self, reader: CubeReader, band: str, tslot: int, lat_q: int, lng_q: int
@@ -548,18 +538,14 @@ class ServiceContext:
     def knn_tables(self) -> TableSource:
         """The k-NN tables' source (:func:`store.knn.remote.table_source`)."""
         if self._knn is None:
-            try:
+            with store_errors():
                 self._knn = table_source(self.data_dir, self.tip_check_seconds)
-            except StoreError as exc:
-                raise from_store_error(exc) from exc
         return self._knn
 
     def vintages(self) -> list[int]:
         """Years with a ``knn/geotessera/<year>`` table, ascending."""
-        try:
+        with store_errors():
             return self.knn_tables().years()
-        except StoreError as exc:
-            raise from_store_error(exc) from exc
 
     def table(self, name: str) -> KnnTable:
         """Open (memory-mapped, cached) ``knn/geotessera/<year>`` or ``knn/geotessera.multi_year``.
@@ -579,10 +565,8 @@ class ServiceContext:
                 and now - self._tables_checked.get(name, 0.0) < self.tip_check_seconds
             ):
                 return cached[1]
-        try:
+        with store_errors():
             directory = self.knn_tables().directory_of(name)
-        except StoreError as exc:
-            raise from_store_error(exc) from exc
         if directory is None:
             raise NotFound(f"no k-NN table {name!r} in the store", code="no_table")
         resolved = os.path.realpath(directory)

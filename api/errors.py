@@ -11,7 +11,9 @@ inherits the builtin it resembles, so callers that only know ``ValueError`` or
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
+
+from store.errors import StoreError
 
 __all__ = [
     "ApiError",
@@ -191,4 +193,16 @@ def from_store_error(exc: Exception) -> ApiError:
     return ApiError(code, message, status)
 
 
-__all__ += ["Busy", "NoObservation", "Unavailable", "from_store_error"]
+__all__ += ["Busy", "NoObservation", "Unavailable", "from_store_error", "store_errors"]
+
+
+class store_errors:
+    """Context manager mapping ``StoreError`` into ``ApiError`` at the service boundary."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        if isinstance(exc, StoreError) and not isinstance(exc, ApiError):
+            raise from_store_error(exc) from exc
+        return False

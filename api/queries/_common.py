@@ -5,12 +5,12 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from api.context import ServiceContext
-from api.errors import ApiError, InvalidArgument, from_store_error
+from api.errors import InvalidArgument, store_errors
 from api.models.common import Receipt
 from api.receipts import sign_answer
 from store import address
@@ -221,15 +221,3 @@ def signed_dump(answer: BaseModel) -> dict[str, Any] | None:
         return None
     _last_signed.value = None
     return dict(last[1])
-
-
-class store_errors:
-    """Context manager mapping ``StoreError`` into ``ApiError`` at the service boundary."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, et: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
-        if isinstance(exc, StoreError) and not isinstance(exc, ApiError):
-            raise from_store_error(exc) from exc
-        return False
