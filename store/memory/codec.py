@@ -18,7 +18,7 @@ import numpy as np
 
 from store.errors import CanonicalFormError, InvalidCursor
 from store.facts import canonical_cbor, digest
-from store.memory.digest import anchor_from_dict, anchor_to_dict, rfc3339
+from store.memory.digest import anchor_from_dict, anchor_to_dict, require_aware, rfc3339
 from store.memory.model import (
     HistoryEntry,
     ItemFilter,
@@ -56,8 +56,7 @@ def to_us(t: dt.datetime) -> int:
     Raises:
         InvalidDate: a naive datetime.
     """
-    rfc3339(t)  # the aware check
-    delta = t - _EPOCH
+    delta = require_aware(t) - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 

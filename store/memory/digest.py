@@ -33,6 +33,7 @@ __all__ = [
     "content_of",
     "digest_of_content",
     "new_item_id",
+    "require_aware",
     "rfc3339",
 ]
 
@@ -75,9 +76,22 @@ def rfc3339(t: dt.datetime) -> str:
     Raises:
         InvalidDate: a naive datetime (the store never guesses a time zone).
     """
+    u = require_aware(t).astimezone(dt.UTC)
+    if u.year < 1000:  # strftime does not pad such years; digests already made keep them
+        return u.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # the same text as that strftime, by the C isoformat (every write formats a few times)
+    return u.isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+def require_aware(t: dt.datetime) -> dt.datetime:
+    """``t`` when it is timezone-aware.
+
+    Raises:
+        InvalidDate: a naive datetime (the store never guesses a time zone).
+    """
     if t.tzinfo is None or t.utcoffset() is None:
         raise InvalidDate(f"memory times must be timezone-aware (UTC), got naive {t.isoformat()}")
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return t
 
 
 _ANCHOR_FIELDS = ("kind", "geometry", "bbox", "cell", "place", "resolution")

@@ -1,0 +1,43 @@
+"""The write path's encoders give exactly the bytes and text the hashes were made with."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store.errors import InvalidDate
+from store.memory.codec import to_us
+from store.memory.digest import rfc3339
+
+_OFFSETS = st.sampled_from(
+    [dt.UTC, dt.timezone(dt.timedelta(hours=5, minutes=30)), dt.timezone(dt.timedelta(hours=-11))]
+)
+_TIMES = st.datetimes(
+    min_value=dt.datetime(2, 1, 1), max_value=dt.datetime(9998, 12, 31), timezones=_OFFSETS
+)
+
+
+@given(_TIMES)
+def test_rfc3339_is_the_strftime_text(t: dt.datetime) -> None:
+    """History entries and content digests hash this text: it must not change."""
+    assert rfc3339(t) == t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_rfc3339_keeps_unpadded_early_years() -> None:
+    assert rfc3339(dt.datetime(5, 1, 2, 3, 4, 5, tzinfo=dt.UTC)) == "5-01-02T03:04:05.000000Z"
+    assert rfc3339(dt.datetime(2024, 8, 10, tzinfo=dt.UTC)) == "2024-08-10T00:00:00.000000Z"
+
+
+@given(_TIMES)
+def test_to_us_counts_microseconds_since_the_epoch(t: dt.datetime) -> None:
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    assert to_us(t) == (t - epoch) // dt.timedelta(microseconds=1)
+
+
+@pytest.mark.parametrize("fn", [rfc3339, to_us])
+def test_naive_times_are_refused(fn: object) -> None:
+    with pytest.raises(InvalidDate):
+        fn(dt.datetime(2024, 1, 1))  # type: ignore[operator]
