@@ -32,7 +32,7 @@ from api.context import ServiceContext
 from api.errors import ApiError, NotFound, from_store_error
 from api.intent import plan_intent
 from api.limiter import HEAVY, Limiter
-from api.memory.auth import authenticate
+from api.memory.auth import TOKEN_REFUSALS, authenticate, forget
 from api.memory.service import (
     memory_create,
     memory_delete,
@@ -304,8 +304,14 @@ def _run(prim: Primitive, ctx: Any, model: BaseModel, token: str | None) -> Base
                     reader = authenticate(ctx.memory, token, "read") if token else None
                     return prim.fn(ctx, model, reader)
                 return prim.fn(ctx, model)
-            caller = authenticate(ctx.memory, token, prim.access)
-            return prim.fn(ctx, model, caller)
+            # writes may take the token from the memo: their transaction checks it again
+            caller = authenticate(ctx.memory, token, prim.access, memo=prim.access == "write")
+            try:
+                return prim.fn(ctx, model, caller)
+            except ApiError as exc:
+                if caller.remembered and exc.code in TOKEN_REFUSALS:
+                    forget(ctx.memory(), caller)  # the next call reads the token again
+                raise
     except StoreError as exc:
         if isinstance(exc, ApiError):
             raise

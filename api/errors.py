@@ -166,6 +166,10 @@ _STORE_STATUS = {
     "cube_not_found": 503,
     "storage_unavailable": 503,
     "vector_table_error": 503,
+    "token_invalid": 401,  # a write's transaction refused its token (store.errors.TokenRefused)
+    "token_revoked": 401,
+    "token_expired": 401,
+    "insufficient_permission": 403,
 }
 
 

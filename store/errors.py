@@ -301,6 +301,19 @@ class DuplicateToken(MemoryStoreError, ValueError):
     code = "duplicate_token"
 
 
+class TokenRefused(MemoryStoreError, PermissionError):
+    """A write's bearer token, checked inside the write's transaction, is unknown, of another
+    project, revoked, expired or read-only: nothing is stored. ``code`` is the API's
+    (``token_invalid``, ``token_revoked``, ``token_expired``, ``insufficient_permission``)."""
+
+    code = "token_invalid"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
 __all__ += [
     "DuplicateToken",
     "ImportConflict",
@@ -312,6 +325,7 @@ __all__ += [
     "MemoryNotFound",
     "MemoryStoreError",
     "OperationConflict",
+    "TokenRefused",
     "VersionConflict",
 ]
 

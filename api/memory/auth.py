@@ -13,9 +13,13 @@ Writes are rate limited per token (:class:`api.limiter.RateLimiter`).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import re
 import secrets
+import threading
+import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,13 +28,17 @@ import blake3
 from api.errors import ApiError
 from store.memory.interface import MemoryStore
 from store.memory.model import Token
+from store.memory.tokens import refusal
 
 __all__ = [
+    "TOKEN_REFUSALS",
     "Caller",
     "authenticate",
+    "forget",
     "hash_token",
     "issue_token",
     "parse_expiry",
+    "verified",
 ]
 
 _TOKEN = re.compile(r"^em_([0-9a-z]{12})_([A-Z2-7]{52})$")
@@ -49,6 +57,12 @@ class Caller:
     """``("read",)`` or ``("read", "write")``."""
     token_id: str
     """The token's id (never its secret)."""
+    token_hash: str | None = None
+    """The token's stored hash: writes carry it, and their transaction checks the token
+    again (:attr:`store.memory.interface.WriteMeta.token_hash`)."""
+    remembered: bool = False
+    """The token was taken from this process's memo, not read from the database now: only
+    a write's own transaction has checked it (see :func:`authenticate`)."""
 
 
 def hash_token(token: str) -> str:
@@ -111,13 +125,67 @@ def parse_expiry(text: str | None, now: dt.datetime | None = None) -> dt.datetim
     return (now or dt.datetime.now(dt.UTC)) + delta
 
 
+TOKEN_REFUSALS = frozenset(
+    {"token_missing", "token_invalid", "token_revoked", "token_expired", "insufficient_permission"}
+)
+"""The codes of a refused token."""
+
+_MEMO_SECONDS = 30.0
+"""How long a token read from the database stands for write calls without being read again."""
+_MEMO_MAX = 4096
+
+_memo: weakref.WeakKeyDictionary[MemoryStore, dict[str, tuple[float, Token]]] = (
+    weakref.WeakKeyDictionary()
+)
+_memo_lock = threading.Lock()
+
+
+def _remembered(store: MemoryStore, token_hash: str) -> Token | None:
+    with _memo_lock:
+        got = _memo.get(store, {}).get(token_hash)
+    if got is None or time.monotonic() - got[0] > _MEMO_SECONDS:
+        return None
+    return got[1]
+
+
+def _remember(store: MemoryStore, token_hash: str, record: Token) -> None:
+    with _memo_lock:
+        held = _memo.setdefault(store, {})
+        if len(held) >= _MEMO_MAX:
+            held.clear()
+        held[token_hash] = (time.monotonic(), record)
+
+
+def forget(store: MemoryStore, caller: Caller) -> None:
+    """Drop the caller's token from the memo (a write's transaction refused it)."""
+    if caller.token_hash is not None:
+        with _memo_lock:
+            _memo.get(store, {}).pop(caller.token_hash, None)
+
+
+def _refuse(record: Token | None, need: str, when: dt.datetime) -> None:
+    refused = refusal(record, need, when)
+    if refused is not None:
+        code, message = refused
+        raise ApiError(code, message, 403 if code == "insufficient_permission" else 401)
+
+
 def authenticate(
     store: MemoryStore | Callable[[], MemoryStore],
     token: str | None,
     need: str,
     now: dt.datetime | None = None,
+    *,
+    memo: bool = False,
 ) -> Caller:
     """The caller a bearer token stands for, checked for ``need`` (``read`` or ``write``).
+
+    ``memo`` (write primitives only): a token read from the database in the last
+    :data:`_MEMO_SECONDS` is taken from this process's memo instead of being read
+    again. That is safe only because every write carries the token's hash and its
+    transaction checks the token itself (:attr:`~store.memory.interface.WriteMeta.token_hash`),
+    so a revoked, expired or rotated-away token stores nothing, at once, and reads a
+    write primitive makes first call :func:`verified`. Reads never use the memo.
 
     Raises:
         ApiError: 401 ``token_missing`` / ``token_invalid`` / ``token_revoked`` /
@@ -134,18 +202,34 @@ def authenticate(
         raise ApiError("token_invalid", "the token is not an earthmem token", 401)
     if callable(store):  # opened only for a well-formed token: no database for anonymous calls
         store = store()
-    record = store.token_by_hash(hash_token(token))
-    if record is None:
-        raise ApiError("token_invalid", "unknown token", 401)
+    token_hash = hash_token(token)
     when = now or dt.datetime.now(dt.UTC)
-    if record.revoked_at is not None:
-        raise ApiError("token_revoked", f"token {record.id} was revoked", 401)
-    if record.expires_at is not None and record.expires_at <= when:
-        raise ApiError("token_expired", f"token {record.id} expired", 401)
-    if need not in record.can:
-        raise ApiError(
-            "insufficient_permission",
-            f"token {record.id} may {', '.join(record.can)}, not {need}",
-            403,
-        )
-    return Caller(record.project, record.actor, record.can, record.id)
+    record = _remembered(store, token_hash) if memo else None
+    remembered = record is not None
+    if record is None:
+        record = store.token_by_hash(token_hash)
+    _refuse(record, need, when)
+    assert record is not None
+    if memo and not remembered:
+        _remember(store, token_hash, record)
+    return Caller(record.project, record.actor, record.can, record.id, token_hash, remembered)
+
+
+def verified(store: MemoryStore, caller: Caller, need: str) -> Caller:
+    """``caller`` with its token read from the database now when it came from the memo
+    (before a write primitive reads anything of the project for the caller).
+
+    Raises:
+        ApiError: as :func:`authenticate`.
+    """
+    if not caller.remembered or caller.token_hash is None:
+        return caller
+    record = store.token_by_hash(caller.token_hash)
+    if record is not None and record.project != caller.project:
+        record = None
+    try:
+        _refuse(record, need, dt.datetime.now(dt.UTC))
+    except ApiError:
+        forget(store, caller)
+        raise
+    return dataclasses.replace(caller, remembered=False)

@@ -17,7 +17,7 @@ from api.context import ServiceContext
 from api.errors import ApiError, from_store_error
 from api.memory.anchors import resolve_anchor
 from api.memory.audit import head_signature
-from api.memory.auth import Caller
+from api.memory.auth import Caller, verified
 from api.memory.checks import claim_check, verify_evidence
 from api.memory.models import (
     MemoryAnswer,
@@ -90,6 +90,7 @@ def _caller_meta(ctx: ServiceContext, caller: Caller, name: str, args: Any) -> W
         operation_id=args.operation_id,
         request_digest=request_digest(name, args),
         request_id=args.request_id,
+        token_hash=caller.token_hash,
     )
 
 
@@ -163,6 +164,7 @@ def _write(ctx: ServiceContext, caller: Caller, args: MemoryCreateIn, name: str)
         operation_id=args.operation_id,
         request_digest=request_digest(name, args),
         request_id=args.request_id,
+        token_hash=caller.token_hash,
     )
     supersedes = None
     if isinstance(args, MemoryUpdateIn):
@@ -224,6 +226,7 @@ def memory_update(ctx: ServiceContext, args: MemoryUpdateIn, caller: Caller) -> 
 
 
 def _get(ctx: ServiceContext, caller: Caller, item_id: str) -> MemoryItem:
+    verified(ctx.memory(), caller, "write" if caller.remembered else "read")
     item = ctx.memory().get(caller.project, item_id)
     if item is None:
         raise from_store_error(MemoryNotFound(f"no memory {item_id!r} in this project"))

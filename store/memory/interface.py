@@ -79,6 +79,11 @@ class WriteMeta:
     """Digest of the request's content (same operation id + other digest = conflict)."""
     request_id: str | None = None
     """The caller's request id (recorded in the history)."""
+    token_hash: str | None = None
+    """The writer's bearer token (its stored hash). When given, the write's own transaction
+    reads the token first and stores nothing unless it belongs to the project, may write,
+    and is neither revoked nor expired at ``at`` (:class:`~store.errors.TokenRefused`): a
+    revocation committed before the write takes effect on it, whatever the caller cached."""
 
 
 def entry_content(entry: HistoryEntry) -> dict[str, Any]:

@@ -24,7 +24,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from store.memory.codec import token_from_row
 from store.memory.interface import GENESIS_HASH
+from store.memory.model import Token
 from store.memory.schema import (
     history,
     item_tags,
@@ -174,6 +176,11 @@ class RawTx:
             self.p.op_lookup, {"project": project, "operation_id": operation_id}
         ).fetchone()
         return (row is not None, row[0] if row is not None else None)
+
+    def token(self, token_hash: str) -> Token | None:
+        """The stored token with this hash (read in this transaction), or None."""
+        row = self.run(self.p.token, {"token_hash": token_hash}).fetchone()
+        return token_from_row(self.p.token_row(row)) if row is not None else None
 
     def close(self) -> None:
         self.cur.close()

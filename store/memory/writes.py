@@ -23,6 +23,7 @@ from store.errors import (
     InvalidTransition,
     MemoryNotFound,
     OperationConflict,
+    TokenRefused,
     VersionConflict,
 )
 from store.memory.codec import entry_from_row, item_from_row, item_row, jsonable, to_us
@@ -38,6 +39,7 @@ from store.memory.model import (
 )
 from store.memory.prepared import RawTx
 from store.memory.schema import history, items, operations, relations
+from store.memory.tokens import refusal
 
 __all__ = [
     "CHANGEABLE",
@@ -45,6 +47,7 @@ __all__ = [
     "HeadWriter",
     "WriteBody",
     "change_body",
+    "check_token",
     "create_body",
     "item_row_of",
     "load_item",
@@ -130,6 +133,22 @@ def prior_result(tx: RawTx, project: str, meta: WriteMeta) -> WriteResult | None
     return stored_result(tx.conn, project, meta.operation_id)
 
 
+def check_token(tx: RawTx, project: str, meta: WriteMeta) -> None:
+    """Refuse the write unless ``meta.token_hash`` is a token of ``project`` that may write at
+    ``meta.at`` (read in the write's own transaction: a revocation already committed counts).
+
+    Raises:
+        TokenRefused: with the API's code; a token of another project is ``token_invalid``.
+    """
+    assert meta.token_hash is not None
+    record = tx.token(meta.token_hash)
+    if record is not None and record.project != project:
+        record = None  # another project's token is no token here
+    refused = refusal(record, "write", meta.at)
+    if refused is not None:
+        raise TokenRefused(refused[1], code=refused[0])
+
+
 def stored_result(conn: sa.Connection, project: str, operation_id: str) -> WriteResult:
     """The result an applied operation answered (``replayed=True``)."""
     op = conn.execute(
@@ -160,6 +179,8 @@ def write_job(
     """
 
     def job(tx: RawTx, head: Head) -> tuple[WriteResult, Head]:
+        if meta.token_hash is not None:
+            check_token(tx, project, meta)
         prior = prior_result(tx, project, meta)
         if prior is not None:
             return prior, head

@@ -37,6 +37,7 @@ from store.errors import (
     InvalidTransition,
     MemoryNotFound,
     OperationConflict,
+    TokenRefused,
     VersionConflict,
 )
 from store.memory import open_store
@@ -573,6 +574,41 @@ class MemoryStoreConformance:
         assert got.revoked_at == T0 + dt.timedelta(days=1)
         assert not store.revoke_token("tok_missing", T0)
         assert store.projects() == ["T", "U"]
+
+    def test_a_write_checks_its_token_in_its_own_transaction(self, store: MemoryStore) -> None:
+        """A write carrying a token hash stores nothing unless, read in its transaction, the
+        token is the project's, may write, and is neither revoked nor expired then."""
+        day = dt.timedelta(days=1)
+        tokens = {
+            "w": Token("tok_w", "T", ("read", "write"), "a", None, T0, None),
+            "r": Token("tok_r", "T", ("read",), "a", None, T0, None),
+            "x": Token("tok_x", "T", ("read", "write"), "a", None, T0 - 2 * day, T0 - day),
+            "o": Token("tok_o", "U", ("read", "write"), "a", None, T0, None),
+        }
+        for k, t in tokens.items():
+            store.add_token(t, k * 64)
+
+        def write(token_hash: str, op: str) -> Any:
+            m = dataclasses.replace(meta(op, "d"), token_hash=token_hash)
+            return store.create("T", new_item(op), m, sign_head=sign)
+
+        assert write("w" * 64, "ok").item is not None
+        refused = {
+            "r" * 64: "insufficient_permission",
+            "x" * 64: "token_expired",
+            "o" * 64: "token_invalid",  # another project's token is no token here
+            "n" * 64: "token_invalid",
+        }
+        store.revoke_token("tok_w", T0 - day)
+        refused["w" * 64] = "token_revoked"
+        for token_hash, code in refused.items():
+            with pytest.raises(TokenRefused) as err:
+                write(token_hash, f"op-{token_hash[0]}")
+            assert err.value.code == code
+        assert store.head("T").seq == 1  # only the first write
+        assert len(store.list_items("T", ItemFilter(), limit=10).items) == 1
+        with pytest.raises(TokenRefused):  # a replay of an applied operation is refused too
+            write("w" * 64, "ok")
 
     # ------------------------------------------------------------------ archive
 
