@@ -226,11 +226,20 @@ def encode_q_array(
 
 
 def encode_q(lat: float, lng: float) -> tuple[int, int]:
-    """Strictly quantise one point to ``(lat_q, lng_q)``."""
-    la = np.array([check_lat(lat)])
-    ln = np.array([check_lng(lng)])
-    lat_q, lng_q = _quantise(la, ln)
-    return int(lat_q[0]), int(lng_q[0])
+    """Strictly quantise one point to ``(lat_q, lng_q)``.
+
+    :func:`_quantise` on Python floats: the same IEEE operations in the same order, so
+    the same cells as :func:`encode_q_array`, without numpy's per-call cost on one value.
+    """
+    x = (check_lat(lat) + 90.0) / 180.0 * LAT_MAX_Q
+    r = math.floor(x)
+    lat_q = r + ((x - r) >= 0.5)
+    x = (check_lng(lng) + 180.0) / 360.0 * LNG_MAX_Q
+    r = math.floor(x)
+    lng_q = r + ((x - r) >= 0.5)
+    if lng_q == LNG_MAX_Q or lat_q == 0 or lat_q == LAT_MAX_Q:
+        lng_q = 0
+    return int(lat_q), int(lng_q)
 
 
 def q_to_raw(lat_q: int, lng_q: int) -> int:

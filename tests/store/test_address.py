@@ -194,3 +194,18 @@ def test_parse_cells_vectorised_errors_and_forms() -> None:
     ]:
         with pytest.raises(InvalidCell, match=needle):
             a.parse_cells([str(texts[0]), bad])
+
+
+_EDGES = [-90.0, 90.0, -180.0, 180.0, 0.0, -0.0, 5e-324, -5e-324]
+_HALF_LAT = [(q + 0.5) * 180.0 / a.LAT_MAX_Q - 90.0 for q in (0, 1, 12345, a.LAT_MAX_Q - 1)]
+
+
+@settings(max_examples=500)
+@given(
+    st.one_of(st.floats(-90.0, 90.0), st.sampled_from(_EDGES[:2] + _EDGES[4:] + _HALF_LAT)),
+    st.one_of(st.floats(-180.0, 180.0), st.sampled_from(_EDGES[2:])),
+)
+def test_one_point_quantises_as_the_array_path(lat: float, lng: float) -> None:
+    """encode_q (Python floats) and encode_q_array (numpy) name the same cell."""
+    lat_q, lng_q = a.encode_q_array(np.array([lat]), np.array([lng]))
+    assert a.encode_q(lat, lng) == (int(lat_q[0]), int(lng_q[0]))
