@@ -33,10 +33,10 @@ from api.memory.models import (
 )
 from api.memory.present import entry_out, head_out, item_out, memory_state, relation_out
 from api.memory.rules import complete_item, request_digest, valid_time
+from api.queries._common import finish
 from api.recall.embedder import embed_item
 from api.recall.entities import is_entity_id
 from api.recall.graph_api import entity_get
-from api.receipts import sign_answer
 from api.registry import primitive
 from store.errors import InvalidTransition, MemoryNotFound, StoreError
 from store.memory.interface import WriteMeta
@@ -73,12 +73,18 @@ def _answer(
     cells: list[str],
     fact_ids: list[str],
 ) -> MemoryAnswer:
-    body = MemoryBody(result={**result, "head": head_out(head)}).model_dump(mode="json")
-    query = args.model_dump(mode="json", exclude_none=True)
-    signed = sign_answer(
-        ctx.signer, primitive_name, query, body, cells, fact_ids, memory_state(head)
+    # finish() signs the body's dump and keeps the signed dict for the adapter (no second dump)
+    return finish(
+        ctx,
+        primitive_name,
+        args,
+        MemoryBody,
+        MemoryAnswer,
+        {"result": {**result, "head": head_out(head)}},
+        cells,
+        memory_state(head),
+        fact_ids=fact_ids,
     )
-    return MemoryAnswer.model_validate(signed)
 
 
 def _caller_meta(ctx: ServiceContext, caller: Caller, name: str, args: Any) -> WriteMeta:

@@ -179,15 +179,17 @@ def finish(
     answer: Mapping[str, Any],
     cells: Iterable[str],
     snapshot_id: str,
+    fact_ids: Iterable[str] | None = None,
 ) -> M:
     """Validate the body, sign its JSON dump and return the answer model.
 
     ``answer_model.model_dump(mode="json")`` of the result equals the signed dict.
-    Fact ids are taken from ``answer["facts"]``.
+    Fact ids are ``fact_ids``, or when None taken from ``answer["facts"]``.
     """
     checked = body_model.model_validate(dict(answer))
     body = checked.model_dump(mode="json")
-    fact_ids = [f["fact_id"] for f in body.get("facts", [])]
+    if fact_ids is None:
+        fact_ids = [f["fact_id"] for f in body.get("facts", [])]
     query = args.model_dump(mode="json", exclude_none=True)
     signed = sign_answer(ctx.signer, primitive, query, body, cells, fact_ids, snapshot_id)
     model = _signed_model(answer_model, checked, signed)
