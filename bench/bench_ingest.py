@@ -19,8 +19,9 @@ items read.
 
 Flatness, the target row, is paired (:mod:`bench.ingest.flat`): a small
 (``FLAT_SMALL`` scenes) and a large (``--flat-size``, default 1,000 scenes)
-store are built, each with its own Dagster instance, and in every round the
-same batch of new weeks is ingested into both back to back; the ratio is the
+store are built once and cached (each with its own persistent Dagster instance;
+a run ingests into copies), and in every round the same batch of new weeks is
+ingested into both back to back; the ratio is the
 median of the per-round large / small seconds. Kept as information: the
 marginal cost per scene read between successive sizes,
 (T(n_i) - T(n_{i-1})) / (reads_i - reads_{i-1}), largest over smallest, which
@@ -331,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                 2 if quick else FLAT_ROUNDS,
                 1 if quick else FLAT_BATCH_WEEKS,
                 work,
+                cache=None if quick else CACHE_DIR,
             )
         except RuntimeError as exc:  # too few weeks for the rounds (a small sample)
             _log(f"paired flatness not measured: {exc}")
