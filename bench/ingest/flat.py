@@ -39,7 +39,7 @@ from bench.common import CACHE_DIR, REPO, DemoArea
 from bench.ingest.passes import Plan, blocks_with_data, materialise, plans, run_baseline
 from bench.paired import Paired, paired_samples
 
-__all__ = ["FLAT_CACHE_VERSION", "FlatRun", "flat_paired", "flat_row"]
+__all__ = ["FLAT_CACHE_VERSION", "FlatRun", "flat_paired", "flat_row", "prepare_stores"]
 
 FLAT_CACHE_VERSION = 1
 """Bump to rebuild the cached small and large stores (a bench change to how they are built)."""
@@ -82,8 +82,7 @@ def _instance(home: Path) -> Any:
     from dagster import DagsterInstance
 
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        shutil.copy(DAGSTER_YAML, home / "dagster.yaml")
+    shutil.copy(DAGSTER_YAML, home / "dagster.yaml")  # today's, as earthmem ingest refreshes it
     return DagsterInstance.from_config(str(home))
 
 
@@ -149,6 +148,16 @@ def _built_stores(
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
     return root, {**built, "reused": False}
+
+
+def prepare_stores(
+    area: DemoArea, small: int, large: int, cache: Path = CACHE_DIR
+) -> dict[str, Any]:
+    """Build the cached small and large stores of ``area`` now if missing (``--prepare``)."""
+    p_small, p_large = plans(area, [small, large])
+    return _built_stores(
+        area, {"large": p_large, "small": p_small}, cache, _cache_key(area, small, large)
+    )[1]
 
 
 def flat_paired(
