@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DATA ?= data
 export DAGSTER_HOME ?= $(CURDIR)/$(DATA)/dagster_home
 
-.PHONY: setup run test pytest clients clients-test fuzz lint typecheck check bench bench-quick bench-large lock serve dagster clean
+.PHONY: setup run test pytest clients clients-test fuzz lint typecheck check bench bench-quick bench-prepare bench-large lock serve dagster clean
 
 # pytest-xdist: one worker process per core (PYTEST_WORKERS=0: one process), each test module
 # on one worker (its module fixtures are built once), the longest first; the session builds are
@@ -67,6 +67,9 @@ bench: setup  ## run every benchmark and write bench/RESULTS.md
 # The smoke run of every bench (minutes of CPU) is left out of `make test` and CI to keep CI short.
 bench-quick: setup  ## every bench's --quick variant runs and reports its rows (tests/bench, bench_smoke)
 	$(BIN)/pytest -q -p no:cacheprovider -m bench_smoke tests/bench
+
+bench-prepare: setup  ## build what the default bench caches (demo area, the ingest bench's 1,000-scene store), once
+	$(BIN)/python -m bench.bench_ingest --prepare
 
 bench-large: setup  ## the large benches (recall at 10^6 items on SQLite) -> bench/RESULTS-large.md
 	$(BIN)/python -m bench.run --large

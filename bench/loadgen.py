@@ -7,6 +7,9 @@ status line and ``Content-Length``, so the generator spends far less CPU per
 request than an HTTP client library would (on a 2-core machine the generator
 and the server share the CPU; a heavy client would be measured instead of the
 server). Non-200 answers and transport errors are counted, not timed.
+With ``--bodies FILE`` (a JSON list of bodies) the requests rotate through the
+list: connection ``i`` sends bodies ``i, i + connections, ...`` (so a server's
+per-argument caches are not hit by one argument repeated).
 
     python -m bench.loadgen --url http://127.0.0.1:8000/v1/did_change --body '{...}' \
         --connections 16 --seconds 10 --json out.json
@@ -66,18 +69,23 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 async def _worker(
     host: str,
     port: int,
-    req: bytes,
+    reqs: list[bytes],
+    start: int,
+    step: int,
     deadline: float,
     lat: list[float],
     counts: dict[str, int],
     first_body: list[bytes],
 ) -> None:
     reader = writer = None
+    k = start
     while time.perf_counter() < deadline:
         try:
             if writer is None:
                 reader, writer = await asyncio.open_connection(host, port)
             assert reader is not None
+            req = reqs[k % len(reqs)]
+            k += step
             t0 = time.perf_counter()
             writer.write(req)
             status, body = await _read_response(reader)
@@ -97,18 +105,21 @@ async def _worker(
         writer.close()
 
 
-async def _run(url: str, body: bytes, connections: int, seconds: float) -> dict[str, Any]:
+async def _run(url: str, bodies: list[bytes], connections: int, seconds: float) -> dict[str, Any]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    method = "POST" if body else "GET"
-    req = _request(method, host, port, parts.path or "/", body)
+    method = "POST" if bodies[0] else "GET"
+    reqs = [_request(method, host, port, parts.path or "/", b) for b in bodies]
     lat: list[float] = []
     counts = {"non_200": 0, "errors": 0}
     first: list[bytes] = []
     t0 = time.perf_counter()
     deadline = t0 + seconds
     await asyncio.gather(
-        *(_worker(host, port, req, deadline, lat, counts, first) for _ in range(connections))
+        *(
+            _worker(host, port, reqs, i, connections, deadline, lat, counts, first)
+            for i in range(connections)
+        )
     )
     wall = time.perf_counter() - t0
     lat.sort()
@@ -119,6 +130,7 @@ async def _run(url: str, body: bytes, connections: int, seconds: float) -> dict[
     return {
         "url": url,
         "connections": connections,
+        "distinct_bodies": len(bodies),
         "seconds": wall,
         "requests_ok": len(lat),
         "non_200": counts["non_200"],
@@ -135,25 +147,39 @@ async def _run(url: str, body: bytes, connections: int, seconds: float) -> dict[
     }
 
 
-def run_load(url: str, body: bytes, connections: int, seconds: float) -> dict[str, Any]:
-    """Run the closed loop (uvloop when installed) and return counts, rps and latency quantiles."""
+def run_load(
+    url: str, body: bytes | list[bytes], connections: int, seconds: float
+) -> dict[str, Any]:
+    """Run the closed loop (uvloop when installed) and return counts, rps and latency quantiles.
+
+    ``body``: one body, or a list the requests rotate through (empty bytes: GET).
+    """
+    bodies = body if isinstance(body, list) else [body]
+    if not bodies:
+        raise ValueError("no request body given")
     try:
         import uvloop
 
-        return uvloop.run(_run(url, body, connections, seconds))
+        return uvloop.run(_run(url, bodies, connections, seconds))
     except ImportError:
-        return asyncio.run(_run(url, body, connections, seconds))
+        return asyncio.run(_run(url, bodies, connections, seconds))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--url", required=True)
     ap.add_argument("--body", default="", help="JSON body (POST); empty = GET")
+    ap.add_argument("--bodies", help="a JSON file holding a list of bodies to rotate through")
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--json", help="write the result here (else stdout)")
     args = ap.parse_args(argv)
-    res = run_load(args.url, args.body.encode(), args.connections, args.seconds)
+    if args.bodies:
+        with open(args.bodies) as f:
+            body: bytes | list[bytes] = [json.dumps(b).encode() for b in json.load(f)]
+    else:
+        body = args.body.encode()
+    res = run_load(args.url, body, args.connections, args.seconds)
     text = json.dumps(res, indent=2)
     if args.json:
         with open(args.json, "w") as f:

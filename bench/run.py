@@ -78,7 +78,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("address", "bench.bench_address", timeout_s=300),
     Bench("knn", "bench.bench_knn", timeout_s=1200),
     Bench("queries", "bench.bench_queries", timeout_s=1500),
-    Bench("ingest", "bench.bench_ingest", timeout_s=900),
+    Bench("ingest", "bench.bench_ingest", timeout_s=1800),
     Bench("memory", "bench.bench_memory", timeout_s=900),
     Bench("recall", "bench.bench_recall", timeout_s=900, large_args=("--large",)),
 )

@@ -6,10 +6,17 @@ so an audit finds one key and no unsigned tail. The key is the raw 32-byte seed 
 ``<data_dir>/keys/receipt_ed25519.key`` (mode 0600 inside a 0700 ``keys`` directory),
 created atomically on first use (written to a temporary file, then hard-linked into
 place), so processes starting together end up with the same key.
+
+Replicas (several servers over one object store) share one key given to each as a
+secret: ``EARTHMEM_SIGNING_KEY_FILE`` names a file holding the same 32-byte seed (raw,
+or as 64 hex characters; owner-readable only, as a mounted secret is). When it is set
+the data directory's key file is neither read nor created, so every replica signs
+with, and publishes, the one key; the key is never written to the data root.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -22,10 +29,12 @@ from nacl.signing import SigningKey
 
 from store.errors import SigningKeyError
 
-__all__ = ["KEY_FILE", "Ed25519Key", "key_id_of"]
+__all__ = ["KEY_FILE", "KEY_FILE_ENV", "Ed25519Key", "key_id_of"]
 
 KEY_FILE = Path("keys") / "receipt_ed25519.key"
 """The key's path inside a data directory."""
+KEY_FILE_ENV = "EARTHMEM_SIGNING_KEY_FILE"
+"""A secret file with the signing key's seed: replaces the data directory's key when set."""
 
 
 def key_id_of(public_key: bytes) -> str:
@@ -49,10 +58,23 @@ class Ed25519Key:
     def load_or_create(cls, data_dir: str | os.PathLike[str]) -> Self:
         """Load the key of a data directory, creating it on first use.
 
+        With ``EARTHMEM_SIGNING_KEY_FILE`` set, the key is that secret file's instead
+        (it must exist: a replica never makes up a key of its own).
+
         Raises:
-            SigningKeyError: The key file is malformed (``receipt_key_malformed``) or
-                readable by group/others (``receipt_key_insecure``).
+            SigningKeyError: The key file is malformed (``receipt_key_malformed``),
+                readable by group/others (``receipt_key_insecure``), or the secret file
+                named by the environment is missing (``receipt_key_missing``).
         """
+        secret = os.environ.get(KEY_FILE_ENV, "").strip()
+        if secret:
+            spath = Path(secret)
+            if not spath.is_file():
+                raise SigningKeyError(
+                    f"{KEY_FILE_ENV}={secret}: no such file (the signing key secret)",
+                    code="receipt_key_missing",
+                )
+            return cls(SigningKey(_read_key_file(spath)))
         path = Path(data_dir) / KEY_FILE
         keys_dir = path.parent
         if not keys_dir.exists():
@@ -104,9 +126,14 @@ def _read_key_file(path: Path) -> bytes:
             code="receipt_key_insecure",
         )
     seed = path.read_bytes()
+    text = seed.strip()
+    if len(seed) != 32 and len(text) == 64:  # the seed as hex text (a secret manager's form)
+        with contextlib.suppress(UnicodeDecodeError, ValueError):
+            seed = bytes.fromhex(text.decode("ascii"))
     if len(seed) != 32:
         raise SigningKeyError(
-            f"receipt key {path} holds {len(seed)} bytes, expected a 32-byte ed25519 seed",
+            f"receipt key {path} holds {len(seed)} bytes, expected a 32-byte ed25519 seed "
+            "(raw, or 64 hex characters)",
             code="receipt_key_malformed",
         )
     return seed

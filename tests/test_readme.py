@@ -114,6 +114,9 @@ SUBSTITUTIONS: dict[str, Run | Skip | Background] = {
         "doubled their cost"
     ),
     "make bench": Skip("benchmarks run for many minutes (and `make bench-quick` still minutes)"),
+    "make bench-prepare": Skip(
+        "builds the demo area and ingests the ingest bench's 1,000-scene store (many minutes)"
+    ),
     "make bench-large": Skip("builds a 10^6-item memory store once, then times recall on it"),
     "make lock": Skip("re-resolves requirements.lock from PyPI and rewrites it"),
     "python -m pipelines.sources.serve data/sample/catalog.json": Background(

@@ -13,20 +13,38 @@ and ~``large`` scenes apart. Each round first reads the batch's scenes once
 without writing (GDAL and the page cache then hold them equally for both
 ingests), and the order alternates (large first in even rounds, small first in
 odd ones), so neither store systematically gets the warmer caches.
+
+Both stores are built once and cached under ``bench/.cache`` (the large one
+takes minutes: a run must not pay it), each with the persistent SQLite
+Dagster instance ``earthmem ingest`` uses (``deploy/dagster.yaml``), so what
+grows with the store (run records, event log, asset partitions) grows as it
+does for a user. A run copies both into its work directory and ingests the
+rounds into the copies; the cache is never written after it is complete. The
+cache key names the catalog, both sizes, the cube's ``LAYOUT_VERSION``,
+:data:`FLAT_CACHE_VERSION` and Dagster's version; the row says when the cached
+stores were built and by which commit.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import DemoArea
+from bench.common import CACHE_DIR, REPO, DemoArea
 from bench.ingest.passes import Plan, blocks_with_data, materialise, plans, run_baseline
 from bench.paired import Paired, paired_samples
 
-__all__ = ["FlatRun", "flat_paired", "flat_row"]
+__all__ = ["FLAT_CACHE_VERSION", "FlatRun", "flat_paired", "flat_row", "prepare_stores"]
+
+FLAT_CACHE_VERSION = 1
+"""Bump to rebuild the cached small and large stores (a bench change to how they are built)."""
+DAGSTER_YAML = REPO / "deploy" / "dagster.yaml"
+"""The instance configuration ``earthmem ingest`` writes into its Dagster home."""
 
 
 @dataclass(frozen=True)
@@ -55,18 +73,110 @@ class FlatRun:
     """The large store's initial ingest as a size point: (scenes, reads, seconds, 1, cells per read)."""
     blocks_without_data: list[str]
     """Blocks of the large store with no inventory row or no cube chunk of S2 or S1."""
+    cache: dict[str, Any]
+    """Where the built stores came from: cache key, built at / by, reused or built now."""
+
+
+def _instance(home: Path) -> Any:
+    """The persistent Dagster instance at ``home`` (created with ``deploy/dagster.yaml``)."""
+    from dagster import DagsterInstance
+
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(DAGSTER_YAML, home / "dagster.yaml")  # today's, as earthmem ingest refreshes it
+    return DagsterInstance.from_config(str(home))
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _cache_key(area: DemoArea, small: int, large: int) -> str:
+    from dagster import __version__ as dagster_version
+
+    from store.cube import LAYOUT_VERSION
+
+    return (
+        f"flat_v{FLAT_CACHE_VERSION}_{area.sample.name}_{small}_{large}"
+        f"_layout{LAYOUT_VERSION}_dagster{dagster_version}"
+    )
+
+
+def _built_stores(
+    area: DemoArea, plans_by_key: dict[str, Plan], cache: Path, key: str
+) -> tuple[Path, dict[str, Any]]:
+    """The cached small and large stores (built now when missing); their directory and record.
+
+    A store is built into a temporary directory and renamed into place with its
+    record (``built.json``) only when both ingests finished, so an interrupted
+    build is never taken for a complete one.
+    """
+    from pipelines.partitions import register_area_blocks
+    from pipelines.resources import load_area
+    from pipelines.run import resources_for
+
+    root = cache / key
+    record = root / "built.json"
+    if record.exists():
+        return root, {**json.loads(record.read_text()), "reused": True}
+    tmp = cache / f".{key}.building"
+    shutil.rmtree(tmp, ignore_errors=True)
+    _, bbox = load_area(area.manifest_path)
+    built: dict[str, Any] = {"key": key, "commit": _commit(), "stores": {}}
+    for name, plan in plans_by_key.items():
+        data, home = tmp / name / "data", tmp / name / "dagster_home"
+        data.mkdir(parents=True)
+        with _instance(home) as inst:
+            register_area_blocks(inst, bbox)
+            dp = materialise(
+                resources_for(data, area.catalog, area.manifest_path), inst, plan.partitions
+            )
+        built["stores"][name] = {
+            "scenes": plan.scenes,
+            "partitions": len(plan.partitions),
+            "seconds": dp.seconds,
+            "failed": dp.failed,
+            "failed_checks": dp.failed_checks,
+        }
+    built["built_at"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    (tmp / "built.json").write_text(json.dumps(built, indent=1))
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    return root, {**built, "reused": False}
+
+
+def prepare_stores(
+    area: DemoArea, small: int, large: int, cache: Path = CACHE_DIR
+) -> dict[str, Any]:
+    """Build the cached small and large stores of ``area`` now if missing (``--prepare``)."""
+    p_small, p_large = plans(area, [small, large])
+    return _built_stores(
+        area, {"large": p_large, "small": p_small}, cache, _cache_key(area, small, large)
+    )[1]
 
 
 def flat_paired(
-    area: DemoArea, small: int, large: int, rounds: int, batch_weeks: int, work: Path
+    area: DemoArea,
+    small: int,
+    large: int,
+    rounds: int,
+    batch_weeks: int,
+    work: Path,
+    cache: Path | None = CACHE_DIR,
 ) -> FlatRun:
-    """Build the small and large stores of ``area`` and ingest ``rounds`` batches into both.
+    """Ingest ``rounds`` batches into copies of the small and large stores of ``area``.
+
+    ``cache``: where the built stores are kept between runs (None: built in ``work``
+    and dropped, as ``--quick`` does).
 
     Raises:
         RuntimeError: the catalog has too few weeks after the large prefix for the rounds.
     """
-    from dagster import DagsterInstance
-
     from pipelines.partitions import register_area_blocks
     from pipelines.resources import load_area
     from pipelines.run import resources_for
@@ -80,24 +190,32 @@ def flat_paired(
             f"{rounds * batch_weeks} needed for {rounds} rounds"
         )
     blocks = p_large.blocks
-    dirs = {"large": work / "flat_large", "small": work / "flat_small"}
-    for d in dirs.values():
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir(parents=True)
+    key = _cache_key(area, small, large)
+    src, record = _built_stores(
+        area, {"large": p_large, "small": p_small}, cache if cache is not None else work, key
+    )
     failed: list[str] = []
     checks: list[str] = []
+    for s in record["stores"].values():
+        failed += s["failed"]
+        checks += s["failed_checks"]
+    dirs = {k: work / f"flat_{k}" for k in ("large", "small")}
+    for k, d in dirs.items():
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src / k, d, symlinks=True)
+    if cache is None:
+        shutil.rmtree(src, ignore_errors=True)
     _, bbox = load_area(area.manifest_path)
-    with DagsterInstance.ephemeral() as inst_l, DagsterInstance.ephemeral() as inst_s:
+    with (
+        _instance(dirs["large"] / "dagster_home") as inst_l,
+        _instance(dirs["small"] / "dagster_home") as inst_s,
+    ):
         insts = {"large": inst_l, "small": inst_s}
-        res = {k: resources_for(d, area.catalog, area.manifest_path) for k, d in dirs.items()}
+        res = {
+            k: resources_for(d / "data", area.catalog, area.manifest_path) for k, d in dirs.items()
+        }
         for inst in insts.values():
             register_area_blocks(inst, bbox)
-        built = {}
-        for key, plan in (("large", p_large), ("small", p_small)):
-            dp = materialise(res[key], insts[key], plan.partitions)
-            built[key] = dp.seconds
-            failed += dp.failed
-            checks += dp.failed_checks
         a: list[float] = []
         b: list[float] = []
         reads: list[int] = []
@@ -107,23 +225,24 @@ def flat_paired(
             run_baseline(area, batch, None)  # the batch's scenes in GDAL's and the OS's caches
             order = ("large", "small") if i % 2 == 0 else ("small", "large")
             took = {}
-            for key in order:
-                dp = materialise(res[key], insts[key], batch.partitions)
-                took[key] = dp.seconds
+            for k in order:
+                dp = materialise(res[k], insts[k], batch.partitions)
+                took[k] = dp.seconds
                 failed += dp.failed
                 checks += dp.failed_checks
             a.append(took["large"])
             b.append(took["small"])
             reads.append(len(batch.partitions))
-    per_block = blocks_with_data(dirs["large"])
+    per_block = blocks_with_data(dirs["large"] / "data")
     empty = [b for b in blocks if min(per_block.get(b, {"": 0}).values()) == 0]
     for d in dirs.values():
         shutil.rmtree(d, ignore_errors=True)
+    large_s = record["stores"]["large"]["seconds"]
     return FlatRun(
         paired_samples(a, b),
         p_small.scenes,
         p_large.scenes,
-        built["large"],
+        large_s,
         batch_weeks,
         reads,
         len(blocks),
@@ -132,11 +251,12 @@ def flat_paired(
         (
             p_large.scenes,
             p_large.scene_reads,
-            built["large"],
+            large_s,
             1,
             p_large.cells / max(1, p_large.scene_reads),
         ),
         empty,
+        {k: record.get(k) for k in ("key", "commit", "built_at", "reused")},
     )
 
 
@@ -165,10 +285,13 @@ def flat_row(f: FlatRun, judged: bool) -> dict[str, Any]:
         "met": (r.median <= 1.25 and ok) if judged else None,
         "data": f"{f.pair.rounds} rounds, each {f.batch_weeks} new weeks x {f.blocks} blocks "
         f"({', '.join(map(str, f.batch_partitions))} partitions); large store built in "
-        f"{f.large_seconds:.0f} s; failed runs {len(f.failed)}, failed error checks "
+        f"{f.large_seconds:.0f} s ({'cached: built ' + str(f.cache['built_at']) + ' by ' + str(f.cache['commit']) if f.cache['reused'] else 'built in this run'}, "
+        f"persistent SQLite Dagster instance, deploy/dagster.yaml); failed runs {len(f.failed)}, failed error checks "
         f"{len(f.failed_error_checks)}, blocks of the large store without data "
         f"{f.blocks_without_data or 'none'}",
-        "caches": "batch read once before both ingests (GDAL, page cache); order alternates",
+        "caches": "batch read once before both ingests (GDAL, page cache); order alternates; "
+        "both stores copied from the bench cache before the rounds",
+        "store_cache": f.cache,
         "load_sensitive": "less than unpaired sizes: both ingests of a round are seconds apart; "
         "a load change inside a round still moves that round",
         "per_round_s": {"large": list(f.pair.a_samples), "small": list(f.pair.b_samples)},

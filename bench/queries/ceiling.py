@@ -7,14 +7,23 @@ is taken of. (``/healthz`` of the API is no such limit: it goes through the
 full FastAPI stack, while ``POST /v1/<primitive>`` takes the API's fast ASGI
 path ahead of it.)
 
-    python -m uvicorn bench.queries.ceiling:app --port P [--no-access-log]
+Served with ``--workers N`` as ``earthmem serve`` serves: N processes, each
+with its own listening socket on the port (``SO_REUSEPORT``) and one uvicorn
+server, so the ceiling of N workers is compared with N workers.
+
+    python -m bench.queries.ceiling --port P [--workers N] [--no-access-log]
 """
 
 from __future__ import annotations
 
+import argparse
+import multiprocessing
+import os
+import signal
+import socket
 from typing import Any
 
-__all__ = ["app"]
+__all__ = ["app", "main"]
 
 _BODY = b'{"status":"ok"}'
 _HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(_BODY)).encode())]
@@ -30,3 +39,48 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         more = bool(msg.get("more_body"))
     await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
     await send({"type": "http.response.body", "body": _BODY})
+
+
+def _worker(port: int, access_log: bool) -> None:
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(2048)
+    config = uvicorn.Config(
+        "bench.queries.ceiling:app", log_level="info", access_log=access_log, lifespan="off"
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve :func:`app` on 127.0.0.1:PORT with ``--workers`` processes (SIGINT/SIGTERM stop all)."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--no-access-log", action="store_true")
+    args = ap.parse_args(argv)
+    spawn = multiprocessing.get_context("spawn")
+    procs = [
+        spawn.Process(target=_worker, args=(args.port, not args.no_access_log))
+        for _ in range(max(1, args.workers))
+    ]
+    for proc in procs:
+        proc.start()
+
+    def forward(signum: int, frame: Any) -> None:
+        for proc in procs:
+            if proc.is_alive() and proc.pid is not None:
+                os.kill(proc.pid, signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, forward)
+    for proc in procs:
+        proc.join()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

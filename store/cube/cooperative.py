@@ -104,6 +104,14 @@ class CooperativeCommit:
         """A fork of the session for one task (all forks share the session's base snapshot)."""
         return self._open().fork()
 
+    def merge(self, writes: Sequence[ForkWrite]) -> None:
+        """Merge forks into the session now (:meth:`commit` merges the forks it is given too).
+
+        Lets a coordinator merge forks as they come back, while others still run.
+        """
+        if writes:
+            self._open().merge(*(w.fork for w in writes))
+
     def commit(
         self,
         writes: Sequence[ForkWrite],
@@ -130,8 +138,7 @@ class CooperativeCommit:
         keys = sorted(partition_keys)
         if not keys:
             raise InvalidWrite("a cooperative commit names at least one partition")
-        if writes:
-            session.merge(*(w.fork for w in writes))
+        self.merge(writes)
         meta = {
             **(metadata or {}),
             "partition_key": keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]}",

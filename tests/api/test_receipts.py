@@ -27,6 +27,7 @@ from api.receipts import (
     verify_answer,
 )
 from store.facts import fact_id, normalise
+from store.keys import KEY_FILE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,6 +118,35 @@ def test_key_file_too_open_or_malformed_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ReceiptKeyError) as err:
         Signer.load_or_create(tmp_path)
     assert err.value.code == "receipt_key_malformed"
+
+
+def test_a_secret_key_file_replaces_the_data_directory_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replicas given one secret sign with one key and never create one of their own."""
+    seed = os.urandom(32)
+    raw, hexed = tmp_path / "secret.raw", tmp_path / "secret.hex"
+    raw.write_bytes(seed)
+    hexed.write_text(seed.hex() + "\n")
+    for f in (raw, hexed):
+        os.chmod(f, 0o400)
+    own = Signer.load_or_create(tmp_path / "own")  # without the secret: the directory's key
+    signers = []
+    for secret, data in ((raw, "a"), (hexed, "b")):
+        monkeypatch.setenv(KEY_FILE_ENV, str(secret))
+        signers.append(Signer.load_or_create(tmp_path / data))
+        assert not (tmp_path / data / KEY_FILE).exists()  # nothing written to the data dir
+    assert signers[0].key_id == signers[1].key_id != own.key_id
+    monkeypatch.setenv(KEY_FILE_ENV, str(tmp_path / "missing"))  # a missing secret
+    with pytest.raises(ReceiptKeyError) as err:
+        Signer.load_or_create(tmp_path / "c")
+    assert err.value.code == "receipt_key_missing"
+    assert not (tmp_path / "c" / KEY_FILE).exists()  # is an error, not a fresh key
+    os.chmod(raw, 0o644)
+    monkeypatch.setenv(KEY_FILE_ENV, str(raw))
+    with pytest.raises(ReceiptKeyError) as err:
+        Signer.load_or_create(tmp_path / "d")
+    assert err.value.code == "receipt_key_insecure"
 
 
 def test_public_info(signer: Signer) -> None:

@@ -34,6 +34,7 @@ from api.memory.auth import issue_token
 from api.receipts import Signer, verify_answer
 from store import address
 from store.cube import CubeReader
+from store.keys import KEY_FILE, KEY_FILE_ENV
 from store.knn import KnnTable
 from store.knn.remote import read_pointer, remote_names
 from store.memory import open_store
@@ -198,12 +199,14 @@ def _table_names(tiny: IngestedSample) -> list[str]:
     return [*(f"geotessera/{y}" for y in tiny.report.years), "geotessera.multi_year"]
 
 
-def test_a_server_on_an_empty_data_directory_answers_from_object_storage(
+def test_replicas_on_empty_data_directories_answer_from_object_storage_and_agree(
     s3_store: Path, s3: s3_server.S3Server, tiny_store: IngestedSample, tmp_path: Path
 ) -> None:
-    """The whole path: ``earthmem serve`` on a data directory holding nothing (no cube, no
-    k-NN cache, no key, no memory database) answers as the ingest host does, and keeps a
-    memory it is given."""
+    """The whole path: two ``earthmem serve`` replicas, each on a data directory holding
+    nothing (no cube, no k-NN cache, no key, no memory database), given one signing key as
+    a secret, answer as the ingest host does, agree with each other (values, fact ids,
+    snapshot), publish one key set that verifies the other's receipts, and keep and recall
+    a memory one of them is given."""
     centre = tiny_store.event("forest_clearing")["centre"]
     cell = address.encode(centre["lat"], centre["lng"])
     flood = tiny_store.event("flood")
@@ -212,26 +215,49 @@ def test_a_server_on_an_empty_data_directory_answers_from_object_storage(
             mp.setenv(k, v)
         host = _in_process(s3_store)  # the ingest host: its cache is what the ingest wrote
         want = [*_answers(host, cell, flood), host("find_similar", {"key": cell, "k": 5})]
-    replica = tmp_path / "replica"
-    replica.mkdir()
+    secret = tmp_path / "signing.key"  # as a mounted secret: outside every data directory
+    secret.write_bytes(os.urandom(32))
+    os.chmod(secret, 0o400)
+    replicas = [tmp_path / "replica_a", tmp_path / "replica_b"]
+    for r in replicas:
+        r.mkdir()
     memory_url = f"sqlite:///{tmp_path / 'memory.sqlite'}"
     memories = open_store(memory_url)
     token = issue_token(memories, "ranchi", ("read", "write"))[0]
     memories.close()
-    env = {**_env(s3), "EARTHMEM_MEMORY_URL": memory_url}
+    env = {**_env(s3), "EARTHMEM_MEMORY_URL": memory_url, KEY_FILE_ENV: str(secret)}
     with (
-        _serve(replica, env, tmp_path / "serve.log") as base,
-        httpx.Client(base_url=base, timeout=120) as http,
+        _serve(replicas[0], env, tmp_path / "serve_a.log") as base_a,
+        _serve(replicas[1], env, tmp_path / "serve_b.log") as base_b,
+        httpx.Client(base_url=base_a, timeout=120) as http,
+        httpx.Client(base_url=base_b, timeout=120) as http_b,
     ):
+        published = [
+            {
+                k["key_id"]: bytes.fromhex(k["public_key"])
+                for k in c.get("/.well-known/earthmem.json").json()["keys"]
+            }
+            for c in (http, http_b)
+        ]
 
-        def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
-            resp = http.post(f"/v1/{name}", json=args)
-            assert resp.status_code == 200, resp.text
-            doc: dict[str, Any] = resp.json()
-            assert verify_answer(doc).ok
-            return doc
+        def caller(client: httpx.Client) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+            def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+                resp = client.post(f"/v1/{name}", json=args)
+                assert resp.status_code == 200, resp.text
+                doc: dict[str, Any] = resp.json()
+                for keys in published:  # verifies against either replica's published set
+                    assert verify_answer(doc, public_keys=keys).ok
+                return doc
 
-        got = [*_answers(call, cell, flood), call("find_similar", {"key": cell, "k": 5})]
+            return call
+
+        got, got_b = (
+            [*_answers(caller(c), cell, flood), caller(c)("find_similar", {"key": cell, "k": 5})]
+            for c in (http, http_b)
+        )
+        on_b = http_b.post("/v1/verify_receipt", json={"answer": got[0]}).json()
+        assert on_b["valid"], on_b  # A's receipt, checked by B
+        assert on_b["signed_by_this_server"], on_b
         auth = {"Authorization": f"Bearer {token}"}
         created = http.post(
             "/v1/memory_create",
@@ -246,20 +272,28 @@ def test_a_server_on_an_empty_data_directory_answers_from_object_storage(
         )
         assert created.status_code == 200, created.text
         item_id = created.json()["result"]["item"]["id"]
-        recalled = http.post("/v1/recall", headers=auth, json={"query": "paddy flooded"})
+        recalled = http_b.post("/v1/recall", headers=auth, json={"query": "paddy flooded"})
         assert recalled.status_code == 200, recalled.text
-        assert [h["id"] for h in recalled.json()["hits"]] == [item_id]
-    for g, w in zip(got, want, strict=True):
+        assert [h["id"] for h in recalled.json()["hits"]] == [item_id]  # written on A
+    assert published[0] == published[1]
+    assert len(published[0]) == 1
+    assert set(published[0]) != {Signer.load_or_create(tmp_path / "own").key_id}
+    for a, b in zip(got, got_b, strict=True):  # the replicas agree
+        assert _values(a, keep_snapshot=True) == _values(b, keep_snapshot=True)
+        assert a["receipt"]["fact_ids"] == b["receipt"]["fact_ids"]
+    for g, w in zip(got, want, strict=True):  # and answer as the ingest host does
         assert _values(g, keep_snapshot=True) == _values(w, keep_snapshot=True)
     assert got[2]["returned_k"] == 5
     assert got[0]["facts"]
-    assert not (replica / CUBE_DIRNAME).exists()
-    for name in _table_names(tiny_store):  # the cache, filled from object storage
-        assert (replica / "knn" / name).is_symlink()
-        assert (
-            KnnTable.open(replica / "knn" / name).meta["digest"]
-            == (KnnTable.open(s3_store / "knn" / name).meta["digest"])
-        )
+    for r in replicas:
+        assert not (r / CUBE_DIRNAME).exists()
+        assert not (r / KEY_FILE).exists()  # the secret was used, no key of its own
+        for name in _table_names(tiny_store):  # the cache, filled from object storage
+            assert (r / "knn" / name).is_symlink()
+            assert (
+                KnnTable.open(r / "knn" / name).meta["digest"]
+                == (KnnTable.open(s3_store / "knn" / name).meta["digest"])
+            )
 
 
 @contextmanager
