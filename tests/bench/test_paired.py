@@ -204,6 +204,12 @@ def test_flat_row_judges_the_median_per_round_ratio_and_the_runs_checks() -> Non
             "failed_error_checks": [],
             "large_point": (1000, 2000, 150.0, 1, 2.5e4),
             "blocks_without_data": [],
+            "cache": {
+                "key": "k",
+                "commit": "abc",
+                "built_at": "2026-12-01T00:00:00Z",
+                "reused": True,
+            },
         }
         base.update(kw)
         return FlatRun(pair=paired_samples(large, small), **base)  # type: ignore[arg-type]
