@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DATA ?= data
 export DAGSTER_HOME ?= $(CURDIR)/$(DATA)/dagster_home
 
-.PHONY: setup run test pytest clients clients-test fuzz lint typecheck check bench bench-quick bench-prepare bench-large lock serve dagster clean
+.PHONY: setup run test pytest ci-tests clients clients-test fuzz lint typecheck check bench bench-quick bench-prepare bench-large lock serve dagster clean
 
 # pytest-xdist: one worker process per core (PYTEST_WORKERS=0: one process), each test module
 # on one worker (its module fixtures are built once), the longest first; the session builds are
@@ -42,6 +42,12 @@ pytest: setup  ## the test suite without the outside clients (CI runs those as t
 
 CLIENTS := tests/clients
 EARTHMEM_FUZZ_SECONDS ?= 900
+CI_FUZZ_SECONDS ?= 120
+
+# One pytest-xdist run of the suite and the outside clients: the workers share out both (run
+# separately, one worker idled at the end of each); schemathesis gets CI_FUZZ_SECONDS in all.
+ci-tests: setup clients  ## what .ci/run runs: the test suite and the outside clients against live servers
+	EARTHMEM_FUZZ_SECONDS=$(CI_FUZZ_SECONDS) $(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=25 -m "not bench_smoke"
 
 $(CLIENTS)/node_modules/.package-lock.json: $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
 	cd $(CLIENTS) && npm ci --no-audit --no-fund

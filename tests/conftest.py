@@ -44,8 +44,9 @@ class IngestedSample:
 BUILDS_ENV = "EARTHMEM_TEST_BUILDS"
 """A directory the session builds (tiny sample, its ingest) are kept in across pytest runs.
 
-``.ci/run`` sets it to a fresh directory so its second pytest stage (the outside
-clients) reuses the first stage's builds; unset, each run builds its own.
+``.ci/run`` sets it to a fresh directory (one per CI run); a later pytest run given the same
+directory (e.g. ``make clients-test`` after ``make pytest``) reuses the builds; unset, each run
+builds its own.
 """
 
 
@@ -133,7 +134,12 @@ def tiny_store(tiny_sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 LONG_MODULES = (
     "tests/test_readme.py",
     "tests/bench/test_bench_smoke.py",
+    "tests/clients/test_inspector.py",
+    "tests/clients/test_inspector_http.py",
+    "tests/clients/test_schemathesis.py",
     "tests/cli/test_gc.py",
+    "tests/clients/test_inspector_recall.py",
+    "tests/clients/test_inspector_memory.py",
     "tests/pipelines/test_instance_setup.py",
     "tests/store/knn/test_table.py",
     "tests/pipelines/test_ingest_integrity.py",
@@ -141,7 +147,8 @@ LONG_MODULES = (
     "tests/pipelines/test_dask_faults.py",
     "tests/pipelines/test_s3_store.py",
 )
-"""The modules that run for minutes, longest first (CI's ``--durations``)."""
+"""The modules that run for minutes, longest first (CI's ``--durations``; the outside clients'
+modules run in the same pytest-xdist run under ``make ci-tests``)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -22,7 +22,7 @@ import pytest
 from api.context import ServiceContext
 from api.memory.auth import issue_token
 from tests.clients.conftest import Inspector, inspector, live_server
-from tests.clients.test_inspector import VERSIONS, _first_json, _run, _stdio_target
+from tests.clients.inspector_checks import VERSIONS, first_json, run_client, stdio_target
 
 pytestmark = pytest.mark.clients
 
@@ -64,7 +64,7 @@ def _create_args(client: Inspector, title: str) -> list[str]:
 
 
 def _answer(out: str) -> dict[str, Any]:
-    result = _first_json(out)
+    result = first_json(out)
     assert not result.get("isError"), out[-3000:]
     answer = json.loads(result["content"][0]["text"])
     assert isinstance(answer, dict)
@@ -72,7 +72,7 @@ def _answer(out: str) -> dict[str, Any]:
 
 
 def _error(out: str) -> dict[str, Any]:
-    result = _first_json(out)
+    result = first_json(out)
     assert result.get("isError") is True, out[-3000:]
     error = json.loads(result["content"][0]["text"])["error"]
     assert isinstance(error, dict)
@@ -82,22 +82,22 @@ def _error(out: str) -> dict[str, Any]:
 def _write_read_refuse(
     client: Inspector, with_token: list[str], without_token: list[str], tmp: Path, title: str
 ) -> None:
-    code, out = _run(client, with_token, _create_args(client, title), tmp)
+    code, out = run_client(client, with_token, _create_args(client, title), tmp)
     assert code == 0, out[-3000:]
     created = _answer(out)["result"]["item"]
     assert created["title"] == title
     assert created["id"].startswith("mem_")
 
     get = ["--method", "tools/call", "--tool-name", "earthmem_memory_get"]
-    code, out = _run(client, with_token, [*get, "--tool-arg", f"id={created['id']}"], tmp)
+    code, out = run_client(client, with_token, [*get, "--tool-arg", f"id={created['id']}"], tmp)
     assert code == 0, out[-3000:]
     got = _answer(out)["result"]["item"]
     assert (got["id"], got["title"], got["version"]) == (created["id"], title, created["version"])
 
-    _, out = _run(client, without_token, _create_args(client, title + " (anonymous)"), tmp)
+    _, out = run_client(client, without_token, _create_args(client, title + " (anonymous)"), tmp)
     error = _error(out)
     assert error["code"] == "token_missing"
-    _, out = _run(client, without_token, [*get, "--tool-arg", f"id={created['id']}"], tmp)
+    _, out = run_client(client, without_token, [*get, "--tool-arg", f"id={created['id']}"], tmp)
     assert _error(out)["code"] == "token_missing"
 
 
@@ -115,7 +115,7 @@ def test_memory_tools_over_stdio_with_earthmem_token(
 ) -> None:
     data, token = memory_data
     client = inspector(version)
-    plain = _stdio_target(client, data)
+    plain = stdio_target(client, data)
     with_token = ["-e", f"EARTHMEM_TOKEN={token}", *plain]
     title = f"stdio write by inspector {version}"
     _write_read_refuse(client, with_token, plain, tmp_path, title)

@@ -23,7 +23,7 @@ from tests.clients.conftest import live_server
 
 pytestmark = pytest.mark.fuzz
 
-CI_SECONDS = 150
+CI_SECONDS = 120
 
 
 def _budget() -> int:

@@ -26,9 +26,10 @@ SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    go, home = Path(sys.argv[1]), Path(sys.argv[2])
+    go, home, ready = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     from pipelines.instance import open_instance
     from pipelines.partitions import register_area_blocks
+    ready.touch()  # imported: waiting for the others
     while not go.exists():  # every process imported Dagster: start together
         time.sleep(0.005)
     with open_instance(home, Path("deploy/dagster.yaml")) as inst:
@@ -41,17 +42,22 @@ def _race(tmp: Path, n: int) -> tuple[Path, list[tuple[int, str]]]:
     home = tmp / "data" / "dagster_home"
     tmp.mkdir(parents=True)
     go = tmp / "go"
+    ready = [tmp / f"ready-{i}" for i in range(n)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, str(go), str(home)],
+            [sys.executable, "-c", SCRIPT, str(go), str(home), str(flag)],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(n)
+        for flag in ready
     ]
-    time.sleep(8)  # let every process finish importing (not an assertion on speed)
+    deadline = time.monotonic() + 300  # a hang guard, not a speed goal
+    # start them together once every process has imported (or one has already ended)
+    while not all(f.exists() for f in ready) and all(p.poll() is None for p in procs):
+        assert time.monotonic() < deadline, "the processes never finished importing"
+        time.sleep(0.05)
     go.touch()
     out = []
     for p in procs:
