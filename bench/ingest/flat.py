@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bench.common import CACHE_DIR, REPO, DemoArea
 from bench.ingest.passes import Plan, blocks_with_data, materialise, plans, run_baseline
 from bench.paired import Paired, paired_samples
@@ -82,7 +84,13 @@ def _instance(home: Path) -> Any:
     from dagster import DagsterInstance
 
     home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(DAGSTER_YAML, home / "dagster.yaml")  # today's, as earthmem ingest refreshes it
+    # today's config, as earthmem ingest refreshes it; a storage rooted at $DAGSTER_HOME is
+    # rooted at this home instead (the bench holds two instances in one process)
+    config = yaml.safe_load(DAGSTER_YAML.read_text())
+    custom = (config.get("storage") or {}).get("custom") or {}
+    if "base_dir" in (custom.get("config") or {}):
+        custom["config"]["base_dir"] = str(home.resolve())
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
     return DagsterInstance.from_config(str(home))
 
 
