@@ -15,7 +15,7 @@ status they set). So an item superseded or deleted after ``T`` shows as it was a
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,11 +124,13 @@ def nearest_valid(
     conn: sa.Connection,
     project: str,
     conditions: Sequence[sa.ColumnElement[bool]],
+    params: Mapping[str, Any],
     at: dt.datetime,
     limit: int,
 ) -> list[tuple[str, int]]:
     """``[(item id, distance in microseconds)]`` of items with a valid time, nearest ``at``
-    first, ties by id (0: the valid time covers ``at``; an open end counts as unbounded).
+    first, ties by id (0: the valid time covers ``at``; an open end counts as unbounded);
+    ``params``: the values of the parameters of ``conditions``.
 
     Four bounded walks of the valid-time indexes (migration 0003), each with ``LIMIT``:
     items starting after ``at`` (ascending start), items ending before it (descending
@@ -177,7 +179,7 @@ def nearest_valid(
     )
     found: dict[str, int] = {}
     for q in (after, before, cover_started, cover_open):
-        for i, d in conn.execute(q):
+        for i, d in conn.execute(q, dict(params)):
             found[str(i)] = int(d)
     ranked = sorted(found.items(), key=lambda x: (x[1], x[0]))
     return ranked[:limit]
