@@ -523,10 +523,11 @@ class SqlMemoryStore(MemoryStore):
         """Items nearest ``at`` in valid time (see :func:`store.memory.timeline.nearest_valid`)."""
         if limit < 1:
             raise InvalidMemoryQuery(f"limit must be at least 1, got {limit}")
-        shape, params = reads.filter_sql(project, where if where is not None else ItemFilter())
-        conds = self.conditions(shape)
+        flt = reads.filter_sql(project, where if where is not None else ItemFilter())
         with self._unavailable(), self.read_tx() as conn:
-            return timeline.nearest_valid(conn, project, conds, params, at, limit)
+            return timeline.nearest_valid(
+                self.read_statements, conn, flt, self.conditions, at, limit
+            )
 
     def unembedded(self, project: str, *, after: str | None, limit: int) -> list[MemoryItem]:
         """Items with no embedding, in id order (:func:`store.memory.embeddings.unembedded`)."""

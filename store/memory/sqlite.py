@@ -31,7 +31,7 @@ from store.memory.reads import FilterShape, bind
 from store.memory.schema import items
 from store.memory.sql import SqlMemoryStore
 
-__all__ = ["BOX_SEEKS", "SqliteMemoryStore"]
+__all__ = ["BOX_SEEKS", "MMAP_BYTES", "SqliteMemoryStore"]
 
 _RTREE = sa.table(
     "items_rtree",
@@ -44,6 +44,11 @@ _RTREE = sa.table(
 _FTS = sa.table("items_fts", sa.column("rowid"))
 BOX_SEEKS = 2000
 """Most R*Tree candidates a full-text search within a box looks up one by one."""
+MMAP_BYTES = 1 << 30
+"""How much of the database file a connection reads through a memory map (SQLite's
+``mmap_size``): pages read from the OS page cache without a ``read`` call and a copy
+each, the connections of a process sharing them; the rest of a bigger file is read
+as usual."""
 _FTS_WEIGHTS = (4.0, 2.0, 1.0, 2.0)
 """bm25 column weights: title, statement, details, tags."""
 
@@ -93,6 +98,7 @@ class SqliteMemoryStore(SqlMemoryStore):
             cur.execute(f"PRAGMA busy_timeout={busy_ms}")
             cur.execute(f"PRAGMA synchronous={sync}")
             cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
             cur.close()
 
         @sa.event.listens_for(engine, "begin")
