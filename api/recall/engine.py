@@ -190,7 +190,9 @@ def _whole(
             item = whole.get(b.id)
             if item is None or (primary and not _primary(item)):
                 continue
-            out.append(dataclasses.replace(item, status=b.status, superseded_by=b.superseded_by))
+            if (item.status, item.superseded_by) != (b.status, b.superseded_by):  # as of asOf
+                item = dataclasses.replace(item, status=b.status, superseded_by=b.superseded_by)
+            out.append(item)
             if len(out) >= limit:
                 return out
     return out
