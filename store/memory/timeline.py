@@ -165,13 +165,13 @@ def nearest_valid(
     def before() -> sa.Select[Any]:
         return outer(c.valid_to < t).order_by(c.valid_to.desc(), c.id).limit(lim)
 
-    # the walks read index entries only (each index holds both ends); rows are read for
-    # the items that cover ``at``
+    # the walks read index entries only (each index holds both ends), in the index's own
+    # order (no sort before the LIMIT); rows are read for the items that cover ``at``
     def cover_started() -> sa.Select[Any]:
         starts = (
             sa.select(c.pk.label("pk"), c.valid_to.label("end"))
             .where(c.project == project, c.valid_from <= t)
-            .order_by(c.valid_from.desc(), c.pk.desc())
+            .order_by(c.valid_from.desc(), c.valid_to.desc(), c.pk.desc())
             .limit(walk)
             .subquery()
         )
@@ -185,7 +185,7 @@ def nearest_valid(
         ends = (
             sa.select(c.pk.label("pk"), c.valid_from.label("start"))
             .where(c.project == project, c.valid_to >= t)
-            .order_by(c.valid_to, c.pk)
+            .order_by(c.valid_to, c.valid_from, c.pk)
             .limit(walk)
             .subquery()
         )
