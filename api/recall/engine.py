@@ -190,7 +190,9 @@ def _whole(
             item = whole.get(b.id)
             if item is None or (primary and not _primary(item)):
                 continue
-            out.append(dataclasses.replace(item, status=b.status, superseded_by=b.superseded_by))
+            if (item.status, item.superseded_by) != (b.status, b.superseded_by):  # as of asOf
+                item = dataclasses.replace(item, status=b.status, superseded_by=b.superseded_by)
+            out.append(item)
             if len(out) >= limit:
                 return out
     return out
@@ -265,10 +267,10 @@ def recall_items(
             return sum(parts[i].values())
         return sum(WEIGHTS.get(k, 0.5) * v for k, v in parts[i].items()) / total_w
 
-    ranked = sorted(
-        visible.values(),
-        key=lambda it: (-fused(it.id), -it.importance, _neg(it.id)),
-    )
+    # best fused first, then higher importance, then newer id: stable sorts, the last key
+    # first (ids descending)
+    by_id = sorted(visible.values(), key=lambda it: it.id, reverse=True)
+    ranked = sorted(by_id, key=lambda it: (-fused(it.id), -it.importance))
     if plan.sources:
         ranked = [b for b in ranked if b.asserted_by in plan.sources or b.actor in plan.sources]
     whole = _whole(store, q.project, ranked, plan.limit, plan.has_primary_source)
@@ -281,10 +283,6 @@ def recall_items(
     return Recalled(
         tuple(hits), tuple(results), len(visible), weak, tuple(words), tuple(notes), contributed
     )
-
-
-def _neg(item_id: str) -> tuple[int, ...]:
-    return tuple(-ord(c) for c in item_id)
 
 
 def _weak(hits: Sequence[Hit], words: list[str], fusion: str, anchored: bool) -> bool:

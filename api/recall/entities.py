@@ -366,16 +366,17 @@ _LINKS: weakref.WeakKeyDictionary[Any, dict[tuple[float, float], tuple[EntityLin
 )
 
 
-def _feature_link(ctx: ServiceContext, here: Point, lat: float) -> tuple[EntityLink, ...]:
+def _feature_link(ctx: ServiceContext, lng: float, lat: float) -> tuple[EntityLink, ...]:
     """The feature containing a point (the smallest), else the nearest within FEATURE_LINK_M
-    (remembered per context and point: the features are the context's, fixed)."""
+    (remembered per context and point: the features are the context's, fixed; the point's
+    geometry is made on a miss only)."""
     known = _LINKS.setdefault(ctx, {})
-    key = (here.x, here.y)
+    key = (lng, lat)
     found = known.get(key)
     if found is None:
         if len(known) >= _LINK_CACHE:
             known.clear()
-        found = known[key] = _compute_feature_link(ctx, here, lat)
+        found = known[key] = _compute_feature_link(ctx, Point(lng, lat), lat)
     return found
 
 
@@ -410,10 +411,9 @@ def links_of(
     if point is None:
         return ()
     lat, lng = point
-    here = Point(lng, lat)
     out: list[EntityLink] = []
     if only != "place":
-        out.extend(_feature_link(ctx, here, lat))
+        out.extend(_feature_link(ctx, lng, lat))
     city = _nearest_city(lat, lng, PLACE_LINK_M) if only != "feature" else None
     if city is not None:
         eid = entity_id_for_place(city[0].id)

@@ -12,6 +12,7 @@ Query builders over one open connection; the store's methods open the transactio
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -22,11 +23,16 @@ from store.memory.schema import ITEM_COLUMNS, items
 __all__ = ["item_vectors", "set_embeddings", "unembedded"]
 
 
-def item_vectors(conn: sa.Connection, conditions: Sequence[sa.ColumnElement[bool]]) -> ItemVectors:
-    """Ids (in id order), anchor centres and embeddings of the items matching ``conditions``."""
+def item_vectors(
+    conn: sa.Connection,
+    conditions: Sequence[sa.ColumnElement[bool]],
+    params: Mapping[str, Any],
+) -> ItemVectors:
+    """Ids (in id order), anchor centres and embeddings of the items matching ``conditions``
+    (``params``: the values of their parameters)."""
     c = items.c
     q = sa.select(c.id, c.embedding, c.min_lat, c.min_lng, c.max_lat, c.max_lng).where(*conditions)
-    return item_vectors_from_rows(conn.execute(q.order_by(c.id)).all())
+    return item_vectors_from_rows(conn.execute(q.order_by(c.id), dict(params)).all())
 
 
 def unembedded(

@@ -20,6 +20,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
 
+from store.memory import textsearch
+from store.memory.reads import FilterShape
 from store.memory.schema import items
 from store.memory.sql import SqlMemoryStore
 
@@ -60,9 +62,9 @@ class PostgresMemoryStore(SqlMemoryStore):
         """``pg_advisory_xact_lock``: one migration at a time, released at commit."""
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK_KEY)))
 
-    def bbox_condition(self, bbox: tuple[float, float, float, float]) -> sa.ColumnElement[bool]:
+    def bbox_condition(self) -> sa.ColumnElement[bool]:
         """Box overlap (``&&``) through the GiST index (touching boxes overlap)."""
-        s, w, n, e = (sa.literal(float(x), sa.Float()) for x in bbox)
+        s, w, n, e = (sa.bindparam(f"bbox_{k}", type_=sa.Float()) for k in "swne")
         c = items.c
         return _box(c.min_lng, c.min_lat, c.max_lng, c.max_lat).op("&&")(_box(w, s, e, n))
 
@@ -70,23 +72,47 @@ class PostgresMemoryStore(SqlMemoryStore):
         self,
         conn: sa.Connection,
         words: Sequence[str],
-        conditions: Sequence[sa.ColumnElement[bool]],
+        where: tuple[FilterShape, dict[str, Any]],
         *,
         all_words: bool,
         cap: int,
-        bbox: tuple[float, float, float, float] | None = None,
     ) -> list[tuple[str, float]]:
         """``search @@`` every (``&&``) or any (``||``) word's ``plainto_tsquery``, at most
         ``cap`` matches in the GIN scan's order; score ``ts_rank`` (of the rows returned)."""
-        queries: list[sa.ColumnElement[Any]] = [sa.func.plainto_tsquery(_CONFIG, w) for w in words]
-        op = "&&" if all_words else "||"
-        tsq = functools.reduce(lambda a, b: a.op(op)(b), queries)
-        score = sa.func.ts_rank(_SEARCH, tsq).label("score")
-        q = sa.select(items.c.id, score).where(_SEARCH.op("@@")(tsq), *conditions).limit(cap)
-        return [(str(i), float(s)) for i, s in conn.execute(q)]
+        shape, params = where
 
-    def holding(self, project: str, word: str, cap: int) -> sa.Subquery:
-        """The project's items whose ``search`` holds ``word``."""
-        tsq = sa.func.plainto_tsquery(_CONFIG, word)
-        q = sa.select(items.c.pk).where(items.c.project == project, _SEARCH.op("@@")(tsq))
-        return q.limit(cap + 1).subquery()
+        def build() -> sa.Select[Any]:
+            queries: list[sa.ColumnElement[Any]] = [
+                sa.func.plainto_tsquery(_CONFIG, sa.bindparam(f"word_{i}", type_=sa.Text()))
+                for i in range(len(words))
+            ]
+            op = "&&" if all_words else "||"
+            tsq = functools.reduce(lambda a, b: a.op(op)(b), queries)
+            score = sa.func.ts_rank(_SEARCH, tsq).label("score")
+            return (
+                sa.select(items.c.id, score)
+                .where(_SEARCH.op("@@")(tsq), *self.conditions(shape))
+                .limit(sa.bindparam("cap", type_=sa.Integer()))
+            )
+
+        values = {**params, **{f"word_{i}": w for i, w in enumerate(words)}, "cap": cap}
+        key = ("fts", shape, all_words, len(words))
+        rows = self.read_statements.rows(conn, key, build, values)
+        return [(str(i), float(s)) for i, s in rows]
+
+    def word_counts(
+        self, conn: sa.Connection, project: str, words: Sequence[str], cap: int
+    ) -> list[int]:
+        """The project's items whose ``search`` holds each word, up to ``cap + 1``."""
+
+        def holding(i: int) -> sa.Subquery:
+            tsq = sa.func.plainto_tsquery(_CONFIG, sa.bindparam(f"word_{i}", type_=sa.Text()))
+            q = sa.select(items.c.pk).where(
+                items.c.project == sa.bindparam("project"), _SEARCH.op("@@")(tsq)
+            )
+            return q.limit(sa.bindparam("cap1", type_=sa.Integer())).subquery()
+
+        params: dict[str, Any] = {f"word_{i}": w for i, w in enumerate(words)}
+        params.update(project=project, cap1=cap + 1)
+        key = ("word_counts", len(words))
+        return textsearch.counts(self.read_statements, conn, key, holding, len(words), params)

@@ -10,15 +10,18 @@ items for the hits it returns.
 Pure query builders and row readers over one open connection; the store's methods
 (:meth:`~store.memory.sql.SqlMemoryStore.get_many`, ``get_briefs``, ``list_items``,
 ``list_briefs``) open the read transaction; a backend phrases the project and box
-conditions (its hooks), :func:`conditions` the rest. The same SQL runs on SQLite and
-PostgreSQL.
+conditions (its hooks), :func:`conditions` the rest. A filter is a shape (its
+structure, :class:`FilterShape`) and its parameter values (:func:`filter_sql`), so
+the statements of a shape are built and compiled once and run on the raw cursor
+(:mod:`store.memory.readsql`). The same SQL runs on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,13 +30,17 @@ from store.errors import InvalidMemoryQuery
 from store.memory.codec import decode_cursor, encode_cursor, from_us, to_us
 from store.memory.digest import anchor_from_dict
 from store.memory.model import ItemBrief, ItemFilter
+from store.memory.readsql import ReadStatements, id_slots, pad
 from store.memory.schema import item_tags, items
 
 __all__ = [
     "BRIEF_COLUMNS",
+    "FilterShape",
     "ReadPin",
+    "bind",
     "brief_from_row",
     "conditions",
+    "filter_sql",
     "page_rows",
     "rows_by_id",
 ]
@@ -59,110 +66,194 @@ BRIEF_COLUMNS = (
 """The ``items`` columns a brief reads."""
 
 
-def conditions(
-    project_condition: sa.ColumnElement[bool],
-    bbox_condition: Callable[[tuple[float, float, float, float]], sa.ColumnElement[bool]],
-    where: ItemFilter,
-) -> list[sa.ColumnElement[bool]]:
-    """The WHERE conditions of a filter (the backend's project condition first; all AND-ed).
+@dataclass(frozen=True)
+class FilterShape:
+    """The structure of a filter's WHERE (which conditions, how many values each list holds):
+    the key its compiled statements are remembered by; the values are its parameters."""
+
+    types: int = 0
+    statuses: int = 0
+    tags: int = 0
+    bbox: bool = False
+    valid_at: bool = False
+    written_before: bool = False
+    scope_kinds: int = 0
+    actor: bool = False
+
+
+def filter_sql(project: str, where: ItemFilter) -> tuple[FilterShape, dict[str, Any]]:
+    """A filter's shape and the values of its parameters (``project`` among them).
 
     Raises:
         InvalidMemoryQuery: an empty or reversed bbox.
+        InvalidDate: a naive ``valid_at`` or ``written_before``.
     """
-    c = items.c
-    out: list[sa.ColumnElement[bool]] = [project_condition]
-    if where.types:
-        out.append(c.type.in_(where.types))
-    if where.statuses:
-        out.append(c.status.in_(where.statuses))
-    for tag in dict.fromkeys(where.tags):
-        out.append(sa.exists().where(item_tags.c.item_pk == c.pk, item_tags.c.tag == tag))
+    params: dict[str, Any] = {"project": project}
+    tags = list(dict.fromkeys(where.tags))
+    for name, values in (
+        ("type", where.types),
+        ("status", where.statuses),
+        ("tag", tags),
+        ("scope_kind", where.scope_kinds),
+    ):
+        for i, v in enumerate(values):
+            params[f"{name}_{i}"] = v
     if where.bbox is not None:
         s, w, n, e = where.bbox
         if not (s <= n and w <= e):
             raise InvalidMemoryQuery(f"bbox {where.bbox} is empty or reversed")
-        out.append(bbox_condition(where.bbox))
-        out += [c.min_lat <= n, c.max_lat >= s, c.min_lng <= e, c.max_lng >= w]
+        params.update(bbox_s=s, bbox_w=w, bbox_n=n, bbox_e=e)
     if where.valid_at is not None:
-        t = to_us(where.valid_at)
+        params["valid_at"] = to_us(where.valid_at)
+    if where.written_before is not None:
+        params["written_before"] = to_us(where.written_before)
+    if where.actor is not None:
+        params["actor"] = where.actor
+    shape = FilterShape(
+        types=len(where.types),
+        statuses=len(where.statuses),
+        tags=len(tags),
+        bbox=where.bbox is not None,
+        valid_at=where.valid_at is not None,
+        written_before=where.written_before is not None,
+        scope_kinds=len(where.scope_kinds),
+        actor=where.actor is not None,
+    )
+    return shape, params
+
+
+def bind(name: str) -> sa.BindParameter[Any]:
+    """A named parameter (its type taken from the column it is compared with)."""
+    return sa.bindparam(name)
+
+
+def _binds(name: str, n: int) -> list[sa.BindParameter[Any]]:
+    return [bind(f"{name}_{i}") for i in range(n)]
+
+
+def conditions(
+    project_condition: sa.ColumnElement[bool],
+    bbox_condition: Callable[[], sa.ColumnElement[bool]],
+    shape: FilterShape,
+) -> list[sa.ColumnElement[bool]]:
+    """The WHERE conditions of a filter's shape (the backend's project and box conditions
+    given; all AND-ed), over the parameters :func:`filter_sql` names."""
+    c = items.c
+    out: list[sa.ColumnElement[bool]] = [project_condition]
+    if shape.types:
+        out.append(c.type.in_(_binds("type", shape.types)))
+    if shape.statuses:
+        out.append(c.status.in_(_binds("status", shape.statuses)))
+    for tag in _binds("tag", shape.tags):
+        out.append(sa.exists().where(item_tags.c.item_pk == c.pk, item_tags.c.tag == tag))
+    if shape.bbox:
+        s, w, n, e = (bind(f"bbox_{k}") for k in "swne")
+        out.append(bbox_condition())
+        out += [c.min_lat <= n, c.max_lat >= s, c.min_lng <= e, c.max_lng >= w]
+    if shape.valid_at:
+        t = bind("valid_at")
         out.append(sa.or_(c.valid_from.is_(None), c.valid_from <= t))
         out.append(sa.or_(c.valid_to.is_(None), c.valid_to >= t))
-    if where.written_before is not None:
-        out.append(c.created_at <= to_us(where.written_before))
-    if where.scope_kinds:
-        out.append(c.scope_kind.in_(where.scope_kinds))
-    if where.actor is not None:
-        out.append(c.actor == where.actor)
+    if shape.written_before:
+        out.append(c.created_at <= sa.bindparam("written_before"))
+    if shape.scope_kinds:
+        out.append(c.scope_kind.in_(_binds("scope_kind", shape.scope_kinds)))
+    if shape.actor:
+        out.append(c.actor == sa.bindparam("actor"))
     return out
 
 
-def brief_from_row(r: Mapping[str, Any]) -> ItemBrief:
-    """A brief from a row of :data:`BRIEF_COLUMNS`."""
-    vf, vt = r["valid_from"], r["valid_to"]
+def brief_from_row(r: Sequence[Any]) -> ItemBrief:
+    """A brief from a row of :data:`BRIEF_COLUMNS` (in that order, the anchor decoded)."""
+    vf, vt = r[11], r[12]
     return ItemBrief(
-        id=r["id"],
-        project=r["project"],
-        type=r["type"],
-        title=r["title"],
-        status=r["status"],
-        scope_kind=r["scope_kind"],
-        actor=r["actor"],
-        asserted_by=r["asserted_by"],
-        confidence=r["confidence"],
-        importance=r["importance"],
-        anchor=anchor_from_dict(r["anchor"]),
+        id=r[0],
+        project=r[1],
+        type=r[2],
+        title=r[3],
+        status=r[4],
+        scope_kind=r[5],
+        actor=r[6],
+        asserted_by=r[7],
+        confidence=r[8],
+        importance=r[9],
+        anchor=anchor_from_dict(r[10]),
         valid_from=None if vf is None else from_us(vf),
         valid_to=None if vt is None else from_us(vt),
-        superseded_by=r["superseded_by"],
-        created_at=from_us(r["created_at"]),
+        superseded_by=r[13],
+        created_at=from_us(r[14]),
     )
 
 
 def rows_by_id(
-    conn: sa.Connection, columns: Sequence[Any], project: str, item_ids: Sequence[str]
-) -> dict[str, Any]:
-    """The project's rows among ``item_ids``, by id (``columns`` must hold id and project).
+    reads: ReadStatements,
+    conn: sa.Connection,
+    columns: Sequence[sa.Column[Any]],
+    project: str,
+    item_ids: Sequence[str],
+) -> dict[str, Sequence[Any]]:
+    """The project's rows among ``item_ids``, by id (``columns`` must begin with id and
+    project, in that order).
 
     Selected by id alone (unique): with the project in the WHERE as well, SQLite's
     planner takes the project index and scans every item of the project.
     """
     wanted = list(dict.fromkeys(item_ids))
-    rows = conn.execute(sa.select(*columns).where(_C.id.in_(wanted))).all()
-    return {r.id: r for r in rows if r.project == project}
+    slots = id_slots(len(wanted))
+    names = tuple(c.name for c in columns)
+
+    def build() -> sa.Select[Any]:
+        return sa.select(*columns).where(_C.id.in_(_binds("id", slots)))
+
+    params = {f"id_{i}": v for i, v in enumerate(pad(wanted, slots))}
+    rows = reads.rows(conn, ("by_id", names, slots), build, params)
+    return {r[0]: r for r in rows if r[1] == project}
 
 
 def page_rows(
+    reads: ReadStatements,
     conn: sa.Connection,
-    columns: Sequence[Any],
-    conditions: Sequence[sa.ColumnElement[bool]],
+    columns: Sequence[sa.Column[Any]],
+    where: tuple[FilterShape, dict[str, Any]],
+    conditions_of: Callable[[FilterShape], list[sa.ColumnElement[bool]]],
     *,
     limit: int,
     cursor: str | None,
     key: str,
-) -> tuple[list[Any], str | None]:
-    """One page of rows matching ``conditions``, newest first (``created_at``, then id), and
-    the cursor of the next page (None at the end); ``key`` binds cursors to the listing.
+) -> tuple[list[Sequence[Any]], str | None]:
+    """One page of rows matching a filter (its shape and parameters; ``conditions_of`` its
+    WHERE), newest first (``created_at``, then id), and the cursor of the next page (None at
+    the end); ``key`` binds cursors to the listing. ``columns`` must begin with id and hold
+    ``created_at``.
 
     Raises:
         InvalidCursor: a cursor not issued for ``key``.
     """
-    conds = list(conditions)
+    shape, params = where
+    params = {**params, "limit": limit + 1}
     if cursor is not None:
-        created, last_id = decode_cursor(cursor, key)
-        conds.append(
-            sa.or_(_C.created_at < created, sa.and_(_C.created_at == created, _C.id < last_id))
+        params["cursor_created"], params["cursor_id"] = decode_cursor(cursor, key)
+    names = tuple(c.name for c in columns)
+
+    def build() -> sa.Select[Any]:
+        conds = conditions_of(shape)
+        if cursor is not None:
+            created, last = bind("cursor_created"), bind("cursor_id")
+            conds.append(
+                sa.or_(_C.created_at < created, sa.and_(_C.created_at == created, _C.id < last))
+            )
+        return (
+            sa.select(*columns)
+            .where(*conds)
+            .order_by(_C.created_at.desc(), _C.id.desc())
+            .limit(sa.bindparam("limit", type_=sa.Integer()))
         )
-    q = (
-        sa.select(*columns)
-        .where(*conds)
-        .order_by(_C.created_at.desc(), _C.id.desc())
-        .limit(limit + 1)
-    )
-    rows = conn.execute(q).all()
+
+    rows = reads.rows(conn, ("page", names, shape, cursor is not None), build, params)
     nxt = None
     if len(rows) > limit:
-        last = rows[limit - 1]
-        nxt = encode_cursor(last.created_at, last.id, key)
+        last_row = rows[limit - 1]
+        nxt = encode_cursor(last_row[names.index("created_at")], last_row[0], key)
     return list(rows[:limit]), nxt
 
 

@@ -6,7 +6,7 @@ hooks where they differ: how a write transaction starts and locks the
 project's head (:meth:`SqlMemoryStore.write_tx`, :meth:`~SqlMemoryStore.lock_head`),
 the "insert unless present" statement, the spatial pre-filter
 (:meth:`~SqlMemoryStore.bbox_condition`) and the full-text ranking
-(:meth:`~SqlMemoryStore.text_match`, :meth:`~SqlMemoryStore.holding`).
+(:meth:`~SqlMemoryStore.text_match`, :meth:`~SqlMemoryStore.word_counts`).
 
 A write: a job of the group commit (:mod:`store.memory.group`), run in a
 transaction that has locked the project's ``projects`` row (its history head),
@@ -81,6 +81,7 @@ from store.memory.model import (
 )
 from store.memory.prepared import Prepared, RawTx
 from store.memory.reads import brief_from_row
+from store.memory.readsql import ReadStatements
 from store.memory.schema import ITEM_COLUMNS, history, items, projects
 from store.memory.schema import relations as relations_t
 from store.memory.schema import tokens as tokens_t
@@ -89,6 +90,7 @@ from store.memory.timeline import StateAsOf
 __all__ = ["SqlMemoryStore"]
 
 _MAX_SEARCH_WORDS = 64
+_ITEM_NAMES = tuple(c.name for c in ITEM_COLUMNS)
 
 
 class _DryRun(Exception):
@@ -113,6 +115,8 @@ class SqlMemoryStore(MemoryStore):
         dbapi = engine.dialect.loaded_dbapi
         self._operational = (sa.exc.OperationalError, dbapi.OperationalError)
         self._prepared = Prepared(engine.dialect, self.insert_ignore(projects), self.row_locks)
+        self.read_statements = ReadStatements(engine.dialect)
+        """The hot reads' compiled shapes (:mod:`store.memory.readsql`)."""
         self._pin = reads.ReadPin()
         self.group = GroupCommit(self._batch_tx, (sa.exc.IntegrityError, dbapi.IntegrityError))
         """This process's group commit of the store's writes (see :mod:`store.memory.group`)."""
@@ -154,27 +158,29 @@ class SqlMemoryStore(MemoryStore):
         """``INSERT ... ON CONFLICT DO NOTHING`` for this dialect (values given at execution)."""
         raise NotImplementedError
 
-    def bbox_condition(self, bbox: tuple[float, float, float, float]) -> sa.ColumnElement[bool]:
-        """The backend's indexed pre-filter for items whose box intersects ``bbox``."""
+    def bbox_condition(self) -> sa.ColumnElement[bool]:
+        """The backend's indexed pre-filter for items whose box intersects the filter's box
+        (parameters ``bbox_s``, ``bbox_w``, ``bbox_n``, ``bbox_e``)."""
         raise NotImplementedError
 
     def text_match(
         self,
         conn: sa.Connection,
         words: Sequence[str],
-        conditions: Sequence[sa.ColumnElement[bool]],
+        where: tuple[reads.FilterShape, dict[str, Any]],
         *,
         all_words: bool,
         cap: int,
-        bbox: tuple[float, float, float, float] | None = None,
     ) -> list[tuple[str, float]]:
-        """``[(item id, score)]`` of at most ``cap`` items matching ``conditions`` and all (or
-        any) of ``words``, scored by the database's ranking (higher is better), unordered
-        (``bbox``: the box ``conditions`` hold, a hint for the plan)."""
+        """``[(item id, score)]`` of at most ``cap`` items matching a filter (its shape and
+        parameters, :func:`store.memory.reads.filter_sql`) and all (or any) of ``words``,
+        scored by the database's ranking (higher is better), unordered."""
         raise NotImplementedError
 
-    def holding(self, project: str, word: str, cap: int) -> sa.Subquery:
-        """At most ``cap + 1`` rows of the items holding ``word``."""
+    def word_counts(
+        self, conn: sa.Connection, project: str, words: Sequence[str], cap: int
+    ) -> list[int]:
+        """How many items hold each word, counted up to ``cap + 1`` (one statement)."""
         raise NotImplementedError
 
     def migration_lock(self, conn: sa.Connection) -> None:
@@ -348,25 +354,32 @@ class SqlMemoryStore(MemoryStore):
         if not item_ids:
             return []
         with self._unavailable(), self.read_tx() as conn:
-            rows = reads.rows_by_id(conn, ITEM_COLUMNS, project, item_ids)
-        return [item_from_row(rows[i]._mapping) for i in dict.fromkeys(item_ids) if i in rows]
+            rows = reads.rows_by_id(self.read_statements, conn, ITEM_COLUMNS, project, item_ids)
+        return [
+            item_from_row(dict(zip(_ITEM_NAMES, rows[i], strict=True)))
+            for i in dict.fromkeys(item_ids)
+            if i in rows
+        ]
 
     def get_briefs(self, project: str, item_ids: Sequence[str]) -> list[ItemBrief]:
         """The briefs of the project's items among ``item_ids``, in the given order."""
         if not item_ids:
             return []
         with self._unavailable(), self.read_tx() as conn:
-            rows = reads.rows_by_id(conn, reads.BRIEF_COLUMNS, project, item_ids)
-        return [brief_from_row(rows[i]._mapping) for i in dict.fromkeys(item_ids) if i in rows]
+            rows = reads.rows_by_id(
+                self.read_statements, conn, reads.BRIEF_COLUMNS, project, item_ids
+            )
+        return [brief_from_row(rows[i]) for i in dict.fromkeys(item_ids) if i in rows]
 
-    def project_condition(self, project: str, where: ItemFilter) -> sa.ColumnElement[bool]:
-        """The condition keeping the project's items (a backend may phrase it so that its
-        planner picks a better index for the rest of ``where``)."""
-        return items.c.project == project
+    def project_condition(self, shape: reads.FilterShape) -> sa.ColumnElement[bool]:
+        """The condition keeping the project's items (parameter ``project``; a backend may
+        phrase it so that its planner picks a better index for the rest of the filter)."""
+        return items.c.project == sa.bindparam("project")
 
-    def conditions(self, project: str, where: ItemFilter) -> list[sa.ColumnElement[bool]]:
-        """The WHERE conditions of a filter (:func:`store.memory.reads.conditions`)."""
-        return reads.conditions(self.project_condition(project, where), self.bbox_condition, where)
+    def conditions(self, shape: reads.FilterShape) -> list[sa.ColumnElement[bool]]:
+        """The WHERE conditions of a filter's shape (:func:`store.memory.reads.conditions`),
+        over the parameters :func:`store.memory.reads.filter_sql` gives."""
+        return reads.conditions(self.project_condition(shape), self.bbox_condition, shape)
 
     def list_items(
         self, project: str, where: ItemFilter, *, limit: int, cursor: str | None = None
@@ -381,14 +394,17 @@ class SqlMemoryStore(MemoryStore):
             InvalidMemoryQuery: ``limit`` below 1, or an empty bbox.
         """
         rows, nxt = self._page(ITEM_COLUMNS, project, where, limit, cursor)
-        return Page(items=tuple(item_from_row(r._mapping) for r in rows), next_cursor=nxt)
+        return Page(
+            items=tuple(item_from_row(dict(zip(_ITEM_NAMES, r, strict=True))) for r in rows),
+            next_cursor=nxt,
+        )
 
     def list_briefs(
         self, project: str, where: ItemFilter, *, limit: int, cursor: str | None = None
     ) -> BriefPage:
         """:meth:`list_items` as briefs (the same order and cursors)."""
         rows, nxt = self._page(reads.BRIEF_COLUMNS, project, where, limit, cursor)
-        return BriefPage(items=tuple(brief_from_row(r._mapping) for r in rows), next_cursor=nxt)
+        return BriefPage(items=tuple(brief_from_row(r) for r in rows), next_cursor=nxt)
 
     def _page(
         self,
@@ -401,11 +417,20 @@ class SqlMemoryStore(MemoryStore):
         if limit < 1:
             raise InvalidMemoryQuery(f"limit must be at least 1, got {limit}")
         key = filter_key(project, where)
-        conds = self.conditions(project, where)
+        flt = reads.filter_sql(project, where)
         if cursor is not None:
             decode_cursor(cursor, key)  # a typed error before the read
         with self._unavailable(), self.read_tx() as conn:
-            return reads.page_rows(conn, columns, conds, limit=limit, cursor=cursor, key=key)
+            return reads.page_rows(
+                self.read_statements,
+                conn,
+                columns,
+                flt,
+                self.conditions,
+                limit=limit,
+                cursor=cursor,
+                key=key,
+            )
 
     def relations(self, project: str, item_id: str) -> list[Relation]:
         """Every relation from or to an item (oldest first)."""
@@ -437,14 +462,19 @@ class SqlMemoryStore(MemoryStore):
 
     def head(self, project: str) -> ProjectHead:
         """The project's history head (seq 0 and the genesis hash when empty)."""
-        q = sa.select(projects.c.head_seq, projects.c.head_hash).where(
-            projects.c.project == project
-        )
+        p = projects.c
         with self._unavailable(), self.read_tx() as conn:
-            row = conn.execute(q).one_or_none()
-        if row is None:
+            rows = self.read_statements.rows(
+                conn,
+                ("head",),
+                lambda: sa.select(p.head_seq, p.head_hash).where(
+                    p.project == sa.bindparam("project")
+                ),
+                {"project": project},
+            )
+        if not rows:
             return ProjectHead(project, 0, GENESIS_HASH)
-        return ProjectHead(project, int(row.head_seq), str(row.head_hash))
+        return ProjectHead(project, int(rows[0][0]), str(rows[0][1]))
 
     def search_text(
         self, project: str, query: str, *, limit: int, where: ItemFilter | None = None
@@ -461,11 +491,10 @@ class SqlMemoryStore(MemoryStore):
         words = list(dict.fromkeys(w.lower() for w in re.findall(r"\w+", query)))
         if not words:
             return []
-        flt = where if where is not None else ItemFilter()
-        conds = self.conditions(project, flt)
+        flt = reads.filter_sql(project, where if where is not None else ItemFilter())
         with self._unavailable(), self.read_tx() as conn:
             words = words[:_MAX_SEARCH_WORDS]
-            return textsearch.search(self, conn, project, words, flt, conds, limit)
+            return textsearch.search(self, conn, project, words, flt, limit)
 
     def states_as_of(
         self, project: str, item_ids: Sequence[str], as_of: dt.datetime
@@ -494,9 +523,11 @@ class SqlMemoryStore(MemoryStore):
         """Items nearest ``at`` in valid time (see :func:`store.memory.timeline.nearest_valid`)."""
         if limit < 1:
             raise InvalidMemoryQuery(f"limit must be at least 1, got {limit}")
-        conds = self.conditions(project, where if where is not None else ItemFilter())
+        flt = reads.filter_sql(project, where if where is not None else ItemFilter())
         with self._unavailable(), self.read_tx() as conn:
-            return timeline.nearest_valid(conn, project, conds, at, limit)
+            return timeline.nearest_valid(
+                self.read_statements, conn, flt, self.conditions, at, limit
+            )
 
     def unembedded(self, project: str, *, after: str | None, limit: int) -> list[MemoryItem]:
         """Items with no embedding, in id order (:func:`store.memory.embeddings.unembedded`)."""
@@ -510,8 +541,9 @@ class SqlMemoryStore(MemoryStore):
 
     def item_vectors(self, project: str, where: ItemFilter) -> ItemVectors:
         """Ids, anchor centres and embeddings of the items matching ``where`` (one query)."""
+        shape, params = reads.filter_sql(project, where)
         with self._unavailable(), self.read_tx() as conn:
-            return embeddings.item_vectors(conn, self.conditions(project, where))
+            return embeddings.item_vectors(conn, self.conditions(shape), params)
 
     def projects(self) -> list[str]:
         """Every project with at least one history entry or token (sorted)."""

@@ -26,11 +26,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from store.errors import MemoryBackendUnavailable
-from store.memory.model import ItemFilter
+from store.memory import textsearch
+from store.memory.reads import FilterShape, bind
 from store.memory.schema import items
 from store.memory.sql import SqlMemoryStore
 
-__all__ = ["BOX_SEEKS", "SqliteMemoryStore"]
+__all__ = ["BOX_SEEKS", "MMAP_BYTES", "SqliteMemoryStore"]
 
 _RTREE = sa.table(
     "items_rtree",
@@ -43,6 +44,11 @@ _RTREE = sa.table(
 _FTS = sa.table("items_fts", sa.column("rowid"))
 BOX_SEEKS = 2000
 """Most R*Tree candidates a full-text search within a box looks up one by one."""
+MMAP_BYTES = 1 << 30
+"""How much of the database file a connection reads through a memory map (SQLite's
+``mmap_size``): pages read from the OS page cache without a ``read`` call and a copy
+each, the connections of a process sharing them; the rest of a bigger file is read
+as usual."""
 _FTS_WEIGHTS = (4.0, 2.0, 1.0, 2.0)
 """bm25 column weights: title, statement, details, tags."""
 
@@ -96,6 +102,7 @@ class SqliteMemoryStore(SqlMemoryStore):
             # file created, written and unlinked by every transaction; they are never
             # needed after a crash, so durability is unchanged.
             cur.execute("PRAGMA temp_store=MEMORY")
+            cur.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
             cur.close()
 
         @sa.event.listens_for(engine, "begin")
@@ -127,20 +134,20 @@ class SqliteMemoryStore(SqlMemoryStore):
         """``INSERT ... ON CONFLICT DO NOTHING``."""
         return sqlite_dialect.insert(table).on_conflict_do_nothing()
 
-    def project_condition(self, project: str, where: ItemFilter) -> sa.ColumnElement[bool]:
+    def project_condition(self, shape: FilterShape) -> sa.ColumnElement[bool]:
         """With a bbox, ``project || ''`` (not indexable): the planner then reads the R*Tree's
         candidates by rowid instead of walking the project index in time order and testing
         each item against the box, which reads every item of the project for a small box."""
-        if where.bbox is None:
-            return items.c.project == project
-        return items.c.project.op("||")(sa.literal_column("''")) == project
+        if not shape.bbox:
+            return items.c.project == sa.bindparam("project")
+        return items.c.project.op("||")(sa.literal_column("''")) == sa.bindparam("project")
 
-    def bbox_condition(self, bbox: tuple[float, float, float, float]) -> sa.ColumnElement[bool]:
+    def bbox_condition(self) -> sa.ColumnElement[bool]:
         """Candidates from the R*Tree (its float32 boxes are rounded outward: a superset)."""
-        return items.c.pk.in_(self._in_box(bbox))
+        return items.c.pk.in_(self._in_box())
 
-    def _in_box(self, bbox: tuple[float, float, float, float]) -> sa.Select[Any]:
-        s, w, n, e = bbox
+    def _in_box(self) -> sa.Select[Any]:
+        s, w, n, e = (bind(f"bbox_{k}") for k in "swne")
         r = _RTREE.c
         return sa.select(r.pk).where(r.max_lat >= s, r.min_lat <= n, r.max_lng >= w, r.min_lng <= e)
 
@@ -148,34 +155,62 @@ class SqliteMemoryStore(SqlMemoryStore):
         self,
         conn: sa.Connection,
         words: Sequence[str],
-        conditions: Sequence[sa.ColumnElement[bool]],
+        where: tuple[FilterShape, dict[str, Any]],
         *,
         all_words: bool,
         cap: int,
-        bbox: tuple[float, float, float, float] | None = None,
     ) -> list[tuple[str, float]]:
         """FTS5 ``MATCH`` every (or any) word, newest matches first, at most ``cap``; score
-        ``-bm25`` (computed for the rows returned only). With a ``bbox`` holding at most
+        ``-bm25`` (computed for the rows returned only). With a bbox holding at most
         :data:`BOX_SEEKS` items, the R*Tree's candidates are looked up in the FTS5 index one
         by one (instead of reading every match and testing it against the box)."""
-        match = (" AND " if all_words else " OR ").join(f'"{w}"' for w in words)  # \\w+ words
-        fts: sa.ColumnElement[Any] = sa.literal_column("items_fts")
-        score = (-sa.func.bm25(fts, *_FTS_WEIGHTS)).label("score")
-        seek: list[sa.ColumnElement[bool]] = []
-        if bbox is not None:
-            few = self._in_box(bbox).limit(BOX_SEEKS + 1).subquery()
-            if conn.execute(sa.select(sa.func.count()).select_from(few)).scalar_one() <= BOX_SEEKS:
-                seek.append(_FTS.c.rowid.in_(self._in_box(bbox)))
-        q = (
-            sa.select(items.c.id, score)
-            .select_from(_FTS.join(items, items.c.pk == _FTS.c.rowid))
-            .where(fts.op("MATCH")(match), *seek, *conditions)
-            .order_by(_FTS.c.rowid.desc())
-            .limit(cap)
-        )
-        return [(str(i), float(s)) for i, s in conn.execute(q)]
+        shape, params = where
+        reads = self.read_statements
+        seek = False
+        if shape.bbox:
+            box = {k: params[k] for k in ("bbox_s", "bbox_w", "bbox_n", "bbox_e")}
+            few = reads.rows(
+                conn,
+                ("rtree_few",),
+                lambda: sa.select(sa.func.count()).select_from(
+                    self._in_box().limit(sa.bindparam("seeks", type_=sa.Integer())).subquery()
+                ),
+                {**box, "seeks": BOX_SEEKS + 1},
+            )
+            seek = few[0][0] <= BOX_SEEKS
 
-    def holding(self, project: str, word: str, cap: int) -> sa.Subquery:
-        """Rows of the FTS5 index holding ``word`` (every project's: the index is shared)."""
-        fts: sa.ColumnElement[Any] = sa.literal_column("items_fts")
-        return sa.select(_FTS.c.rowid).where(fts.op("MATCH")(f'"{word}"')).limit(cap + 1).subquery()
+        def build() -> sa.Select[Any]:
+            fts: sa.ColumnElement[Any] = sa.literal_column("items_fts")
+            score = (-sa.func.bm25(fts, *_FTS_WEIGHTS)).label("score")
+            near = [_FTS.c.rowid.in_(self._in_box())] if seek else []
+            return (
+                sa.select(items.c.id, score)
+                .select_from(_FTS.join(items, items.c.pk == _FTS.c.rowid))
+                .where(fts.op("MATCH")(sa.bindparam("match")), *near, *self.conditions(shape))
+                .order_by(_FTS.c.rowid.desc())
+                .limit(sa.bindparam("cap", type_=sa.Integer()))
+            )
+
+        match = (" AND " if all_words else " OR ").join(f'"{w}"' for w in words)  # \\w+ words
+        rows = reads.rows(conn, ("fts", shape, seek), build, {**params, "match": match, "cap": cap})
+        return [(str(i), float(s)) for i, s in rows]
+
+    def word_counts(
+        self, conn: sa.Connection, project: str, words: Sequence[str], cap: int
+    ) -> list[int]:
+        """Rows of the FTS5 index holding each word, up to ``cap + 1`` (every project's: the
+        index is shared)."""
+
+        def holding(i: int) -> sa.Subquery:
+            fts: sa.ColumnElement[Any] = sa.literal_column("items_fts")
+            return (
+                sa.select(_FTS.c.rowid)
+                .where(fts.op("MATCH")(sa.bindparam(f"word_{i}")))
+                .limit(sa.bindparam("cap1", type_=sa.Integer()))
+                .subquery()
+            )
+
+        params: dict[str, Any] = {f"word_{i}": f'"{w}"' for i, w in enumerate(words)}
+        params["cap1"] = cap + 1
+        key = ("word_counts", len(words))
+        return textsearch.counts(self.read_statements, conn, key, holding, len(words), params)

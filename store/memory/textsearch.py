@@ -23,12 +23,13 @@ the price of a bounded cost when the only words given are everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from store.memory.model import ItemFilter
+from store.memory.reads import FilterShape
+from store.memory.readsql import ReadStatements
 
 __all__ = ["SCAN_CAP", "Match", "TextBackend", "counts", "ranked_text", "search"]
 
@@ -71,10 +72,24 @@ def _best(scores: dict[str, float], limit: int) -> list[tuple[str, float]]:
     return sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:limit]
 
 
-def counts(conn: sa.Connection, holding: Sequence[sa.Subquery]) -> list[int]:
-    """The row counts of ``holding`` (bounded subqueries, one per word), in one statement."""
-    each = [sa.select(sa.func.count()).select_from(h).scalar_subquery() for h in holding]
-    return [int(n) for n in conn.execute(sa.select(*each)).one()]
+def counts(
+    reads: ReadStatements,
+    conn: sa.Connection,
+    key: Hashable,
+    holding: Callable[[int], sa.Subquery],
+    n: int,
+    params: Mapping[str, Any],
+) -> list[int]:
+    """The row counts of ``holding(0) .. holding(n - 1)`` (bounded subqueries, one per word,
+    over ``params``), in one statement of shape ``key``."""
+
+    def build() -> sa.Select[Any]:
+        each = [
+            sa.select(sa.func.count()).select_from(holding(i)).scalar_subquery() for i in range(n)
+        ]
+        return sa.select(*each)
+
+    return [int(x) for x in reads.rows(conn, key, build, params)[0]]
 
 
 class TextBackend(Protocol):
@@ -84,14 +99,15 @@ class TextBackend(Protocol):
         self,
         conn: sa.Connection,
         words: Sequence[str],
-        conditions: Sequence[sa.ColumnElement[bool]],
+        where: tuple[FilterShape, dict[str, Any]],
         *,
         all_words: bool,
         cap: int,
-        bbox: tuple[float, float, float, float] | None = None,
     ) -> list[tuple[str, float]]: ...
 
-    def holding(self, project: str, word: str, cap: int) -> sa.Subquery: ...
+    def word_counts(
+        self, conn: sa.Connection, project: str, words: Sequence[str], cap: int
+    ) -> list[int]: ...
 
 
 def search(
@@ -99,16 +115,14 @@ def search(
     conn: sa.Connection,
     project: str,
     words: Sequence[str],
-    where: ItemFilter,
-    conditions: Sequence[sa.ColumnElement[bool]],
+    where: tuple[FilterShape, dict[str, Any]],
     limit: int,
 ) -> list[tuple[str, float]]:
-    """:func:`ranked_text` over a backend's matches and word counts, on one connection."""
+    """:func:`ranked_text` over a backend's matches and word counts, on one connection
+    (``where``: the filter's shape and parameters, :func:`store.memory.reads.filter_sql`)."""
     return ranked_text(
         words,
         limit,
-        lambda ws, every, cap: backend.text_match(
-            conn, ws, conditions, all_words=every, cap=cap, bbox=where.bbox
-        ),
-        lambda ws, cap: counts(conn, [backend.holding(project, w, cap) for w in ws]),
+        lambda ws, every, cap: backend.text_match(conn, ws, where, all_words=every, cap=cap),
+        lambda ws, cap: backend.word_counts(conn, project, ws, cap),
     )

@@ -15,7 +15,7 @@ status they set). So an item superseded or deleted after ``T`` shows as it was a
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,8 @@ import sqlalchemy as sa
 
 from store.memory.codec import relation_from_row, to_us
 from store.memory.model import Relation
+from store.memory.reads import FilterShape, bind
+from store.memory.readsql import ReadStatements
 from store.memory.schema import history, items, relations
 
 __all__ = ["StateAsOf", "nearest_valid", "relations_of", "states_as_of"]
@@ -108,27 +110,34 @@ def relations_of(
     return out
 
 
+def _without(params: Mapping[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k != name}
+
+
 COVER_WALK = 8
 """A covering walk reads at most this many times ``limit`` index entries (see
 :func:`nearest_valid`)."""
 
 
-def _distance(t: int) -> Any:
+def _distance() -> Any:
     c = items.c
+    t = sa.bindparam("t", type_=sa.BigInteger())
     before = sa.case((c.valid_from.is_not(None) & (c.valid_from > t), c.valid_from - t), else_=0)
     after = sa.case((c.valid_to.is_not(None) & (c.valid_to < t), t - c.valid_to), else_=0)
     return (before + after).label("distance")
 
 
 def nearest_valid(
+    reads: ReadStatements,
     conn: sa.Connection,
-    project: str,
-    conditions: Sequence[sa.ColumnElement[bool]],
+    where: tuple[FilterShape, Mapping[str, Any]],
+    conditions: Callable[[FilterShape], list[sa.ColumnElement[bool]]],
     at: dt.datetime,
     limit: int,
 ) -> list[tuple[str, int]]:
     """``[(item id, distance in microseconds)]`` of items with a valid time, nearest ``at``
-    first, ties by id (0: the valid time covers ``at``; an open end counts as unbounded).
+    first, ties by id (0: the valid time covers ``at``; an open end counts as unbounded);
+    ``where``: the filter's shape and parameters, ``conditions`` its WHERE.
 
     Four bounded walks of the valid-time indexes (migration 0003), each with ``LIMIT``:
     items starting after ``at`` (ascending start), items ending before it (descending
@@ -139,45 +148,58 @@ def nearest_valid(
     started long before may be left out (the recall engine still scores the valid time of
     every candidate another lane proposes).
     """
-    t = to_us(at)
+    shape, filter_params = where
+    params = {**filter_params, "t": to_us(at), "limit": limit, "walk": max(limit, 1) * COVER_WALK}
     c = items.c
-    dist = _distance(t)
-    walk = max(limit, 1) * COVER_WALK
+    t = sa.bindparam("t", type_=sa.BigInteger())
+    lim = sa.bindparam("limit", type_=sa.Integer())
+    walk = sa.bindparam("walk", type_=sa.Integer())
+    project = bind("project")
 
     def outer(*extra: sa.ColumnElement[bool]) -> sa.Select[Any]:
-        return sa.select(c.id, dist).where(*conditions, *extra)
+        return sa.select(c.id, _distance()).where(*conditions(shape), *extra)
 
-    after = outer(c.valid_from > t).order_by(c.valid_from, c.id).limit(limit)
-    before = outer(c.valid_to < t).order_by(c.valid_to.desc(), c.id).limit(limit)
-    # the walks read index entries only (each index holds both ends); rows are read for
-    # the items that cover ``at``
-    starts = (
-        sa.select(c.pk.label("pk"), c.valid_to.label("end"))
-        .where(c.project == project, c.valid_from <= t)
-        .order_by(c.valid_from.desc(), c.pk.desc())
-        .limit(walk)
-        .subquery()
-    )
-    ends = (
-        sa.select(c.pk.label("pk"), c.valid_from.label("start"))
-        .where(c.project == project, c.valid_to >= t)
-        .order_by(c.valid_to, c.pk)
-        .limit(walk)
-        .subquery()
-    )
-    cover_started = (
-        sa.select(c.id, dist)
-        .select_from(starts.join(items, items.c.pk == starts.c.pk))
-        .where(*conditions, sa.or_(starts.c.end.is_(None), starts.c.end >= t))
-    )
-    cover_open = (
-        sa.select(c.id, dist)
-        .select_from(ends.join(items, items.c.pk == ends.c.pk))
-        .where(*conditions, ends.c.start.is_(None))
-    )
+    def after() -> sa.Select[Any]:
+        return outer(c.valid_from > t).order_by(c.valid_from, c.id).limit(lim)
+
+    def before() -> sa.Select[Any]:
+        return outer(c.valid_to < t).order_by(c.valid_to.desc(), c.id).limit(lim)
+
+    # the walks read index entries only (each index holds both ends), in the index's own
+    # order (no sort before the LIMIT); rows are read for the items that cover ``at``
+    def cover_started() -> sa.Select[Any]:
+        starts = (
+            sa.select(c.pk.label("pk"), c.valid_to.label("end"))
+            .where(c.project == project, c.valid_from <= t)
+            .order_by(c.valid_from.desc(), c.valid_to.desc(), c.pk.desc())
+            .limit(walk)
+            .subquery()
+        )
+        return (
+            sa.select(c.id, _distance())
+            .select_from(starts.join(items, items.c.pk == starts.c.pk))
+            .where(*conditions(shape), sa.or_(starts.c.end.is_(None), starts.c.end >= t))
+        )
+
+    def cover_open() -> sa.Select[Any]:
+        ends = (
+            sa.select(c.pk.label("pk"), c.valid_from.label("start"))
+            .where(c.project == project, c.valid_to >= t)
+            .order_by(c.valid_to, c.valid_from, c.pk)
+            .limit(walk)
+            .subquery()
+        )
+        return (
+            sa.select(c.id, _distance())
+            .select_from(ends.join(items, items.c.pk == ends.c.pk))
+            .where(*conditions(shape), ends.c.start.is_(None))
+        )
+
     found: dict[str, int] = {}
-    for q in (after, before, cover_started, cover_open):
-        for i, d in conn.execute(q):
+    for build in (after, before, cover_started, cover_open):
+        # the walks by one end take ``limit``, the covering walks ``walk``
+        used = _without(params, "limit" if build in (cover_started, cover_open) else "walk")
+        for i, d in reads.rows(conn, ("nearest_valid", build.__name__, shape), build, used):
             found[str(i)] = int(d)
     ranked = sorted(found.items(), key=lambda x: (x[1], x[0]))
     return ranked[:limit]

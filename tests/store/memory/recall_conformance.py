@@ -257,3 +257,37 @@ class RecallReadsConformance:
         assert store.head("p") == head  # not a write: no history entry
         assert len(store.unembedded("q", after=None, limit=5)) == 1
         assert sorted(i.id for i in store.unembedded("p", after=None, limit=10)) == sorted(bare[1:])
+
+    def test_one_read_shape_answers_each_calls_values(self, store: MemoryStore) -> None:
+        # the hot reads are compiled once per shape (store.memory.readsql): the same shape
+        # run again with other values must answer for those values, never the first call's
+        box_a, box_b = (10.0, 10.0, 10.01, 10.01), (20.0, 20.0, 20.01, 20.01)
+        at_a = Anchor("bbox", {"type": "Polygon", "coordinates": []}, box_a, "ca")
+        at_b = Anchor("bbox", {"type": "Polygon", "coordinates": []}, box_b, "cb")
+        a = [self._mk(store, f"alpha {n}", at=T0 + n * H, anchor=at_a) for n in range(3)]
+        b = self._mk(store, "beta", anchor=at_b, type="decision")
+        ids = [*a, b]
+
+        def listed(where: ItemFilter, limit: int = 10) -> list[str]:
+            return [x.id for x in store.list_briefs("p", where, limit=limit).items]
+
+        assert listed(ItemFilter(bbox=box_a)) == a[::-1]
+        assert listed(ItemFilter(bbox=box_b)) == [b]
+        assert listed(ItemFilter(types=("decision",))) == [b]
+        assert listed(ItemFilter(types=("observation",))) == a[::-1]
+        assert listed(ItemFilter(bbox=box_a), limit=1) == [a[2]]
+        page = store.list_briefs("p", ItemFilter(bbox=box_a), limit=2)
+        rest = store.list_briefs("p", ItemFilter(bbox=box_a), limit=2, cursor=page.next_cursor)
+        assert [x.id for x in page.items + rest.items] == a[::-1]
+        assert rest.next_cursor is None
+        for n in range(1, len(ids) + 1):  # id lists of every length (padded shapes)
+            assert [x.id for x in store.get_briefs("p", ids[:n][::-1])] == ids[:n][::-1]
+            assert [x.id for x in store.get_many("p", ids[:n])] == ids[:n]
+        assert store.get_briefs("q", ids) == []
+        assert store.get_many("q", ids) == []
+        assert {i for i, _ in store.search_text("p", "alpha", limit=10)} == set(a)
+        assert [i for i, _ in store.search_text("p", "beta", limit=10)] == [b]
+        assert len(store.search_text("p", "alpha", limit=2)) == 2
+        assert store.search_text("q", "alpha", limit=10) == []
+        assert store.head("p").seq == 4
+        assert store.head("q").seq == 0
