@@ -83,38 +83,38 @@ def _transaction(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
-class PooledSqliteRunStorage(SqliteRunStorage):
+class _OnePooledEngine:
+    """A Dagster SQLite storage's ``connect`` over one pooled engine of its file (a mixin)."""
+
+    _engine: Engine
+
+    def _pool(self, conn_string: str) -> None:
+        self._engine = _pooled(conn_string)
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with _transaction(self._engine) as conn:
+            yield conn
+
+    def dispose(self) -> None:
+        super().dispose()  # type: ignore[misc]
+        self._engine.dispose()
+
+
+class PooledSqliteRunStorage(_OnePooledEngine, SqliteRunStorage):
     """Dagster's SQLite run storage (``runs.db``) over one pooled engine."""
 
     def __init__(self, conn_string: str, inst_data: Any = None) -> None:
         super().__init__(conn_string, inst_data)
-        self._engine = _pooled(conn_string)
-
-    @contextmanager
-    def connect(self) -> Iterator[Connection]:
-        with _transaction(self._engine) as conn:
-            yield conn
-
-    def dispose(self) -> None:
-        super().dispose()
-        self._engine.dispose()
+        self._pool(conn_string)
 
 
-class PooledSqliteScheduleStorage(SqliteScheduleStorage):
+class PooledSqliteScheduleStorage(_OnePooledEngine, SqliteScheduleStorage):
     """Dagster's SQLite schedule storage (``schedules.db``) over one pooled engine."""
 
     def __init__(self, conn_string: str, inst_data: Any = None) -> None:
         super().__init__(conn_string, inst_data)
-        self._engine = _pooled(conn_string)
-
-    @contextmanager
-    def connect(self) -> Iterator[Connection]:
-        with _transaction(self._engine) as conn:
-            yield conn
-
-    def dispose(self) -> None:
-        super().dispose()
-        self._engine.dispose()
+        self._pool(conn_string)
 
 
 class PooledSqliteEventLogStorage(SqliteEventLogStorage):
