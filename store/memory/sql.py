@@ -32,10 +32,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 
 from store.errors import (
     DuplicateToken,
@@ -43,7 +39,7 @@ from store.errors import (
     InvalidTransition,
     MemoryBackendUnavailable,
 )
-from store.memory import archive, embeddings, reads, textsearch, timeline, writes
+from store.memory import archive, embeddings, reads, revisions, textsearch, timeline, tokens, writes
 from store.memory.codec import (
     decode_cursor,
     entry_from_row,
@@ -52,7 +48,6 @@ from store.memory.codec import (
     relation_from_row,
     to_us,
     token_from_row,
-    token_row,
 )
 from store.memory.digest import content_of, digest_of_content
 from store.memory.group import GroupCommit
@@ -62,7 +57,6 @@ from store.memory.interface import (
     SignHead,
     WriteMeta,
 )
-from store.memory.migrations import SCRIPT_LOCATION, VERSION_TABLE
 from store.memory.model import (
     ACTIONS,
     RELATION_KINDS,
@@ -202,12 +196,6 @@ class SqlMemoryStore(MemoryStore):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _alembic(self, conn: sa.Connection) -> Config:
-        cfg = Config()
-        cfg.set_main_option("script_location", SCRIPT_LOCATION)
-        cfg.attributes["connection"] = conn
-        return cfg
-
     def migrate(self, target: str = "head") -> str:
         """Upgrade the schema to ``target`` (default the newest revision); return the revision.
 
@@ -215,22 +203,17 @@ class SqlMemoryStore(MemoryStore):
         """
         with self._unavailable(), self.write_tx() as conn:
             self.migration_lock(conn)
-            command.upgrade(self._alembic(conn), target)
-            rev = MigrationContext.configure(
-                conn, opts={"version_table": VERSION_TABLE}
-            ).get_current_revision()
-        return str(rev)
+            return revisions.upgrade(conn, target)
 
     def revision(self) -> str | None:
         """The schema revision applied (None: an empty database)."""
         with self._unavailable(), self.engine.connect() as conn:
-            ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-            return ctx.get_current_revision()
+            return revisions.current(conn)
 
     @staticmethod
     def head_revision() -> str:
         """The newest revision this code knows."""
-        return str(ScriptDirectory(SCRIPT_LOCATION).get_current_head())
+        return revisions.head()
 
     def close(self) -> None:
         """Release connections."""
@@ -562,10 +545,9 @@ class SqlMemoryStore(MemoryStore):
         Raises:
             DuplicateToken: its id or hash is already stored.
         """
-        row = token_row(token, token_hash)
         try:
             with self._unavailable(), self.write_tx() as conn:
-                conn.execute(tokens_t.insert().values(row))
+                tokens.add(conn, token, token_hash)
         except sa.exc.IntegrityError as exc:
             raise DuplicateToken(f"token {token.id!r} (or its hash) is already stored") from exc
 
@@ -583,23 +565,13 @@ class SqlMemoryStore(MemoryStore):
 
     def list_tokens(self, project: str | None = None) -> list[Token]:
         """Tokens (of one project, or all), oldest first."""
-        q = sa.select(tokens_t).order_by(tokens_t.c.created_at, tokens_t.c.id)
-        if project is not None:
-            q = q.where(tokens_t.c.project == project)
         with self._unavailable(), self.read_tx() as conn:
-            return [token_from_row(r._mapping) for r in conn.execute(q)]
+            return tokens.listed(conn, project)
 
     def revoke_token(self, token_id: str, at: dt.datetime) -> bool:
         """Revoke a token (the first revocation time is kept); False when there is none."""
-        t = tokens_t.c
         with self._unavailable(), self.write_tx() as conn:
-            found = conn.execute(sa.select(t.id).where(t.id == token_id)).one_or_none()
-            conn.execute(
-                tokens_t.update()
-                .where(t.id == token_id, t.revoked_at.is_(None))
-                .values(revoked_at=to_us(at))
-            )
-        return found is not None
+            return tokens.revoke(conn, token_id, at)
 
     # ------------------------------------------------------------------ archive
 
@@ -612,9 +584,7 @@ class SqlMemoryStore(MemoryStore):
     @staticmethod
     def revision_of(conn: sa.Connection) -> str | None:
         """The schema revision, read on an open connection."""
-        return MigrationContext.configure(
-            conn, opts={"version_table": VERSION_TABLE}
-        ).get_current_revision()
+        return revisions.current(conn)
 
     def import_records(
         self, records: Sequence[Mapping[str, Any]], *, dry_run: bool = False
