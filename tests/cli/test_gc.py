@@ -21,6 +21,21 @@ def _size(path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def _stored(path) -> dict[str, int]:
+    """Every file and its size, but SQLite's own: closing the last connection to a WAL database
+    checkpoints it (the -wal file goes, the .db file changes) without changing what it holds."""
+    return {
+        str(p.relative_to(path)): p.stat().st_size
+        for p in path.rglob("*")
+        if p.is_file() and not p.name.endswith((".db", ".db-wal", ".db-shm"))
+    }
+
+
+def _run_ids() -> list[str]:
+    with DagsterInstance.get() as inst:
+        return sorted(r.run_id for r in inst.get_runs())
+
+
 def _ndvi(data) -> list[np.ndarray]:
     """The tip's NDVI chunks (every stored one)."""
     reader = CubeReader(data)
@@ -42,10 +57,12 @@ def test_gc_after_identical_reingests(tiny_store, tmp_path, monkeypatch, capsys)
     tip = CubeReader(data).snapshot_id
     tip_values = _ndvi(data)
     size = _size(data)
+    stored, runs = _stored(data), _run_ids()
     capsys.readouterr()
     assert main(["gc", "--data", str(data), "--keep-days", "0", "--dry-run"]) == 0
     assert "would expire" in capsys.readouterr().out
-    assert _size(data) == size
+    assert _stored(data) == stored  # a dry run deletes nothing: not a cube object, not a run
+    assert _run_ids() == runs
     assert main(["gc", "--data", str(data), "--keep-days", "0"]) == 0
     out = capsys.readouterr().out
     assert "expired" in out
