@@ -65,18 +65,32 @@ Consume = Callable[[int, npt.NDArray[np.intp], list[npt.NDArray[Any]]], None]
 """``consume(job, rows, arrays)``: the values of ``job.slots[rows]``, one ``(rows, cells)`` per band."""
 
 
-def _take(b: BlockCells, tile: npt.NDArray[Any], days: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
-    """``(len(days), cells)``: a block's cells on some days of one decoded chunk."""
+Days = npt.NDArray[np.intp] | slice
+"""Days within a time chunk: a slice when they step evenly (numpy's basic indexing, no
+index array to process), else an index array."""
+
+
+def _take(b: BlockCells, tile: npt.NDArray[Any], days: Days, n: int) -> npt.NDArray[Any]:
+    """``(n, cells)``: a block's cells on ``n`` days of one decoded chunk."""
     if b.rect is not None:
         y0, y1, x0, x1 = b.rect
-        return tile[days, y0:y1, x0:x1].reshape(days.size, -1)
-    return tile[days[:, None], b.ly[None, :], b.lx[None, :]]
+        return tile[days, y0:y1, x0:x1].reshape(n, -1)
+    planes = tile[days]
+    return planes[:, b.ly, b.lx]
 
 
-def _by_chunk(
-    slots: Sequence[int], step: int
-) -> dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]]:
-    """Time chunk -> (positions in ``slots``, days within the chunk)."""
+def _as_index(days: npt.NDArray[np.intp]) -> Days:
+    """``days`` as a slice when they form an arithmetic progression (one or two days always do)."""
+    if days.size == 1:
+        return slice(int(days[0]), int(days[0]) + 1)
+    d = np.diff(days)
+    if d[0] > 0 and (d == d[0]).all():
+        return slice(int(days[0]), int(days[-1]) + 1, int(d[0]))
+    return days
+
+
+def _by_chunk(slots: Sequence[int], step: int) -> dict[int, tuple[npt.NDArray[np.intp], Days, int]]:
+    """Time chunk -> (positions in ``slots``, days within the chunk, how many)."""
     s = np.asarray(slots, np.int64)
     tc = s // step
     order = np.argsort(tc, kind="stable")
@@ -84,7 +98,8 @@ def _by_chunk(
     out = {}
     for part in np.split(order, cuts):
         if part.size:
-            out[int(tc[part[0]])] = (part.astype(np.intp), (s[part] % step).astype(np.intp))
+            days = (s[part] % step).astype(np.intp)
+            out[int(tc[part[0]])] = (part.astype(np.intp), _as_index(days), int(part.size))
     return out
 
 
@@ -120,7 +135,7 @@ def stream(
     cost: dict[int, int] = {}
     union: dict[int, set[tuple[int, int]]] = {}
     for j, w in enumerate(wanted):
-        for tc, (rows, _) in w.items():
+        for tc, (rows, _, _) in w.items():
             union.setdefault(tc, set()).update((b.cy, b.cx) for b in blocks[j])
             cost[tc] = cost.get(tc, 0) + rows.size * jobs[j].area.n_cells * per_cell
     budget = TILE_GROUP_BYTES + (SCENE_BUFFER_BYTES if consume is not None else 0)
@@ -172,7 +187,7 @@ def stream(
 def _count(
     blocks: Sequence[BlockCells],
     mine: list[int],
-    w: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]],
+    w: dict[int, tuple[npt.NDArray[np.intp], Days, int]],
     tiles: list[npt.NDArray[Any] | None],
     at: dict[tuple[int, int, int], int],
     value: int,
@@ -181,30 +196,45 @@ def _count(
 ) -> None:
     """Add to ``counts`` the cells equal to ``value`` of each slot, block by block.
 
-    A rectangle of a block on given days counted for one job is reused by the
-    others of the group (areas sharing whole blocks, or the same area twice).
+    A block's flags on the group's days are compared and summed in one numpy step
+    (its planes stacked), not once per time chunk. A block's count on given days is
+    reused by the other jobs of the group wanting the same (areas sharing whole
+    blocks, or the same area twice).
     """
-    for tc in mine:
-        rows, days = w[tc]
-        for b in blocks:
-            tile = tiles[at[(b.cy, b.cx, tc)]]
-            if tile is None:
-                continue
+    days_key = tuple((tc, repr(w[tc][1])) for tc in mine)
+    for b in blocks:
+        present = [tc for tc in mine if tiles[at[(b.cy, b.cx, tc)]] is not None]
+        if not present:
+            continue
+        rows = (
+            w[present[0]][0] if len(present) == 1 else np.concatenate([w[tc][0] for tc in present])
+        )
+        key = (b.cy, b.cx, b.rect, days_key) if b.rect is not None else None
+        got = shared.get(key) if key is not None else None
+        if got is None:
+            parts = []
+            for tc in present:
+                tile = tiles[at[(b.cy, b.cx, tc)]]
+                assert tile is not None
+                days = w[tc][1]
+                if b.rect is not None:
+                    y0, y1, x0, x1 = b.rect
+                    parts.append(tile[days, y0:y1, x0:x1])
+                else:
+                    parts.append(tile[days])
+            planes = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if b.rect is None:
-                counts[rows] += (_take(b, tile, days) == value).sum(axis=1)
-                continue
-            key = (b.cy, b.cx, tc, b.rect, days.tobytes())
-            got = shared.get(key)
-            if got is None:
-                y0, y1, x0, x1 = b.rect
-                got = shared[key] = (tile[days, y0:y1, x0:x1] == value).sum(axis=(1, 2))
-            counts[rows] += got
+                planes = planes[:, b.ly, b.lx]
+            got = np.count_nonzero(planes == value, axis=tuple(range(1, planes.ndim)))
+            if key is not None:
+                shared[key] = got
+        counts[rows] += got
 
 
 def _gather(
     blocks: Sequence[BlockCells],
     mine: list[int],
-    w: dict[int, tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]],
+    w: dict[int, tuple[npt.NDArray[np.intp], Days, int]],
     tiles: list[npt.NDArray[Any] | None],
     at: dict[tuple[int, int, int], int],
     spec: Any,
@@ -215,7 +245,7 @@ def _gather(
 ) -> npt.NDArray[Any]:
     """``(rows, n_cells)`` values of one band on the slots of ``mine`` (fill where no chunk),
     in a buffer reused across calls (valid until the next call for the band)."""
-    n_rows = sum(w[tc][1].size for tc in mine)
+    n_rows = sum(w[tc][2] for tc in mine)
     buf = bufs.get(spec.name)
     if buf is None or buf.size < n_rows * n_cells:
         buf = bufs[spec.name] = np.empty(n_rows * n_cells, spec.dtype)
@@ -227,8 +257,8 @@ def _gather(
     side = tiles_side
     r0 = 0
     for tc in mine:
-        days = w[tc][1]
-        r1 = r0 + days.size
+        _, days, n = w[tc]
+        r1 = r0 + n
         for b in blocks:
             tile = tiles[at[(b.cy, b.cx, tc)]]
             if grid is not None and b.rect is not None:
@@ -237,7 +267,7 @@ def _gather(
                 dst = grid[r0:r1, oy + by0 : oy + by1, ox + bx0 : ox + bx1]
                 dst[...] = spec.fill_value if tile is None else tile[days, by0:by1, bx0:bx1]
                 continue
-            out[r0:r1, b.pos] = spec.fill_value if tile is None else _take(b, tile, days)
+            out[r0:r1, b.pos] = spec.fill_value if tile is None else _take(b, tile, days, n)
         r0 = r1
     return out
 
