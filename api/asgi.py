@@ -15,6 +15,16 @@
   dependency and response machinery; anything else falls through to the
   FastAPI app, which answers or reports the error as usual. The FastAPI routes
   stay registered, so the OpenAPI schema is unchanged.
+
+  Where the call runs: on a worker thread (Starlette's pool), except a light
+  public primitive (:attr:`api.registry.Primitive.cost` ``light``, no token, no
+  memory) over a data directory on local disk once it has answered on this app
+  (its imports, the repository and the caches are open): that call runs on the
+  event loop. Such a call is CPU-bound and sub-millisecond to a few
+  milliseconds; on a worker thread it ran no sooner (the GIL) and the two hand-offs
+  between the loop and the thread cost about as much CPU as the call itself. Heavy,
+  memory and writing primitives, first calls, and every call over object storage
+  (network reads) stay on threads, so the loop never waits on I/O.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from api.dispatch import PRIMITIVES, ContextProvider, Primitive, call_primitive,
 from api.errors import ApiError
 from api.jsonbody import TooDeep, load_json
 from store.errors import StoreError
+from store.snapshots import object_root
 
 __all__ = [
     "BodySizeLimit",
@@ -197,6 +208,21 @@ class FastPrimitiveRoutes:
         self.provider = provider
         self.max_body_bytes = max_body_bytes
         self.routes = {f"/v1/{prim.name}": prim for prim in list(PRIMITIVES.values())}
+        try:
+            local = object_root() is None
+        except StoreError:  # a malformed setting: every query reports it, from a thread
+            local = False
+        self.may_inline = {
+            name
+            for name, prim in PRIMITIVES.items()
+            if local
+            and prim.cost == "light"
+            and prim.access == "public"
+            and not prim.consults_memory
+        }
+        """Primitives that may run on the event loop (see the module docstring)."""
+        self.settled: set[str] = set()
+        """Of those, the ones that have answered once on this app (on a thread)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
@@ -237,10 +263,16 @@ class FastPrimitiveRoutes:
             replay: Message = {"type": "http.request", "body": body, "more_body": False}
             await self.fallback(scope, _replay([replay], receive), send)
             return
+        token = bearer_token(scope["headers"])
         try:
-            answer = await run_in_threadpool(
-                call_in_context, self.provider, prim.name, model, bearer_token(scope["headers"])
-            )
+            if token is None and prim.name in self.settled:
+                answer = call_in_context(self.provider, prim.name, model, None)
+            else:
+                answer = await run_in_threadpool(
+                    call_in_context, self.provider, prim.name, model, token
+                )
+                if prim.name in self.may_inline:
+                    self.settled.add(prim.name)
         except (ApiError, StoreError, ValidationError) as exc:
             described = describe_error(exc)
             assert described is not None

@@ -56,3 +56,28 @@ def test_fast_route_and_fastapi_route_answer_the_same(client, tiny_store) -> Non
 def test_signer_caches_are_consistent(tmp_path) -> None:
     s = receipts.Signer.load_or_create(tmp_path)
     assert s.key_id == receipts.key_id_of(s.public_key)
+
+
+def test_light_public_calls_run_on_the_loop_once_settled(tiny_store, monkeypatch) -> None:
+    """A light public primitive answers on the event loop after its first (threaded) answer,
+    with the same answer; heavy, memory and writing primitives never do, nor does anything
+    when the data root is object storage (network reads stay off the loop)."""
+    app = create_app(tiny_store.data, mount_mcp=False)
+    fast = app.fast
+    assert fast is not None
+    assert {"did_change", "read_cell", "trajectory"} <= fast.may_inline
+    assert not {"area_over_time", "find_similar", "recall", "memory_create"} & fast.may_inline
+    ev = tiny_store.event("forest_clearing")
+    cell = address.encode(ev["centre"]["lat"], ev["centre"]["lng"])
+    body = {"cell": cell, "band": "indices.ndvi"}
+    with TestClient(app) as c:
+        first = c.post("/v1/trajectory", json=body)
+        assert "trajectory" in fast.settled
+        again = c.post("/v1/trajectory", json=body)  # on the loop now
+        bad = c.post("/v1/trajectory", json={**body, "cell": "nope"})
+    assert first.status_code == again.status_code == 200
+    assert verify_answer(again.json()).ok
+    assert _strip_volatile(first.json()) == _strip_volatile(again.json())
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_cell"
+    monkeypatch.setenv("EARTHMEM_OBJECT_STORE", "s3://bucket/prefix")
+    assert create_app(tiny_store.data, mount_mcp=False).fast.may_inline == set()
