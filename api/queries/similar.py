@@ -52,10 +52,11 @@ from api.registry import primitive
 from store import address
 from store.claims import evaluate, parse_claim
 from store.cube.bands import VECTOR_BANDS
-from store.knn import K_MAX, MODES, KnnTable
+from store.knn import K_MAX, MODES
 
 if TYPE_CHECKING:
     from store.cube.read import CubeReader
+    from store.knn.table import KnnTable
 
 __all__ = [
     "MAX_FILTER_COLUMNS",

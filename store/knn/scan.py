@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numba
 import numpy as np
@@ -33,6 +33,7 @@ import numpy.typing as npt
 from store.errors import InvalidVectorQuery
 from store.knn import _kernels
 from store.knn.codes import binarize
+from store.knn.limits import K_MAX, MODES, Mode
 
 __all__ = [
     "CALIBRATION_MULTIPLES",
@@ -66,11 +67,6 @@ calibrates it per table (:func:`calibrate_rerank_multiple`) and stores
 bench/RESULTS.md lists the recall per multiple.
 """
 
-K_MAX = 1000
-"""Largest ``k`` a scan accepts."""
-
-Mode = Literal["cosine", "hamming", "hamming_then_rerank"]
-MODES: tuple[str, ...] = ("cosine", "hamming", "hamming_then_rerank")
 
 MAX_CANDIDATES = 1 << 17
 """Cap on the Hamming candidates of a ``hamming_then_rerank`` (``multiple * k``)."""
