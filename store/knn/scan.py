@@ -145,7 +145,13 @@ def run_parallel(fn: Any, *args: Any) -> Any:
     numba's "workqueue" layer (its fallback where neither OpenMP nor TBB loads)
     aborts the process when two threads launch parallel work at once, so under
     it, and until the layer is known, launches are serialised.
+
+    Every array argument goes in read-only (a view; nothing is copied): numba compiles
+    one specialisation per argument type and read-only is part of the type, so a table's
+    mapped (read-only) arrays, in-memory arrays and queries share one compiled kernel
+    instead of one per mix (each parallel kernel takes seconds to compile on a fresh clone).
     """
+    args = tuple(_read_only(a) for a in args)
     if _LAYER and _LAYER[0] != "workqueue":
         return _launch(fn, args)
     with _SERIAL_LAUNCH:
@@ -154,6 +160,14 @@ def run_parallel(fn: Any, *args: Any) -> Any:
             with contextlib.suppress(ValueError):  # not initialised: no parallel region ran
                 _LAYER.append(str(numba.threading_layer()))
         return out
+
+
+def _read_only(arg: Any) -> Any:
+    if not isinstance(arg, np.ndarray) or not arg.flags.writeable:
+        return arg
+    view = arg.view()
+    view.flags.writeable = False
+    return view
 
 
 def _launch(fn: Any, args: tuple[Any, ...]) -> Any:
