@@ -54,6 +54,7 @@ __all__ = [
     "n_chunks",
     "prep_mask",
     "prep_query",
+    "read_only",
     "run_parallel",
 ]
 
@@ -146,12 +147,13 @@ def run_parallel(fn: Any, *args: Any) -> Any:
     aborts the process when two threads launch parallel work at once, so under
     it, and until the layer is known, launches are serialised.
 
-    Every array argument goes in read-only (a view; nothing is copied): numba compiles
+    Every array argument goes in read-only (:func:`read_only`, a view; nothing is copied; the
+    serial kernels' callers do the same): numba compiles
     one specialisation per argument type and read-only is part of the type, so a table's
     mapped (read-only) arrays, in-memory arrays and queries share one compiled kernel
     instead of one per mix (each parallel kernel takes seconds to compile on a fresh clone).
     """
-    args = tuple(_read_only(a) for a in args)
+    args = tuple(read_only(a) for a in args)
     if _LAYER and _LAYER[0] != "workqueue":
         return _launch(fn, args)
     with _SERIAL_LAUNCH:
@@ -162,7 +164,8 @@ def run_parallel(fn: Any, *args: Any) -> Any:
         return out
 
 
-def _read_only(arg: Any) -> Any:
+def read_only(arg: Any) -> Any:
+    """An array argument of a kernel as a read-only view (others unchanged): see :func:`run_parallel`."""
     if not isinstance(arg, np.ndarray) or not arg.flags.writeable:
         return arg
     view = arg.view()
@@ -283,14 +286,16 @@ def cosine_topk(
     else:
         cand = None
     if cand is not None:
-        out = _kernels.cosine_scan_rows(vectors, norms, qi, qf, use_float, cand, exclude, k)
+        out = _kernels.cosine_scan_rows(
+            *map(read_only, (vectors, norms, qi, qf, use_float, cand, exclude, k))
+        )
         scanned = int(cand.size)
     else:
         use_mask = m is not None
         marr = m if m is not None else np.ones(1, np.bool_)
         args = (vectors, norms, qi, qf, use_float, marr, use_mask, exclude, k)
         if n * (d + 4) <= _SERIAL_BYTES:
-            out = _kernels.cosine_scan_serial(*args)
+            out = _kernels.cosine_scan_serial(*map(read_only, args))
         else:
             out = run_parallel(_kernels.cosine_scan, *args, n_chunks(n))
         scanned = int(n)
@@ -337,13 +342,13 @@ def hamming_candidates(
     exclude = -1 if exclude_row is None else int(exclude_row)
     if m is not None and m.mean() < SPARSE_MASK:
         cand = np.flatnonzero(m).astype(np.int64)
-        out = _kernels.hamming_scan_rows(words, qw, cand, exclude, n_keep)
+        out = _kernels.hamming_scan_rows(*map(read_only, (words, qw, cand, exclude, n_keep)))
         scanned = int(cand.size)
     else:
         marr = m if m is not None else np.ones(1, np.bool_)
         args = (words, qw, marr, m is not None, exclude, n_keep)
         if n * nbytes <= _SERIAL_BYTES:
-            out = _kernels.hamming_scan_serial(*args)
+            out = _kernels.hamming_scan_serial(*map(read_only, args))
         else:
             out = run_parallel(_kernels.hamming_scan, *args, n_chunks(n), False)
         scanned = int(n)
