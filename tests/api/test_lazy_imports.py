@@ -22,7 +22,9 @@ HEAVY = ("zarr", "icechunk", "pyarrow", "pandas", "numba", "fastapi")
 
 
 def _loaded_after(code: str) -> list[str]:
-    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    probe = (
+        f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=ROOT,
