@@ -43,7 +43,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -52,18 +52,24 @@ from api.charts import ChartStore
 from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, store_errors
 from api.limiter import RateLimiter
 from api.receipts import Signer
-from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column, CubeReader
+from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column
 from store.cube.cache import SingleFlight
 from store.errors import InvalidDate, StoreError
-from store.inventory import OverpassIndex
-from store.knn import KnnTable
-from store.knn.remote import TableSource, table_source
 from store.memo import BoundedMemo
 from store.memory import MEMORY_URL_ENV, default_url, open_store
 from store.memory import backend as memory_backend
 from store.memory.interface import MemoryStore
-from store.snapshots import MAIN_BRANCH, lookup_snapshot, snapshot_at
 from store.tslot import parse_when
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
+    from store.inventory import OverpassIndex
+    from store.knn import KnnTable
+    from store.knn.remote import TableSource
+
+# The cube reader (zarr, icechunk, pyarrow), the snapshots and the k-NN tables (numba) are
+# imported where first used: a process that only lists tools, validates arguments or checks
+# a receipt never loads them (seconds of start-up for every `earthmem` command and stdio server).
 
 _LOG = logging.getLogger("earthmem.context")
 
@@ -314,6 +320,9 @@ class ServiceContext:
             return self._check_tip(now)
 
     def _check_tip(self, now: float) -> CubeReader:
+        from store.cube.read import CubeReader
+        from store.snapshots import MAIN_BRANCH
+
         with self._lock:
             reader = self._reader
             if reader is not None and now - self._tip_checked < self.tip_check_seconds:
@@ -332,6 +341,9 @@ class ServiceContext:
         return fresh
 
     def _reader_as_of(self, when: dt.datetime) -> CubeReader:
+        from store.cube.read import CubeReader
+        from store.snapshots import snapshot_at
+
         with store_errors():
             tip = self.reader()
             found = snapshot_at(tip.repo, when)
@@ -391,6 +403,9 @@ class ServiceContext:
             if cached is not None:
                 self._as_of.move_to_end(text)
                 return cached
+        from store.cube.read import CubeReader
+        from store.snapshots import lookup_snapshot
+
         try:
             lookup_snapshot(tip.repo, text)
             reader = CubeReader(self.data_dir, snapshot_id=text, cache=self.chunks)
@@ -428,6 +443,8 @@ class ServiceContext:
 
     def snapshot_time(self, snapshot_id: str) -> dt.datetime | None:
         """Commit time of a snapshot, or None if unknown."""
+        from store.snapshots import lookup_snapshot
+
         try:
             return lookup_snapshot(self.reader().repo, snapshot_id).written_at
         except (StoreError, ApiError):
@@ -538,6 +555,8 @@ class ServiceContext:
     def knn_tables(self) -> TableSource:
         """The k-NN tables' source (:func:`store.knn.remote.table_source`)."""
         if self._knn is None:
+            from store.knn.remote import table_source
+
             with store_errors():
                 self._knn = table_source(self.data_dir, self.tip_check_seconds)
         return self._knn
@@ -574,6 +593,8 @@ class ServiceContext:
             with self._lock:
                 self._tables_checked[name] = now
             return cached[1]
+        from store.knn import KnnTable
+
         try:
             table = KnnTable.open(directory)
         except StoreError as exc:

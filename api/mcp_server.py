@@ -40,7 +40,6 @@ import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 
-from api.asgi import bearer_token
 from api.dispatch import (
     PRIMITIVES,
     ContextProvider,
@@ -173,6 +172,8 @@ def _token(ctx: ServerRequestContext[Any], stdio_token: str | None) -> str | Non
     request = getattr(ctx, "request", None)
     headers = getattr(request, "headers", None)
     if headers is not None:
+        from api.asgi import bearer_token  # FastAPI's responses: HTTP only, not over stdio
+
         return bearer_token(headers)
     return stdio_token
 

@@ -20,16 +20,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api.context import ServiceContext
 from api.errors import ApiError, InvalidArgument
 from api.queries._common import parse_cell_arg, store_errors
 from api.receipts import verify_answer
-from store.cube import CubeReader
 from store.facts import same_fact
 from store.memory.model import Anchor
 from store.memory.verdicts import ClaimCheck, check_claim, claim_band, fact_now
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = ["claim_check", "verify_evidence"]
 
@@ -66,6 +68,8 @@ def _verify_fact(ctx: ServiceContext, ev: Mapping[str, Any], i: int) -> dict[str
 
 
 def _reader(ctx: ServiceContext, snapshot_id: Any, i: int) -> CubeReader:
+    from store.cube.read import CubeReader  # zarr, icechunk: loaded on first use
+
     tip = ctx.reader()
     if snapshot_id is None or snapshot_id == tip.snapshot_id:
         return tip

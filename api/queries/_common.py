@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -14,11 +14,13 @@ from api.errors import InvalidArgument, store_errors
 from api.models.common import Receipt
 from api.receipts import sign_answer
 from store import address
-from store.cube import CubeReader
 from store.cube.bands import FLAG_BANDS, INDEX_NAMES, SCALAR_BANDS, clear_flag, registered
 from store.errors import StoreError
 from store.facts import fact_record
 from store.tslot import MAX_DAY_SLOT, MAX_YEAR_SLOT, slot_to_date
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = [
     "CellRef",

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api.charts import render_area_chart
 from api.context import ServiceContext
@@ -60,9 +60,12 @@ from api.queries.area_series import (
 )
 from api.registry import primitive
 from store import tslot
-from store.cube import REGISTRY, CubeReader
+from store.cube import REGISTRY
 from store.cube.bands import INDEX_NAMES
 from store.errors import InvalidDate
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = [
     "BASELINE_DAYS",

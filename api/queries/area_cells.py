@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +25,9 @@ from api.context import ServiceContext
 from api.queries._common import clear_info
 from api.queries.area_geometry import Area, BlockCells
 from api.queries.area_stats import scenes_stats
-from store.cube import CubeReader
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = [
     "SCENE_BUFFER_BYTES",

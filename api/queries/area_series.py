@@ -15,7 +15,7 @@ alone. The definitions are in :mod:`api.queries.area`.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,7 +27,10 @@ from api.queries.area_cells import Job
 from api.queries.area_geometry import Area
 from api.queries.area_stats import mann_kendall, pick_even, theil_sen
 from store import tslot
-from store.cube import REGISTRY, CubeReader
+from store.cube import REGISTRY
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = [
     "BASELINE_DAYS",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,8 +32,11 @@ from api.queries._common import clear_info
 from api.queries.area_cells import Job, clear_counts_many, stream
 from api.queries.area_geometry import Area
 from api.queries.area_stats import scenes_stats
-from store.cube import CubeReader, band_spec
+from store.cube import band_spec
 from store.cube import summaries as sm
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = [
     "CELLS",

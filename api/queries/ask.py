@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel
@@ -43,7 +43,9 @@ from api.recall.consult import NOT_CONSULTED, consult_memory, not_consulted
 from api.receipts import sign_answer
 from api.registry import primitive
 from store import address, tslot
-from store.cube import CubeReader
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = [
     "AREA_HALF_DEG",

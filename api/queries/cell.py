@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,8 +36,10 @@ from api.queries._common import (
 from api.registry import primitive
 from store import address
 from store.claims import evaluate, parse_claim
-from store.cube import CubeReader
 from store.tslot import nearest_slots
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = [
     "SIGMA_FLOOR",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 from collections import OrderedDict
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -42,9 +42,11 @@ from api.queries.similar import snapshot_vintages
 from api.queries.similar_examples import within_mask
 from api.registry import primitive
 from store import tslot as tslots
-from store.cube import CubeReader
 from store.cube.bands import FAMILY_FLAGS, Family, family_scalars, registered
 from store.errors import InvalidDate
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = ["coverage"]
 

@@ -14,7 +14,7 @@ what_is_here primitive.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -37,9 +37,11 @@ from api.queries.similar import snapshot_vintages, vector_value
 from api.recall.consult import consult_memory
 from api.registry import primitive
 from store import address, blocks
-from store.cube import CubeReader
 from store.cube.bands import SCALAR_BANDS
 from store.errors import StoreError
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = [
     "BAND_LABELS",

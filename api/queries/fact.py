@@ -11,18 +11,20 @@ remembered. An id whose recomputation matches nowhere is ``fact_not_found``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api.context import ServiceContext
 from api.errors import ApiError, InvalidArgument, NotFound
 from api.models.cite import FactAnswer, FactBody, FactIn
 from api.queries._common import finish, parse_cell_arg, store_errors
 from api.registry import primitive
-from store.cube import CubeReader
 from store.cube.bands import FLAG_BANDS, SCALAR_BANDS
 from store.errors import InvalidFact, StoreError
 from store.facts import parse_fact_id, same_fact
 from store.memory.verdicts import fact_now
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = ["MAX_FACT_HISTORY", "resolve_fact"]
 

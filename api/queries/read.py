@@ -8,7 +8,7 @@ so a value and its fact id here equal the ones those answers cite.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,11 +36,13 @@ from api.queries._common import (
 from api.queries.cell import read_cell
 from api.registry import primitive
 from store import tslot as tslots
-from store.cube import CubeReader
 from store.cube.bands import FLAG_BANDS, SCALAR_BANDS, registered
 from store.errors import InvalidDate
 from store.facts import fact_ids
 from store.tslot import nearest_slots
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
 
 __all__ = [
     "canonical_bands",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -51,9 +51,12 @@ from api.queries.similar_pixels import SAME_PIXEL_RULE, same_pixel_rows
 from api.registry import primitive
 from store import address
 from store.claims import evaluate, parse_claim
-from store.cube import CubeReader
 from store.cube.bands import VECTOR_BANDS
-from store.knn import K_MAX, MODES, KnnTable
+from store.knn import K_MAX, MODES
+
+if TYPE_CHECKING:
+    from store.cube.read import CubeReader
+    from store.knn.table import KnnTable
 
 __all__ = [
     "MAX_FILTER_COLUMNS",

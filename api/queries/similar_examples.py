@@ -16,7 +16,7 @@ caps) keeps only candidates whose cell centre lies inside.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +25,9 @@ from api.errors import InvalidArgument
 from api.queries._common import CellRef, parse_cell_arg
 from api.queries.area_geometry import parse_area
 from store import address
-from store.knn import KnnTable
+
+if TYPE_CHECKING:
+    from store.knn.table import KnnTable
 
 __all__ = [
     "EXAMPLE_FORMULA",

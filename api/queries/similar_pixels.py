@@ -13,10 +13,14 @@ two cell steps) holding the identical int8 vector and the identical scale.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from store import address
-from store.knn import KnnTable
+
+if TYPE_CHECKING:
+    from store.knn.table import KnnTable
 
 __all__ = ["SAME_PIXEL_RULE", "same_pixel_rows"]
 

@@ -30,10 +30,10 @@ from api.recall.lanes import LaneHits, RecallQuery
 from api.recall.vector import cached_item_vectors
 from store import address
 from store.errors import StoreError
-from store.knn import KnnTable
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
+    from store.knn.table import KnnTable
     from store.memory.interface import MemoryStore
 
 __all__ = ["GEO_MAX_ITEMS", "geo_lane", "query_place"]

@@ -7,7 +7,15 @@
 * :mod:`store.cube.read` — snapshot readers (:class:`CubeReader`): regions, cached
   block columns and tiles;
 * :mod:`store.cube.cache` — the byte-bounded cache of decoded columns and tiles.
+
+The band registry and the cache load with the package; the layout, reader and writer (zarr,
+icechunk, pyarrow) load when one of their names is first used.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from store.cube.bands import (
     BANDS,
@@ -21,14 +29,39 @@ from store.cube.bands import (
     band_spec,
 )
 from store.cube.cache import DEFAULT_CACHE_BYTES, ChunkCache, Column
-from store.cube.layout import (
-    DEFAULT_BLOCK_LEVEL,
-    LAYOUT_VERSION,
-    MAX_REGION_ELEMENTS,
-    geotransform,
-)
-from store.cube.read import CubeReader
-from store.cube.write import CubeTransaction, CubeWriter
+
+if TYPE_CHECKING:
+    from store.cube.layout import (
+        DEFAULT_BLOCK_LEVEL,
+        LAYOUT_VERSION,
+        MAX_REGION_ELEMENTS,
+        geotransform,
+    )
+    from store.cube.read import CubeReader
+    from store.cube.write import CubeTransaction, CubeWriter
+
+_LAZY: dict[str, str] = {
+    "DEFAULT_BLOCK_LEVEL": "store.cube.layout",
+    "LAYOUT_VERSION": "store.cube.layout",
+    "MAX_REGION_ELEMENTS": "store.cube.layout",
+    "geotransform": "store.cube.layout",
+    "CubeReader": "store.cube.read",
+    "CubeTransaction": "store.cube.write",
+    "CubeWriter": "store.cube.write",
+}
+"""Names whose modules import zarr, icechunk, pyarrow and pyproj (seconds of start-up): loaded
+on first use, so a process that only describes or validates (``tools/list``, a bad argument,
+the band registry) never pays for them."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BANDS",

@@ -14,9 +14,15 @@ Modules, in import order (each imports only the ones before it):
   :func:`upgrade_table`.
 * :mod:`store.knn.remote`: the tables on an object-storage data root (published
   after writing) and a server's local cache of them.
+
+:mod:`store.knn.codes` and :mod:`store.knn.limits` (``K_MAX``, ``MODES``) load with the
+package; the names of the scan, table and write modules (numba) load on first use.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from store.knn.codes import (
     BIN_BYTES,
@@ -28,20 +34,46 @@ from store.knn.codes import (
     int8_norms,
     rotation,
 )
-from store.knn.scan import (
-    CALIBRATION_MULTIPLES,
-    DEFAULT_RERANK_MULTIPLE,
-    K_MAX,
-    MODES,
-    KnnResult,
-    Mode,
-    calibrate_rerank_multiple,
-    cosine_topk,
-    hamming_then_rerank,
-    hamming_topk,
-)
-from store.knn.table import KnnTable
-from store.knn.write import FORMAT, upgrade_table, write_table
+from store.knn.limits import K_MAX, MODES, Mode
+
+if TYPE_CHECKING:
+    from store.knn.scan import (
+        CALIBRATION_MULTIPLES,
+        DEFAULT_RERANK_MULTIPLE,
+        KnnResult,
+        calibrate_rerank_multiple,
+        cosine_topk,
+        hamming_then_rerank,
+        hamming_topk,
+    )
+    from store.knn.table import KnnTable
+    from store.knn.write import FORMAT, upgrade_table, write_table
+
+_LAZY: dict[str, str] = {
+    "CALIBRATION_MULTIPLES": "store.knn.scan",
+    "DEFAULT_RERANK_MULTIPLE": "store.knn.scan",
+    "KnnResult": "store.knn.scan",
+    "calibrate_rerank_multiple": "store.knn.scan",
+    "cosine_topk": "store.knn.scan",
+    "hamming_then_rerank": "store.knn.scan",
+    "hamming_topk": "store.knn.scan",
+    "KnnTable": "store.knn.table",
+    "FORMAT": "store.knn.write",
+    "upgrade_table": "store.knn.write",
+    "write_table": "store.knn.write",
+}
+"""Names whose modules compile or load the numba kernels (a second of start-up): imported on
+first use, so a process that never scans a table never loads numba."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BIN_BYTES",

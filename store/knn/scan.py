@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numba
 import numpy as np
@@ -33,6 +33,7 @@ import numpy.typing as npt
 from store.errors import InvalidVectorQuery
 from store.knn import _kernels
 from store.knn.codes import binarize
+from store.knn.limits import K_MAX, MODES, Mode
 
 __all__ = [
     "CALIBRATION_MULTIPLES",
@@ -53,6 +54,7 @@ __all__ = [
     "n_chunks",
     "prep_mask",
     "prep_query",
+    "read_only",
     "run_parallel",
 ]
 
@@ -66,11 +68,6 @@ calibrates it per table (:func:`calibrate_rerank_multiple`) and stores
 bench/RESULTS.md lists the recall per multiple.
 """
 
-K_MAX = 1000
-"""Largest ``k`` a scan accepts."""
-
-Mode = Literal["cosine", "hamming", "hamming_then_rerank"]
-MODES: tuple[str, ...] = ("cosine", "hamming", "hamming_then_rerank")
 
 MAX_CANDIDATES = 1 << 17
 """Cap on the Hamming candidates of a ``hamming_then_rerank`` (``multiple * k``)."""
@@ -149,7 +146,14 @@ def run_parallel(fn: Any, *args: Any) -> Any:
     numba's "workqueue" layer (its fallback where neither OpenMP nor TBB loads)
     aborts the process when two threads launch parallel work at once, so under
     it, and until the layer is known, launches are serialised.
+
+    Every array argument goes in read-only (:func:`read_only`, a view; nothing is copied; the
+    serial kernels' callers do the same): numba compiles
+    one specialisation per argument type and read-only is part of the type, so a table's
+    mapped (read-only) arrays, in-memory arrays and queries share one compiled kernel
+    instead of one per mix (each parallel kernel takes seconds to compile on a fresh clone).
     """
+    args = tuple(read_only(a) for a in args)
     if _LAYER and _LAYER[0] != "workqueue":
         return _launch(fn, args)
     with _SERIAL_LAUNCH:
@@ -158,6 +162,15 @@ def run_parallel(fn: Any, *args: Any) -> Any:
             with contextlib.suppress(ValueError):  # not initialised: no parallel region ran
                 _LAYER.append(str(numba.threading_layer()))
         return out
+
+
+def read_only(arg: Any) -> Any:
+    """An array argument of a kernel as a read-only view (others unchanged): see :func:`run_parallel`."""
+    if not isinstance(arg, np.ndarray) or not arg.flags.writeable:
+        return arg
+    view = arg.view()
+    view.flags.writeable = False
+    return view
 
 
 def _launch(fn: Any, args: tuple[Any, ...]) -> Any:
@@ -273,14 +286,16 @@ def cosine_topk(
     else:
         cand = None
     if cand is not None:
-        out = _kernels.cosine_scan_rows(vectors, norms, qi, qf, use_float, cand, exclude, k)
+        out = _kernels.cosine_scan_rows(
+            *map(read_only, (vectors, norms, qi, qf, use_float, cand, exclude, k))
+        )
         scanned = int(cand.size)
     else:
         use_mask = m is not None
         marr = m if m is not None else np.ones(1, np.bool_)
         args = (vectors, norms, qi, qf, use_float, marr, use_mask, exclude, k)
         if n * (d + 4) <= _SERIAL_BYTES:
-            out = _kernels.cosine_scan_serial(*args)
+            out = _kernels.cosine_scan_serial(*map(read_only, args))
         else:
             out = run_parallel(_kernels.cosine_scan, *args, n_chunks(n))
         scanned = int(n)
@@ -327,13 +342,13 @@ def hamming_candidates(
     exclude = -1 if exclude_row is None else int(exclude_row)
     if m is not None and m.mean() < SPARSE_MASK:
         cand = np.flatnonzero(m).astype(np.int64)
-        out = _kernels.hamming_scan_rows(words, qw, cand, exclude, n_keep)
+        out = _kernels.hamming_scan_rows(*map(read_only, (words, qw, cand, exclude, n_keep)))
         scanned = int(cand.size)
     else:
         marr = m if m is not None else np.ones(1, np.bool_)
         args = (words, qw, marr, m is not None, exclude, n_keep)
         if n * nbytes <= _SERIAL_BYTES:
-            out = _kernels.hamming_scan_serial(*args)
+            out = _kernels.hamming_scan_serial(*map(read_only, args))
         else:
             out = run_parallel(_kernels.hamming_scan, *args, n_chunks(n), False)
         scanned = int(n)

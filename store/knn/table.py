@@ -55,6 +55,7 @@ from store.knn.scan import (
     n_chunks,
     prep_mask,
     prep_query,
+    read_only,
     run_parallel,
 )
 
@@ -530,16 +531,9 @@ class KnnTable:
         if rows.size < k:
             return -math.inf
         vectors = self._read_rows(rows)
+        args = (vectors, int8_norms(vectors), qi, np.zeros(1, np.float32), False)
         out = _kernels.cosine_scan_serial(
-            vectors,
-            int8_norms(vectors),
-            qi,
-            np.zeros(1, np.float32),
-            False,
-            np.ones(1, np.bool_),
-            False,
-            -1,
-            k,
+            *map(read_only, (*args, np.ones(1, np.bool_), False, -1, k))
         )
         kth, _ = merge_topk(out, k)
         return float(kth[-1]) if kth.size == k else -math.inf

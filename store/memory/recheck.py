@@ -11,15 +11,17 @@ a flipped verdict or a cited fact the cube no longer holds marks the item
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from store.cube.cache import ChunkCache
-from store.cube.read import CubeReader
 from store.facts import same_fact
-from store.inventory import OverpassIndex
 from store.memory.interface import MemoryStore, SignHead, WriteMeta
 from store.memory.model import MemoryItem, WriteResult
 from store.memory.verdicts import check_claim, refetch_facts
+
+if TYPE_CHECKING:  # the reader and the index load zarr, icechunk, pyarrow: annotations only
+    from store.cube.read import CubeReader
+    from store.inventory import OverpassIndex
 
 __all__ = ["CHECKABLE_STATUSES", "recheck_item"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,11 +28,13 @@ from store import address, tslot
 from store.claims import ClaimResult, ParsedClaim, evaluate, parse_claim
 from store.cube.bands import FLAG_BANDS, SCALAR_BANDS, clear_flag, registered, resolve_alias
 from store.cube.cache import ChunkCache
-from store.cube.read import CubeReader
 from store.errors import InvalidClaim, StoreError, UnknownBand
 from store.facts import fact_record, same_fact
-from store.inventory import OverpassIndex
 from store.memory.model import Anchor
+
+if TYPE_CHECKING:  # the reader and the index load zarr, icechunk, pyarrow: annotations only
+    from store.cube.read import CubeReader
+    from store.inventory import OverpassIndex
 
 __all__ = [
     "DATE_TOLERANCE_DAYS",

@@ -156,3 +156,28 @@ def test_calibrated_multiple_reaches_target(clustered):
     assert values == sorted(values)  # more candidates never lose a true neighbour
     assert recall[chosen] >= 0.95
     assert all(recall[m] < 0.95 for m in (4, 8, 16, 32, 64) if m < chosen)
+
+
+def test_kernels_get_their_arrays_read_only_whatever_the_caller_holds(monkeypatch) -> None:
+    """Writable in-memory arrays and read-only (mapped) ones run the same compiled kernels:
+    every array argument reaches a kernel read-only, so numba compiles one specialisation
+    per kernel, not one per read-only/writable mix."""
+    from store.knn import _kernels
+
+    monkeypatch.setattr(knn_scan, "_SERIAL_BYTES", 0)  # the parallel kernels
+    rng = np.random.default_rng(3)
+    vecs = rng.integers(-127, 128, size=(2000, 128), dtype=np.int8)
+    norms = V.int8_norms(vecs)
+    frozen = vecs.copy()
+    frozen.flags.writeable = False
+    a = V.cosine_topk(vecs, norms, vecs[7], 5)
+    b = V.cosine_topk(frozen, norms, frozen[7], 5)
+    np.testing.assert_array_equal(a.rows, b.rows)
+    codes = V.binarize(vecs)
+    V.hamming_topk(codes, codes[7], 5)
+    for kernel in (_kernels.cosine_scan, _kernels.hamming_scan):
+        assert kernel.signatures, kernel
+        for sig in kernel.signatures:
+            arrays = [t for t in sig if hasattr(t, "mutable")]
+            assert arrays
+            assert not any(t.mutable for t in arrays), (kernel, sig)
