@@ -78,6 +78,7 @@ def test_light_public_calls_run_on_the_loop_once_settled(tiny_store, monkeypatch
     assert first.status_code == again.status_code == 200
     assert verify_answer(again.json()).ok
     assert _strip_volatile(first.json()) == _strip_volatile(again.json())
-    assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_cell"
+    assert bad.status_code == 422
+    assert bad.json()["error"]["code"] == "invalid_cell"
     monkeypatch.setenv("EARTHMEM_OBJECT_STORE", "s3://bucket/prefix")
     assert create_app(tiny_store.data, mount_mcp=False).fast.may_inline == set()
