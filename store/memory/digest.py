@@ -22,7 +22,7 @@ from ulid import ULID
 
 from store.errors import InvalidDate
 from store.facts import canonical_cbor, digest
-from store.memory.model import Anchor, NewItem
+from store.memory.model import Anchor, NewItem, anchor_from_dict
 
 __all__ = [
     "CONTENT_FIELDS",
@@ -109,19 +109,6 @@ def anchor_to_dict(anchor: Anchor) -> dict[str, Any]:
         "place": anchor.place,
         "resolution": _plain(anchor.resolution),
     }
-
-
-def anchor_from_dict(d: Mapping[str, Any]) -> Anchor:
-    """Inverse of :func:`anchor_to_dict`."""
-    bbox = d.get("bbox")
-    return Anchor(
-        kind=d["kind"],
-        geometry=d.get("geometry"),
-        bbox=(float(bbox[0]), float(bbox[1]), float(bbox[2]), float(bbox[3])) if bbox else None,
-        cell=d.get("cell"),
-        place=d.get("place"),
-        resolution=d.get("resolution"),
-    )
 
 
 def _plain(value: Any) -> Any:

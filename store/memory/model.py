@@ -16,6 +16,8 @@ interface, :mod:`store.memory.sql` its SQL implementation, and
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -42,6 +44,7 @@ __all__ = [
     "Relation",
     "Token",
     "WriteResult",
+    "anchor_from_dict",
 ]
 
 TYPES = (
@@ -234,8 +237,10 @@ class Page:
 @dataclass(frozen=True)
 class ItemBrief:
     """What ranking and filtering read of an item: everything but its body (statement,
-    details, tags, evidence, metadata, claim, verdict, embedding), so a read decodes one
-    JSON column (the anchor) instead of eight. Attribute names are :class:`MemoryItem`'s."""
+    details, tags, evidence, metadata, claim, verdict, embedding), so a read decodes at
+    most one JSON column (the anchor) instead of eight, and only when :attr:`anchor` is
+    asked for (most candidates a ranking reads are dropped without their place being
+    looked at). Attribute names are :class:`MemoryItem`'s."""
 
     id: str
     project: str
@@ -248,11 +253,18 @@ class ItemBrief:
     asserted_by: str
     confidence: float
     importance: float
-    anchor: Anchor
+    anchor_doc: Any
+    """The stored anchor: its JSON text (SQLite) or the decoded mapping (PostgreSQL)."""
     valid_from: dt.datetime | None
     valid_to: dt.datetime | None
     superseded_by: str | None
     created_at: dt.datetime
+
+    @functools.cached_property
+    def anchor(self) -> Anchor:
+        """The item's anchor, decoded on first use (and kept)."""
+        doc = self.anchor_doc
+        return anchor_from_dict(json.loads(doc) if isinstance(doc, str | bytes) else doc)
 
 
 @dataclass(frozen=True)
@@ -309,3 +321,17 @@ class ItemVectors:
         return int(
             self.lat.nbytes + self.lng.nbytes + self.embedded.nbytes + self.embeddings.nbytes
         ) + 64 * len(self.ids)
+
+
+def anchor_from_dict(d: Mapping[str, Any]) -> Anchor:
+    """An anchor from its JSON-shaped mapping (inverse of
+    :func:`store.memory.digest.anchor_to_dict`)."""
+    bbox = d.get("bbox")
+    return Anchor(
+        kind=d["kind"],
+        geometry=d.get("geometry"),
+        bbox=(float(bbox[0]), float(bbox[1]), float(bbox[2]), float(bbox[3])) if bbox else None,
+        cell=d.get("cell"),
+        place=d.get("place"),
+        resolution=d.get("resolution"),
+    )

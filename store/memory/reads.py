@@ -28,7 +28,6 @@ import sqlalchemy as sa
 
 from store.errors import InvalidMemoryQuery
 from store.memory.codec import decode_cursor, encode_cursor, from_us, to_us
-from store.memory.digest import anchor_from_dict
 from store.memory.model import ItemBrief, ItemFilter
 from store.memory.readsql import ReadStatements, id_slots, pad
 from store.memory.schema import item_tags, items
@@ -57,13 +56,14 @@ BRIEF_COLUMNS = (
     _C.asserted_by,
     _C.confidence,
     _C.importance,
-    _C.anchor,
+    sa.type_coerce(_C.anchor, sa.Text()).label("anchor"),
     _C.valid_from,
     _C.valid_to,
     _C.superseded_by,
     _C.created_at,
 )
-"""The ``items`` columns a brief reads."""
+"""The ``items`` columns a brief reads (the anchor as stored: its JSON is decoded when the
+brief's :attr:`~store.memory.model.ItemBrief.anchor` is first asked for)."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def conditions(
 
 
 def brief_from_row(r: Sequence[Any]) -> ItemBrief:
-    """A brief from a row of :data:`BRIEF_COLUMNS` (in that order, the anchor decoded)."""
+    """A brief from a row of :data:`BRIEF_COLUMNS` (in that order; the anchor kept as read)."""
     vf, vt = r[11], r[12]
     return ItemBrief(
         id=r[0],
@@ -177,7 +177,7 @@ def brief_from_row(r: Sequence[Any]) -> ItemBrief:
         asserted_by=r[7],
         confidence=r[8],
         importance=r[9],
-        anchor=anchor_from_dict(r[10]),
+        anchor_doc=r[10],
         valid_from=None if vf is None else from_us(vf),
         valid_to=None if vt is None else from_us(vt),
         superseded_by=r[13],
@@ -188,7 +188,7 @@ def brief_from_row(r: Sequence[Any]) -> ItemBrief:
 def rows_by_id(
     reads: ReadStatements,
     conn: sa.Connection,
-    columns: Sequence[sa.Column[Any]],
+    columns: Sequence[sa.Column[Any] | sa.Label[Any]],
     project: str,
     item_ids: Sequence[str],
 ) -> dict[str, Sequence[Any]]:
@@ -213,7 +213,7 @@ def rows_by_id(
 def page_rows(
     reads: ReadStatements,
     conn: sa.Connection,
-    columns: Sequence[sa.Column[Any]],
+    columns: Sequence[sa.Column[Any] | sa.Label[Any]],
     where: tuple[FilterShape, dict[str, Any]],
     conditions_of: Callable[[FilterShape], list[sa.ColumnElement[bool]]],
     *,

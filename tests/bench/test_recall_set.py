@@ -160,6 +160,58 @@ def test_bulk_load_is_found_by_search_text_on_sqlite(sqlite_url: str) -> None:
         store.close()
 
 
+def _schema(store: SqlMemoryStore) -> list[tuple[Any, ...]]:
+    with store.engine.connect() as conn:
+        return [
+            tuple(r)
+            for r in conn.exec_driver_sql(
+                "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+            )
+        ]
+
+
+def _search_rows(store: SqlMemoryStore, sql: str) -> list[tuple[Any, ...]]:
+    with store.engine.connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(sql)]
+
+
+def test_bulk_load_leaves_the_schema_and_the_search_index_as_row_writes_would(
+    tmp_path: Path,
+) -> None:
+    """The bulk loader drops the secondary indexes and the insert trigger and fills FTS5
+    and the R*Tree itself: afterwards the schema is the migration's, the full-text index
+    checks against its content table, and both indexes hold what row-by-row inserts
+    (through the triggers: :func:`copy_items` into another SQLite store) give them."""
+    rset = read_recall_set()
+    bulk = open_store(f"sqlite:///{(tmp_path / 'bulk.sqlite').as_posix()}")
+    rows = open_store(f"sqlite:///{(tmp_path / 'rows.sqlite').as_posix()}")
+    try:
+        assert isinstance(bulk, SqlMemoryStore)
+        assert isinstance(rows, SqlMemoryStore)
+        before = _schema(bulk)
+        bulk_load(bulk, "bench", set_and_filler(rset, len(rset.items) + 200))
+        assert _schema(bulk) == before
+        with bulk.engine.connect() as conn:  # raises when the index and the rows disagree
+            conn.exec_driver_sql(
+                "INSERT INTO items_fts(items_fts, rank) VALUES ('integrity-check', 1)"
+            )
+        assert copy_items(bulk, rows, "bench") == len(rset.items) + 200
+        for sql in (
+            "SELECT pk, min_lat, max_lat, min_lng, max_lng FROM items_rtree ORDER BY pk",
+            "SELECT rowid FROM items_fts WHERE items_fts MATCH 'flood OR road' ORDER BY rowid",
+            "SELECT count(*) FROM items_fts_docsize",
+        ):
+            assert _search_rows(bulk, sql) == _search_rows(rows, sql), sql
+        assert _search_rows(bulk, "SELECT count(*) FROM items_rtree")[0][0] > len(rset.items)
+        for q in rset.queries[:20]:
+            assert bulk.search_text("bench", q["query"], limit=10) == rows.search_text(
+                "bench", q["query"], limit=10
+            ), q["key"]
+    finally:
+        bulk.close()
+        rows.close()
+
+
 def test_copy_to_postgresql_keeps_the_bulk_load_searchable(
     sqlite_url: str, postgres_url: str
 ) -> None:

@@ -95,3 +95,43 @@ def test_upgrade_keeps_data_and_indexes_it(url: str) -> None:
         assert [i for i, _ in store.search_text("p", "upgrade", limit=5)] == [d.item.id]  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+def test_postgresql_full_text_index_has_no_pending_list(postgres_url: str) -> None:
+    """Revision 0004: the GIN index is written directly (``fastupdate = off``), so rows
+    written before (at 0003, the pending list on) were flushed into it and new rows never
+    wait in an unsorted list every search scans; downgrading restores the default."""
+    store = open_store(postgres_url, migrate=False)
+    assert isinstance(store, SqlMemoryStore)
+
+    def options() -> object:
+        with store.engine.connect() as conn:
+            return conn.exec_driver_sql(
+                "SELECT reloptions FROM pg_class WHERE relname = 'items_search_gin'"
+            ).scalar()
+
+    def pending() -> int:
+        with store.engine.connect() as conn:
+            conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+            n = conn.exec_driver_sql(
+                "SELECT pending_tuples FROM pgstatginindex('items_search_gin')"
+            ).scalar()
+            conn.commit()
+            return int(n or 0)
+
+    try:
+        store.migrate("0003")
+        assert options() is None  # PostgreSQL's default: fastupdate on
+        for i in range(5):
+            store.create("p", new_item(f"monsoon flood {i}"), WriteMeta("x", T0))
+        assert pending() > 0
+        assert store.migrate() == SqlMemoryStore.head_revision()
+        assert options() == ["fastupdate=off"]
+        assert pending() == 0
+        dry = store.create("p", new_item("dry riverbed"), WriteMeta("x", T0)).item
+        assert dry is not None
+        assert pending() == 0
+        assert [i for i, _ in store.search_text("p", "riverbed", limit=10)] == [dry.id]
+        assert len(store.search_text("p", "monsoon", limit=10)) == 5
+    finally:
+        store.close()
