@@ -2,6 +2,12 @@
 
 Under ``CI=true`` a client that is not installed or does not start fails the
 run; elsewhere its tests are skipped with the install command.
+
+CI (``make ci-tests``) runs every client, transport and token case at least once: each
+Inspector version over stdio and over HTTP, with and without a token, and both server
+modes. The combinations :data:`FULL_MATRIX_ONLY` names repeat a case CI already runs
+with the other version or worker count; they are marked ``client_matrix`` and run in
+``make clients-test``, which runs the whole matrix.
 """
 
 from __future__ import annotations
@@ -23,6 +29,26 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = Path(__file__).resolve().parent
 MODULES = CLIENTS / "node_modules"
 INSTALL = "cd tests/clients && npm ci"
+
+
+FULL_MATRIX_ONLY = frozenset(
+    {
+        # HTTP with two workers: 2.12 runs it in CI (0.15 runs HTTP with one worker)
+        "test_inspector_http.py::test_inspector_over_http[http-2-workers-0.15]",
+        # the memory tools with a token over stdio: 0.15 calls every one of them, 2.12 one
+        "test_inspector_memory.py::test_memory_tools_over_stdio_with_earthmem_token[2.12]",
+        # recall over stdio: 0.15 with a token and 2.12 without run in CI
+        "test_inspector_recall.py::test_memory_tools_over_stdio[0.15-no-token]",
+        "test_inspector_recall.py::test_memory_tools_over_stdio[2.12-token]",
+    }
+)
+"""Test ids (``file::name[params]``) that only ``make clients-test`` runs (see the module)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if f"{item.path.name}::{item.name}" in FULL_MATRIX_ONLY:
+            item.add_marker(pytest.mark.client_matrix)
 
 
 @dataclass(frozen=True)

@@ -39,3 +39,17 @@ def test_ci_runs_every_client() -> None:
         pytest.skip("only under CI=true")
     for version in VERSIONS:
         inspector(version)  # fails the run when a client is missing
+
+
+def test_full_matrix_names_name_tests_that_exist() -> None:
+    """Every id CI leaves to ``make clients-test`` names a test and parameters that exist
+    (a renamed test would otherwise run in CI again, or a stale id hide nothing)."""
+    from tests.clients.conftest import CLIENTS, FULL_MATRIX_ONLY
+
+    for entry in FULL_MATRIX_ONLY:
+        path, _, rest = entry.partition("::")
+        name, _, params = rest.partition("[")
+        text = (CLIENTS / path).read_text()
+        assert f"def {name}(" in text, entry
+        for part in params.rstrip("]").split("-"):
+            assert part in VERSIONS or part in text, entry
