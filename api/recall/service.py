@@ -18,6 +18,7 @@ from api.context import ServiceContext
 from api.errors import from_store_error
 from api.memory.auth import Caller
 from api.memory.present import head_out, memory_state
+from api.queries._common import finish
 from api.recall.engine import LANES, recall_items
 from api.recall.entities import links_of
 from api.recall.models import (
@@ -30,7 +31,6 @@ from api.recall.models import (
 )
 from api.recall.parse import plan_recall
 from api.recall.payload import fact_ids_of, fit_tokens, hit_out
-from api.receipts import sign_answer
 from api.registry import primitive
 from store.errors import StoreError
 
@@ -124,10 +124,10 @@ def recall(ctx: ServiceContext, args: RecallIn, caller: Caller) -> RecallAnswer:
             "visible_candidates": found.visible,
             "wall_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
-    dumped = RecallBody.model_validate(body).model_dump(mode="json", by_alias=True)
     kept = found.hits[: len(hits)]  # what maxTokens left, best first
     cells = [h.item.anchor.cell for h in kept if h.item.anchor.cell]
     facts = [f for h in kept for f in fact_ids_of(h)]
-    query = args.model_dump(mode="json", exclude_none=True)
-    signed = sign_answer(ctx.signer, "recall", query, dumped, cells, facts, memory_state(head))
-    return RecallAnswer.model_validate(signed)
+    # validated and dumped once (by alias: ``_meta``), signed, not validated again
+    return finish(
+        ctx, "recall", args, RecallBody, RecallAnswer, body, cells, memory_state(head), facts
+    )
