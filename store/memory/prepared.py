@@ -8,7 +8,8 @@ dialect (so PostgreSQL's ``::JSON`` casts and the driver's parameter style are
 the ones SQLAlchemy would send), and executed on the transaction's DBAPI
 cursor. The only bind processing those columns need is JSON: values of JSON
 columns are serialised here exactly as SQLAlchemy's JSON type does
-(``json.dumps``; ``None`` stays SQL ``NULL``, as ``none_as_null``).
+(``json.dumps``; ``None`` stays SQL ``NULL``, as ``none_as_null``), or sent as the
+text they were already serialised to (:class:`~store.memory.codec.JsonText`).
 
 SQLAlchemy keeps the schema, the migrations, the reads and the cold write
 paths; these statements run inside the same transaction as its connection.
@@ -24,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from store.memory.codec import token_from_row
+from store.memory.codec import JsonText, token_from_row
 from store.memory.interface import GENESIS_HASH
 from store.memory.model import Token
 from store.memory.schema import (
@@ -50,10 +51,13 @@ class _Stmt:
 
     def params(self, values: Mapping[str, Any]) -> Any:
         if self.json_keys:
-            values = {
-                k: (json.dumps(v) if k in self.json_keys and v is not None else v)
-                for k, v in values.items()
-            }
+            values = dict(values)
+            for k in self.json_keys:
+                v = values.get(k)
+                if type(v) is JsonText:
+                    values[k] = v.text  # serialised once already (codec.json_pair)
+                elif v is not None:
+                    values[k] = json.dumps(v)
         if self.order is not None:
             return tuple(values[k] for k in self.order)
         return values
