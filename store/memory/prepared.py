@@ -167,8 +167,12 @@ class RawTx:
     def lock_head(self, project: str) -> tuple[int, str]:
         """Create the project's head row if absent, lock it (row lock where the backend has
         them), return ``(seq, hash)``."""
-        self.run(self.p.head_create, {"project": project, "head_seq": 0, "head_hash": GENESIS_HASH})
-        seq, head_hash = self.run(self.p.head_lock, {"project": project}).fetchone()
+        row = self.run(self.p.head_lock, {"project": project}).fetchone()
+        if row is None:  # a project's first write (an existing head is never deleted)
+            head = {"project": project, "head_seq": 0, "head_hash": GENESIS_HASH}
+            self.run(self.p.head_create, head)
+            row = self.run(self.p.head_lock, {"project": project}).fetchone()
+        seq, head_hash = row
         return int(seq), str(head_hash)
 
     def move_head(self, project: str, seq: int, head_hash: str) -> None:

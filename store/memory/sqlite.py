@@ -11,7 +11,7 @@ commit returns, so a receipt never names a write that can be lost. ``NORMAL``
 (WAL) survives a process crash but a power loss may drop the last commits,
 receipts given included (never a corruption); the bench states which it used. The driver's own transaction handling is switched off
 and ``BEGIN`` is emitted by the ``begin`` event (the SQLAlchemy recipe for
-pysqlite), so DDL is transactional too.
+pysqlite, the statement sent on the driver's connection), so DDL is transactional too.
 """
 
 from __future__ import annotations
@@ -108,7 +108,10 @@ class SqliteMemoryStore(SqlMemoryStore):
         @sa.event.listens_for(engine, "begin")
         def _on_begin(conn: sa.Connection) -> None:
             mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-            conn.exec_driver_sql(f"BEGIN {mode}")
+            # On the driver's connection: the same statement without a SQLAlchemy execution
+            # around it (every transaction, the writes' included, starts here); a lock
+            # timeout is the driver's OperationalError, which the store maps as before.
+            conn.connection.dbapi_connection.execute(f"BEGIN {mode}")  # type: ignore[union-attr]
 
         super().__init__(engine, url)
         self._writer = threading.Lock()
