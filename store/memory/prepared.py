@@ -149,6 +149,7 @@ class RawTx:
         """The SQLAlchemy connection of the same transaction (for the cold statements)."""
         self.cur = conn.connection.cursor()
         self.p = prepared
+        self._tokens: dict[str, Token | None] = {}
 
     def run(self, stmt: _Stmt, values: Mapping[str, Any]) -> Any:
         """Execute one statement; the cursor (for a ``RETURNING`` or a ``SELECT``)."""
@@ -186,9 +187,18 @@ class RawTx:
         return (row is not None, row[0] if row is not None else None)
 
     def token(self, token_hash: str) -> Token | None:
-        """The stored token with this hash (read in this transaction), or None."""
+        """The stored token with this hash (read in this transaction), or None.
+
+        Read once per transaction: the writes of a batch (often one agent's, one token)
+        never change a token, and a revocation committed by another transaction is
+        seen by the next batch, whose transaction reads the row again.
+        """
+        if token_hash in self._tokens:
+            return self._tokens[token_hash]
         row = self.run(self.p.token, {"token_hash": token_hash}).fetchone()
-        return token_from_row(self.p.token_row(row)) if row is not None else None
+        token = token_from_row(self.p.token_row(row)) if row is not None else None
+        self._tokens[token_hash] = token
+        return token
 
     def close(self) -> None:
         self.cur.close()
