@@ -11,7 +11,8 @@ is started by the bench (Debian's package, default durability: fsync and
 synchronous commit on); when it cannot start, its rows say so.
 
 The API rows (:mod:`bench.memory_api`): ``memory_create`` through the dispatch room
-in process and over loopback HTTP, p50/p95 and writes/s with 1 and 8 writers, on
+in process and over loopback HTTP (one server worker, and ``earthmem serve``'s
+default of one per core), p50/p95, writes/s and CPU per write with 1 and 8 writers, on
 SQLite (the API's default, ``synchronous=FULL``) and PostgreSQL, against the same
 bare inserts; and apart, on SQLite, ``memory_create`` with a claim the cube confirms
 (the tiny sample area is built and ingested once, then cached).
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         extra = (
             f"  p95 {r['p95']:8.3f} ms  {r['writes_per_s']:7.1f} writes/s"
-            f" (bare {r['baseline']['writes_per_s']:7.1f}/s)"
+            f" (bare {r['baseline']['writes_per_s']:7.1f}/s)  cpu {r['cpu_ms_per_write']:.2f} ms/write"
             if "p95" in r
             else ""
         )

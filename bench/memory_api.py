@@ -4,8 +4,12 @@ The same write as the store-level rows (:mod:`bench.bench_memory`) but as an age
 makes it: ``call_primitive(ctx, "memory_create", args, token=...)`` (token check,
 validation, place resolution, content digest, the write, a signed receipt) in this
 process, and ``POST /v1/memory_create`` with ``Authorization: Bearer ...`` to the
-real ``earthmem serve`` (one worker, access log off) from keep-alive ``httpx``
-clients, one per writer, made and connected before the clock starts. Each call
+real ``earthmem serve`` (access log off; one worker, and its default of one per
+core, each worker process with its own interpreter lock) from keep-alive ``httpx``
+clients, one per writer, made and connected before the clock starts. Each row
+carries the CPU milliseconds per write of what served it (``cpu_ms_per_write``: this
+process's ``process_time`` in process, the server's process tree from ``/proc`` over
+HTTP): on a shared machine wall time also measures the neighbours. Each call
 carries a fresh ``operation_id``. The item is a decision-free observation at a
 lat/lng with no claim and no cube evidence, so the data directory needs no cube. :func:`claim_rows` measures
 apart the write that confirms a claim against the cube (the tiny sample area's
@@ -21,6 +25,7 @@ import os
 import statistics
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,6 +66,25 @@ def _counter() -> Callable[[], int]:
     return nxt
 
 
+def _tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its descendants (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError, IndexError):
+            continue  # a process that ended meanwhile
+    return total
+
+
 def _p95(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=20)[-1] if len(samples) > 1 else samples[0]
 
@@ -95,7 +119,15 @@ def api_rows(
                 if "error" in answer:
                     raise RuntimeError(answer["error"])
 
-            out += _measure(f"in process, {backend}", in_process, run_writers, bare, n, durability)
+            out += _measure(
+                f"in process, {backend}",
+                in_process,
+                run_writers,
+                bare,
+                n,
+                durability,
+                time.process_time,
+            )
             ctx.memory().close()
 
             import httpx
@@ -103,30 +135,37 @@ def api_rows(
             env = {**_UNLIMITED, **({"EARTHMEM_MEMORY_URL": memory_url} if memory_url else {})}
             log = CACHE_DIR / "logs" / f"serve_memory_{backend.split()[0]}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
-            with Server(data, log, quiet=True, workers=1, env=env) as srv:
-                headers = {"Authorization": f"Bearer {token}"}
-                # One keep-alive client per writer, made and connected before the clock
-                # starts: building an httpx.Client loads a TLS context (tens of ms of CPU),
-                # which inside the timed window was most of what the 8-writer row measured.
-                clients = [
-                    httpx.Client(base_url=srv.url, headers=headers, timeout=120)
-                    for _ in range(_MAX_WRITERS)
-                ]
-                for client in clients:
-                    client.get("/healthz").raise_for_status()
-
-                def over_http(w: int, i: int) -> None:
-                    r = clients[w].post("/v1/memory_create", json=_args(nxt()))
-                    if r.status_code != 200:
-                        raise RuntimeError(f"{r.status_code}: {r.text[:300]}")
-
-                try:
-                    out += _measure(
-                        f"over HTTP, {backend}", over_http, run_writers, bare, n, durability
-                    )
-                finally:
+            for workers in dict.fromkeys((1, os.cpu_count() or 1)):
+                with Server(data, log, quiet=True, workers=workers, env=env) as srv:
+                    headers = {"Authorization": f"Bearer {token}"}
+                    # One keep-alive client per writer, made and connected before the clock
+                    # starts: building an httpx.Client loads a TLS context (tens of ms of CPU),
+                    # which inside the timed window was most of what the 8-writer row measured.
+                    clients = [
+                        httpx.Client(base_url=srv.url, headers=headers, timeout=120)
+                        for _ in range(_MAX_WRITERS)
+                    ]
                     for client in clients:
-                        client.close()
+                        client.get("/healthz").raise_for_status()
+
+                    def over_http(w: int, i: int, clients: list[Any] = clients) -> None:
+                        r = clients[w].post("/v1/memory_create", json=_args(nxt()))
+                        if r.status_code != 200:
+                            raise RuntimeError(f"{r.status_code}: {r.text[:300]}")
+
+                    try:
+                        out += _measure(
+                            f"over HTTP ({workers} worker{'s' if workers > 1 else ''}), {backend}",
+                            over_http,
+                            run_writers,
+                            bare,
+                            n,
+                            durability,
+                            lambda: _tree_cpu_s(srv.proc.pid),
+                        )
+                    finally:
+                        for client in clients:
+                            client.close()
     finally:
         for k, v in saved.items():
             if v is None:
@@ -180,6 +219,7 @@ def claim_rows(
                 bare,
                 n,
                 durability,
+                time.process_time,
             )
         finally:
             ctx.memory().close()
@@ -198,7 +238,9 @@ def _measure(
     bare: Callable[[int, int], None],
     n: int,
     durability: str,
+    cpu: Callable[[], float],
 ) -> list[dict[str, Any]]:
+    """``cpu()``: the CPU seconds so far of what serves the calls."""
     rows: list[dict[str, Any]] = []
     for _ in range(min(10, n)):  # warm-up: schema caches, the server's first calls
         one(0, 0)
@@ -207,7 +249,9 @@ def _measure(
     run_writers(_MAX_WRITERS, 1, one)
     for writers in _WRITERS:
         per = max(1, n // writers)
+        cpu0 = cpu()
         lat, wall = run_writers(writers, per, one)
+        cpu_ms = (cpu() - cpu0) * 1e3 / len(lat)
         blat, bwall = run_writers(writers, per, bare)
         ms = [x * 1e3 for x in lat]
         t, b = Timing.of(ms), Timing.of([x * 1e3 for x in blat])
@@ -221,6 +265,7 @@ def _measure(
                 "p95": _p95(ms),
                 "unit": "ms",
                 "writes_per_s": rate,
+                "cpu_ms_per_write": cpu_ms,
                 "baseline_case": "bare insert of the same row, same writers and durability",
                 "baseline": {**b.as_dict(), "writes_per_s": brate},
                 "ratio": t.median / b.median,

@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from store.memory.model import (
 )
 
 __all__ = [
+    "JsonText",
     "decode_cursor",
     "encode_cursor",
     "entry_from_row",
@@ -38,6 +40,7 @@ __all__ = [
     "item_from_row",
     "item_row",
     "item_vectors_from_rows",
+    "json_pair",
     "jsonable",
     "pack_vector",
     "relation_from_row",
@@ -136,6 +139,27 @@ def jsonable(value: Any) -> Any:
         raise CanonicalFormError(f"value cannot be stored as JSON: {exc}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class JsonText:
+    """A JSON column's value already serialised: the write path sends ``text`` as the
+    parameter instead of dumping the value a second time (:mod:`store.memory.prepared`)."""
+
+    text: str
+
+
+def json_pair(value: Any) -> tuple[Any, JsonText]:
+    """:func:`jsonable` of ``value`` and the JSON text it was read back from (one dump).
+
+    Raises:
+        CanonicalFormError: as :func:`jsonable`.
+    """
+    try:
+        text = json.dumps(value, allow_nan=False)
+        return json.loads(text), JsonText(text)
+    except (TypeError, ValueError) as exc:
+        raise CanonicalFormError(f"value cannot be stored as JSON: {exc}") from exc
+
+
 def item_row(
     item: NewItem,
     *,
@@ -144,10 +168,21 @@ def item_row(
     at: dt.datetime,
     digest_hex: str,
     supersedes_id: str | None,
+    texts: dict[str, JsonText] | None = None,
 ) -> dict[str, Any]:
-    """The ``items`` row of a new item (version 1, active)."""
+    """The ``items`` row of a new item (version 1, active).
+
+    ``texts``, when given, receives the JSON text of each JSON column the row holds a
+    round-tripped value of (the statement's parameters: no second dump).
+    """
     bbox = item.anchor.bbox
     at_us = to_us(at)
+    sink: dict[str, JsonText] = texts if texts is not None else {}
+
+    def js(column: str, value: Any) -> Any:
+        plain, sink[column] = json_pair(value)
+        return plain
+
     return {
         "id": item_id,
         "project": project,
@@ -159,21 +194,21 @@ def item_row(
         "details": item.details,
         "confidence": float(item.confidence),
         "importance": float(item.importance),
-        "evidence": jsonable(list(item.evidence)),
+        "evidence": js("evidence", list(item.evidence)),
         "related_memory_ids": list(item.related_memory_ids),
-        "metadata": jsonable(dict(item.metadata)),
+        "metadata": js("metadata", dict(item.metadata)),
         "asserted_by": item.asserted_by,
         "applicability": item.applicability,
-        "scope": jsonable(dict(item.scope)),
+        "scope": js("scope", dict(item.scope)),
         "scope_kind": str(item.scope.get("kind") or ""),
-        "anchor": jsonable(anchor_to_dict(item.anchor)),
+        "anchor": js("anchor", anchor_to_dict(item.anchor)),
         "min_lat": bbox[0] if bbox else None,
         "min_lng": bbox[1] if bbox else None,
         "max_lat": bbox[2] if bbox else None,
         "max_lng": bbox[3] if bbox else None,
         "valid_from": _opt_us(item.valid_from),
         "valid_to": _opt_us(item.valid_to),
-        "claim": jsonable(dict(item.claim)) if item.claim is not None else None,
+        "claim": js("claim", dict(item.claim)) if item.claim is not None else None,
         "verdict": item.verdict,
         "verdict_facts": list(item.verdict_facts),
         "actor": item.actor,

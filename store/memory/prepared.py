@@ -8,7 +8,8 @@ dialect (so PostgreSQL's ``::JSON`` casts and the driver's parameter style are
 the ones SQLAlchemy would send), and executed on the transaction's DBAPI
 cursor. The only bind processing those columns need is JSON: values of JSON
 columns are serialised here exactly as SQLAlchemy's JSON type does
-(``json.dumps``; ``None`` stays SQL ``NULL``, as ``none_as_null``).
+(``json.dumps``; ``None`` stays SQL ``NULL``, as ``none_as_null``), or sent as the
+text they were already serialised to (:class:`~store.memory.codec.JsonText`).
 
 SQLAlchemy keeps the schema, the migrations, the reads and the cold write
 paths; these statements run inside the same transaction as its connection.
@@ -24,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from store.memory.codec import token_from_row
+from store.memory.codec import JsonText, token_from_row
 from store.memory.interface import GENESIS_HASH
 from store.memory.model import Token
 from store.memory.schema import (
@@ -50,10 +51,13 @@ class _Stmt:
 
     def params(self, values: Mapping[str, Any]) -> Any:
         if self.json_keys:
-            values = {
-                k: (json.dumps(v) if k in self.json_keys and v is not None else v)
-                for k, v in values.items()
-            }
+            values = dict(values)
+            for k in self.json_keys:
+                v = values.get(k)
+                if type(v) is JsonText:
+                    values[k] = v.text  # serialised once already (codec.json_pair)
+                elif v is not None:
+                    values[k] = json.dumps(v)
         if self.order is not None:
             return tuple(values[k] for k in self.order)
         return values
@@ -145,6 +149,7 @@ class RawTx:
         """The SQLAlchemy connection of the same transaction (for the cold statements)."""
         self.cur = conn.connection.cursor()
         self.p = prepared
+        self._tokens: dict[str, Token | None] = {}
 
     def run(self, stmt: _Stmt, values: Mapping[str, Any]) -> Any:
         """Execute one statement; the cursor (for a ``RETURNING`` or a ``SELECT``)."""
@@ -163,8 +168,12 @@ class RawTx:
     def lock_head(self, project: str) -> tuple[int, str]:
         """Create the project's head row if absent, lock it (row lock where the backend has
         them), return ``(seq, hash)``."""
-        self.run(self.p.head_create, {"project": project, "head_seq": 0, "head_hash": GENESIS_HASH})
-        seq, head_hash = self.run(self.p.head_lock, {"project": project}).fetchone()
+        row = self.run(self.p.head_lock, {"project": project}).fetchone()
+        if row is None:  # a project's first write (an existing head is never deleted)
+            head = {"project": project, "head_seq": 0, "head_hash": GENESIS_HASH}
+            self.run(self.p.head_create, head)
+            row = self.run(self.p.head_lock, {"project": project}).fetchone()
+        seq, head_hash = row
         return int(seq), str(head_hash)
 
     def move_head(self, project: str, seq: int, head_hash: str) -> None:
@@ -178,9 +187,18 @@ class RawTx:
         return (row is not None, row[0] if row is not None else None)
 
     def token(self, token_hash: str) -> Token | None:
-        """The stored token with this hash (read in this transaction), or None."""
+        """The stored token with this hash (read in this transaction), or None.
+
+        Read once per transaction: the writes of a batch (often one agent's, one token)
+        never change a token, and a revocation committed by another transaction is
+        seen by the next batch, whose transaction reads the row again.
+        """
+        if token_hash in self._tokens:
+            return self._tokens[token_hash]
         row = self.run(self.p.token, {"token_hash": token_hash}).fetchone()
-        return token_from_row(self.p.token_row(row)) if row is not None else None
+        token = token_from_row(self.p.token_row(row)) if row is not None else None
+        self._tokens[token_hash] = token
+        return token
 
     def close(self) -> None:
         self.cur.close()

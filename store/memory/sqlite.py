@@ -11,7 +11,7 @@ commit returns, so a receipt never names a write that can be lost. ``NORMAL``
 (WAL) survives a process crash but a power loss may drop the last commits,
 receipts given included (never a corruption); the bench states which it used. The driver's own transaction handling is switched off
 and ``BEGIN`` is emitted by the ``begin`` event (the SQLAlchemy recipe for
-pysqlite), so DDL is transactional too.
+pysqlite, the statement sent on the driver's connection), so DDL is transactional too.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from store.memory import textsearch
 from store.memory.reads import FilterShape, bind
 from store.memory.schema import items
 from store.memory.sql import SqlMemoryStore
+from store.memory.writelock import ProcessWriteLock
 
 __all__ = ["BOX_SEEKS", "MMAP_BYTES", "SqliteMemoryStore"]
 
@@ -108,10 +109,14 @@ class SqliteMemoryStore(SqlMemoryStore):
         @sa.event.listens_for(engine, "begin")
         def _on_begin(conn: sa.Connection) -> None:
             mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-            conn.exec_driver_sql(f"BEGIN {mode}")
+            # On the driver's connection: the same statement without a SQLAlchemy execution
+            # around it (every transaction, the writes' included, starts here); a lock
+            # timeout is the driver's OperationalError, which the store maps as before.
+            conn.connection.dbapi_connection.execute(f"BEGIN {mode}")  # type: ignore[union-attr]
 
         super().__init__(engine, url)
         self._writer = threading.Lock()
+        self._process_writer = ProcessWriteLock(path, busy_timeout_s)
         self.synchronous = sync
         """The ``synchronous`` pragma in force."""
 
@@ -122,13 +127,29 @@ class SqliteMemoryStore(SqlMemoryStore):
         Threads of one process queue on :attr:`_writer` before asking SQLite: the
         database's own lock is waited for by polling with growing sleeps (up to
         100 ms each), so letting eight threads contend for it serialises them
-        through sleeps, not through the writes. Other processes still meet at
-        ``BEGIN IMMEDIATE`` and ``busy_timeout``.
+        through sleeps, not through the writes. Processes hand over through
+        :class:`~store.memory.writelock.ProcessWriteLock` for the same reason (and
+        still meet at ``BEGIN IMMEDIATE`` and ``busy_timeout``).
+
+        Raises:
+            MemoryBackendUnavailable: another process held the write lock for
+                ``busy_timeout_s``.
         """
-        with self._writer, self.engine.connect() as conn:
-            conn.execution_options(sqlite_begin="IMMEDIATE")
-            with conn.begin():
-                yield conn
+        with self._writer:
+            held = self._process_writer.acquire()
+            try:
+                with self.engine.connect() as conn:
+                    conn.execution_options(sqlite_begin="IMMEDIATE")
+                    with conn.begin():
+                        yield conn
+            finally:
+                if held:
+                    self._process_writer.release()
+
+    def close(self) -> None:
+        """Release connections and the write lock's file descriptor."""
+        super().close()
+        self._process_writer.close()
 
     def insert_ignore(self, table: sa.Table) -> sa.Executable:
         """``INSERT ... ON CONFLICT DO NOTHING``."""

@@ -26,7 +26,15 @@ from store.errors import (
     TokenRefused,
     VersionConflict,
 )
-from store.memory.codec import entry_from_row, item_from_row, item_row, jsonable, to_us
+from store.memory.codec import (
+    JsonText,
+    entry_from_row,
+    item_from_row,
+    item_row,
+    json_pair,
+    jsonable,
+    to_us,
+)
 from store.memory.digest import content_digest, new_item_id, rfc3339
 from store.memory.group import Head, Job
 from store.memory.interface import SignHead, WriteMeta, entry_hash
@@ -89,6 +97,7 @@ class HeadWriter:
         """Append one entry (hash-chained after the current head, head signed); return it."""
         seq = self.seq + 1
         at = rfc3339(self.meta.at)
+        plain_change, change_text = json_pair(change)
         body = {
             "project": self.project,
             "seq": seq,
@@ -96,7 +105,7 @@ class HeadWriter:
             "action": action,
             "actor": self.meta.actor,
             "at": at,
-            "change": jsonable(change),
+            "change": plain_change,
             "request_id": self.meta.request_id,
             "operation_id": self.meta.operation_id,
         }
@@ -110,7 +119,7 @@ class HeadWriter:
             "hash": new_hash,
             "head_signature": signature,
         }
-        self.tx.run(self.tx.p.entry, row)
+        self.tx.run(self.tx.p.entry, {**row, "change": change_text})
         self.seq, self.hash = seq, new_hash
         return entry_from_row(row)
 
@@ -289,6 +298,7 @@ def create_body(
                 "supersede",
                 {"status": "superseded", "superseded_by": new_id, "version": old.version + 1},
             )
+        texts: dict[str, JsonText] = {}
         row = item_row(
             item,
             item_id=new_id,
@@ -296,8 +306,9 @@ def create_body(
             at=meta.at,
             digest_hex=digest_hex,
             supersedes_id=old_id,
+            texts=texts,
         )
-        pk = tx.run(tx.p.item, row).fetchone()[0]
+        pk = tx.run(tx.p.item, {**row, **texts}).fetchone()[0]
         tx.run_many(
             tx.p.tag,
             [{"item_pk": pk, "tag": t, "project": project} for t in dict.fromkeys(item.tags)],

@@ -11,6 +11,8 @@ behind, and both projects' chains must verify.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from store.errors import MemoryNotFound, OperationConflict
+from store.errors import MemoryNotFound, OperationConflict, TokenRefused
 from store.memory import open_store
 from store.memory.chain import verify_chain
-from store.memory.model import ItemFilter, ProjectHead, WriteResult
+from store.memory.model import ItemFilter, ProjectHead, Token, WriteResult
 from store.memory.sql import SqlMemoryStore
-from tests.store.memory.conformance import meta, new_item, sign, verify
+from tests.store.memory.conformance import T0, meta, new_item, sign, verify
 
 
 class SignerDown(Exception):
@@ -140,6 +142,70 @@ class GroupCommitConformance:
         broken = store.create("p", new_item("broken"), meta("op-broken", "db"), sign_head=sign)
         assert not broken.replayed
         assert broken.entry.seq == 6
+
+    def test_tokens_in_one_batch_each_checked_and_a_revocation_seen_next(
+        self, store: SqlMemoryStore
+    ) -> None:
+        """A batch reads a token once (RawTx.token): writes with other tokens in the same
+        batch are still judged by their own, and a revocation committed after the batch
+        refuses the next write (its transaction reads the token again)."""
+        day = dt.timedelta(days=1)
+        for token_hash, tok in {
+            "w": Token("tok_w", "p", ("read", "write"), "a", None, T0, None),
+            "r": Token("tok_r", "p", ("read",), "a", None, T0, None),
+            "o": Token("tok_o", "q", ("read", "write"), "a", None, T0, None),
+            "v": Token("tok_v", "p", ("read", "write"), "a", None, T0 - day, None),
+        }.items():
+            store.add_token(tok, token_hash * 64)
+        store.revoke_token("tok_v", T0 - day)
+        entered, go = threading.Event(), threading.Event()
+
+        def holding(head: ProjectHead) -> str:
+            entered.set()
+            assert go.wait(60)
+            return sign(head)
+
+        results: dict[str, WriteResult | BaseException] = {}
+
+        def write(name: str, token: str, signer: Callable[[ProjectHead], str] = sign) -> None:
+            m = dataclasses.replace(meta(f"op-{name}", "d"), token_hash=token * 64)
+            try:
+                results[name] = store.create("p", new_item(name), m, sign_head=signer)
+            except Exception as exc:
+                results[name] = exc
+
+        leader = threading.Thread(target=write, args=("leader", "w", holding))
+        leader.start()
+        assert entered.wait(60)
+        others = []
+        for name, token in (("w1", "w"), ("r", "r"), ("o", "o"), ("v", "v"), ("w2", "w")):
+            queued = store.group.queued
+            t = threading.Thread(target=write, args=(name, token))
+            t.start()
+            others.append(t)
+            deadline = time.monotonic() + 60
+            while store.group.queued == queued and time.monotonic() < deadline:
+                time.sleep(0.005)
+        assert store.group.queued == 5  # one batch after the leader's
+        go.set()
+        for t in [leader, *others]:
+            t.join(60)
+        codes = {n: getattr(r, "code", "ok") for n, r in results.items()}
+        assert codes == {
+            "leader": "ok",
+            "w1": "ok",
+            "r": "insufficient_permission",
+            "o": "token_invalid",
+            "v": "token_revoked",
+            "w2": "ok",
+        }
+        assert store.head("p").seq == 3
+        store.revoke_token("tok_w", T0 - day)
+        write("after", "w")
+        refused = results["after"]
+        assert isinstance(refused, TokenRefused)
+        assert refused.code == "token_revoked"
+        assert store.head("p").seq == 3
 
 
 class TestSqliteGroupCommit(GroupCommitConformance):

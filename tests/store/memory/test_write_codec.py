@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 
-from store.errors import InvalidDate
-from store.memory.codec import to_us
+from store.errors import CanonicalFormError, InvalidDate
+from store.memory.codec import json_pair, jsonable, to_us
 from store.memory.digest import rfc3339
+from store.memory.prepared import Prepared
+from store.memory.schema import history, projects
 
 _OFFSETS = st.sampled_from(
     [dt.UTC, dt.timezone(dt.timedelta(hours=5, minutes=30)), dt.timezone(dt.timedelta(hours=-11))]
@@ -41,3 +45,27 @@ def test_to_us_counts_microseconds_since_the_epoch(t: dt.datetime) -> None:
 def test_naive_times_are_refused(fn: object) -> None:
     with pytest.raises(InvalidDate):
         fn(dt.datetime(2024, 1, 1))  # type: ignore[operator]
+
+
+def _prepared() -> Prepared:
+    dialect = sqlite_dialect.dialect()
+    return Prepared(dialect, sqlite_dialect.insert(projects).on_conflict_do_nothing(), False)
+
+
+def test_json_pair_is_jsonable_and_the_text_it_was_read_from() -> None:
+    value = {"b": (1, 2.5), "a": [{"x": None}], "n": 3}
+    plain, text = json_pair(value)
+    assert plain == jsonable(value) == json.loads(text.text)
+    with pytest.raises(CanonicalFormError):
+        json_pair({"x": float("nan")})
+
+
+def test_prepared_params_send_serialised_json_as_is() -> None:
+    """A JSON column given as JsonText is its text, not a JSON string of the text."""
+    stmt = _prepared().entry
+    change = {"item": {"tags": ["flood"]}, "content_digest": "ab"}
+    row = {c.name: None for c in history.c} | {"project": "p", "seq": 1, "change": change}
+    dumped = stmt.params(row)
+    sent = stmt.params({**row, "change": json_pair(change)[1]})
+    assert dumped == sent
+    assert json.loads(sent[stmt.order.index("change")] if stmt.order else sent["change"]) == change
