@@ -213,7 +213,9 @@ def ingest_range(
     Returns:
         One outcome per partition, in week order.
     """
-    tip = CubeReader(writer.data_dir).inventory
+    # only the range's own partitions: the cost follows the range, not the store
+    keys = [f"{family.name}|{p.key}" for p in parts]
+    tip = CubeReader(writer.data_dir).inventory_of(keys)
     undated = [skip_line(s) for s in found.skipped if s.when is None]
     pending: list[tuple[ScenePartition, list[AssetCheckResult], dict[str, Any], str | None]] = []
     with WriteBehind[tuple[str, int]]() as behind:

@@ -132,7 +132,9 @@ def ingest_range_dask(
             away; nothing was committed.
         CommitConflict: A concurrent commit changed the same chunks; nothing was committed.
     """
-    tip = CubeReader(writer.data_dir).inventory
+    # only the range's own partitions: the cost follows the range, not the store
+    keys = [f"{family.name}|{p.key}" for p in parts]
+    tip = CubeReader(writer.data_dir).inventory_of(keys)
     undated = [skip_line(s) for s in found.skipped if s.when is None]
     ordered = sorted(parts, key=lambda p: (p.week, p.block))
     works = [partition_work(family, p, found, tip.partition_item_ids, undated) for p in ordered]

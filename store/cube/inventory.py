@@ -340,6 +340,31 @@ class SnapshotInventory:
         rows = _read_chunks(arr, sync(_coords(session)))
         return cls(snap, {p.key: p for p in rows}, versioned=True)
 
+    @classmethod
+    def load_partitions(
+        cls,
+        session: ic.Session,
+        keys: Iterable[str],
+        *,
+        data_dir: str | os.PathLike[str] | None = None,
+    ) -> SnapshotInventory:
+        """Read only the rows of the partitions ``keys`` of a snapshot: one chunk each.
+
+        For a writer that needs a few partitions of a large inventory (the item ids a range's
+        weeks already store): its cost follows ``keys``, not the store. The result's
+        :meth:`table` and overpass index cover those partitions only. A snapshot without the
+        inventory array answers from the legacy Parquet files, as :meth:`load` does.
+        """
+        snap = str(session.snapshot_id)
+        try:
+            arr = zarr.open_array(session.store, path=INVENTORY_ARRAY, mode="r", zarr_format=3)
+        except (ArrayNotFoundError, GroupNotFoundError, FileNotFoundError):
+            legacy = Inventory(data_dir) if data_dir is not None else None
+            return cls(snap, {}, versioned=False, legacy=legacy)
+        wanted = set(keys)
+        rows = _read_chunks(arr, sorted({chunk_position(k) for k in wanted}))
+        return cls(snap, {p.key: p for p in rows if p.key in wanted}, versioned=True)
+
     def partition_item_ids(self, key: str) -> frozenset[str]:
         """Every item id a partition's rows name (empty when it has none)."""
         if not self.versioned:

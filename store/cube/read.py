@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -144,6 +144,13 @@ class CubeReader(RegionReads):
     def snapshot(self) -> SnapshotInfo:
         """Info (time, message, metadata) of the snapshot this reader sees."""
         return lookup_snapshot(self.repo, self.snapshot_id)
+
+    def inventory_of(self, keys: Iterable[str]) -> SnapshotInventory:
+        """The inventory rows of the partitions ``keys`` only (read now, not kept:
+        :meth:`SnapshotInventory.load_partitions`), or the whole inventory once loaded."""
+        if self._inventory is not None:
+            return self._inventory
+        return SnapshotInventory.load_partitions(self.session, keys, data_dir=self._data_dir)
 
     @property
     def inventory(self) -> SnapshotInventory:

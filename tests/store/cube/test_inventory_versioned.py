@@ -189,3 +189,19 @@ def test_stores_written_before_answer_and_migrate(tmp_path: Path) -> None:
     assert CubeReader(data).snapshot_id == tip.snapshot_id
     _commit(CubeWriter(data), 1, "B")
     assert _items(CubeReader(data)) == ["A", "B", "S1"]
+
+
+def test_a_writer_reads_only_the_partitions_it_names(tiny_store) -> None:
+    """``inventory_of(keys)`` holds those partitions' rows, equal to the whole inventory's, and
+    no other partition (a range's ingest reads its own partitions, not the store's)."""
+    full = CubeReader(tiny_store.data).inventory
+    keys = sorted(full.partitions)[:3]
+    assert len(keys) == 3
+    some = CubeReader(tiny_store.data).inventory_of([*keys, "s2|no-such-partition"])
+    assert some.versioned
+    assert sorted(some.partitions) == keys
+    for k in keys:
+        assert some.partition_item_ids(k) == full.partition_item_ids(k)
+        assert some.partition_item_ids(k)
+    assert some.partition_item_ids("s2|no-such-partition") == frozenset()
+    assert sorted(full.partitions)[3] not in some.partitions
