@@ -50,6 +50,7 @@ import numpy.typing as npt
 
 from api.charts import ChartStore
 from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, store_errors
+from api.knn_handles import TableHandles
 from api.limiter import RateLimiter
 from api.receipts import Signer
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column
@@ -190,9 +191,7 @@ class ServiceContext:
         self._reader: CubeReader | None = None
         self._tip_checked = 0.0
         self._as_of: OrderedDict[str, CubeReader] = OrderedDict()
-        self._tables: dict[str, tuple[str, KnnTable]] = {}
-        self._knn: TableSource | None = None
-        self._tables_checked: dict[str, float] = {}
+        self._knn = TableHandles(self.data_dir)
         self.manifest_path: Path | None = (
             Path(manifest_path) if manifest_path is not None else _find_manifest(self.data_dir)
         )
@@ -554,12 +553,7 @@ class ServiceContext:
 
     def knn_tables(self) -> TableSource:
         """The k-NN tables' source (:func:`store.knn.remote.table_source`)."""
-        if self._knn is None:
-            from store.knn.remote import table_source
-
-            with store_errors():
-                self._knn = table_source(self.data_dir, self.tip_check_seconds)
-        return self._knn
+        return self._knn.source(self.tip_check_seconds)
 
     def vintages(self) -> list[int]:
         """Years with a ``knn/geotessera/<year>`` table, ascending."""
@@ -567,42 +561,14 @@ class ServiceContext:
             return self.knn_tables().years()
 
     def table(self, name: str) -> KnnTable:
-        """Open (memory-mapped, cached) ``knn/geotessera/<year>`` or ``knn/geotessera.multi_year``.
-
-        Args:
-            name: ``"geotessera/<year>"`` or ``"geotessera.multi_year"``.
+        """Open (memory-mapped, cached) ``knn/geotessera/<year>`` or ``knn/geotessera.multi_year``
+        (:meth:`api.knn_handles.TableHandles.table`, refreshed every ``tip_check_seconds``).
 
         Raises:
             NotFound: no such table (``no_table``).
             Unavailable: the table is malformed, or its copy from object storage failed.
         """
-        now = time.monotonic()
-        with self._lock:
-            cached = self._tables.get(name)
-            if (
-                cached is not None
-                and now - self._tables_checked.get(name, 0.0) < self.tip_check_seconds
-            ):
-                return cached[1]
-        with store_errors():
-            directory = self.knn_tables().directory_of(name)
-        if directory is None:
-            raise NotFound(f"no k-NN table {name!r} in the store", code="no_table")
-        resolved = os.path.realpath(directory)
-        if cached is not None and cached[0] == resolved:
-            with self._lock:
-                self._tables_checked[name] = now
-            return cached[1]
-        from store.knn import KnnTable
-
-        try:
-            table = KnnTable.open(directory)
-        except StoreError as exc:
-            raise Unavailable(str(exc), code="vector_table_error") from exc
-        with self._lock:
-            self._tables[name] = (str(table.path), table)
-            self._tables_checked[name] = now
-        return table
+        return self._knn.table(name, self.tip_check_seconds)
 
 
 MANIFEST_CANDIDATES = ("sample/manifest.json", "places.json")
