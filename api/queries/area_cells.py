@@ -91,6 +91,13 @@ def _as_index(days: npt.NDArray[np.intp]) -> Days:
     return days
 
 
+def _days_key(days: Days) -> tuple[int, ...] | bytes:
+    """A hashable form of ``days`` (slices and index arrays are not hashable)."""
+    if isinstance(days, slice):
+        return (days.start, days.stop, days.step or 1)
+    return days.tobytes()
+
+
 def _by_chunk(slots: Sequence[int], step: int) -> dict[int, tuple[npt.NDArray[np.intp], Days, int]]:
     """Time chunk -> (positions in ``slots``, days within the chunk, how many)."""
     s = np.asarray(slots, np.int64)
@@ -203,7 +210,7 @@ def _count(
     reused by the other jobs of the group wanting the same (areas sharing whole
     blocks, or the same area twice).
     """
-    days_key = tuple((tc, repr(w[tc][1])) for tc in mine)
+    days_key = tuple((tc, _days_key(w[tc][1])) for tc in mine)
     for b in blocks:
         present = [tc for tc in mine if tiles[at[(b.cy, b.cx, tc)]] is not None]
         if not present:
