@@ -14,8 +14,7 @@ icechunk, pyarrow) load when one of their names is first used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from store.cube.bands import (
     BANDS,
@@ -29,6 +28,7 @@ from store.cube.bands import (
     band_spec,
 )
 from store.cube.cache import DEFAULT_CACHE_BYTES, ChunkCache, Column
+from store.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from store.cube.layout import (
@@ -54,13 +54,7 @@ on first use, so a process that only describes or validates (``tools/list``, a b
 the band registry) never pays for them."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

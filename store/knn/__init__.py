@@ -21,8 +21,7 @@ package; the names of the scan, table and write modules (numba) load on first us
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from store.knn.codes import (
     BIN_BYTES,
@@ -35,6 +34,7 @@ from store.knn.codes import (
     rotation,
 )
 from store.knn.limits import K_MAX, MODES, Mode
+from store.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from store.knn.scan import (
@@ -66,13 +66,7 @@ _LAZY: dict[str, str] = {
 first use, so a process that never scans a table never loads numba."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
