@@ -18,9 +18,8 @@ writes of this process share that transaction; other processes meet at the
 database's lock. A concurrent duplicate that slips past the lookup hits the
 unique ``(project, operation_id)`` key; its savepoint is rolled back and the
 stored result is answered. The statements a write always issues are prepared
-once (:mod:`store.memory.prepared`); SQLAlchemy Core builds the rest.
-
-The transaction bodies and the lifecycle rules are in :mod:`store.memory.writes`.
+once (:mod:`store.memory.prepared`); SQLAlchemy Core builds the rest. The transaction
+bodies and the lifecycle rules are in :mod:`store.memory.writes`.
 """
 
 from __future__ import annotations
@@ -101,6 +100,8 @@ class SqlMemoryStore(MemoryStore):
 
     row_locks = False
     """Lock the project's head row with ``SELECT ... FOR UPDATE`` (servers; SQLite serialises writers)."""
+    keep_batch_connection = False
+    """Run the group commit's batches on one kept connection (:mod:`store.memory.writer`)."""
 
     def __init__(self, engine: sa.Engine, url: str) -> None:
         self.engine = engine
@@ -113,7 +114,8 @@ class SqlMemoryStore(MemoryStore):
         self.read_statements = ReadStatements(engine.dialect)
         """The hot reads' compiled shapes (:mod:`store.memory.readsql`)."""
         self._pin = reads.ReadPin()
-        self._batch_conn = BatchConnection(engine, self.write_tx, self._prepared)
+        keep = self.keep_batch_connection
+        self._batch_conn = BatchConnection(engine, self.write_tx, self._prepared, keep=keep)
         integrity = (sa.exc.IntegrityError, dbapi.IntegrityError)
         self.group = GroupCommit(self._batch_conn.transaction, integrity)
         """This process's group commit of the store's writes (see :mod:`store.memory.group`)."""

@@ -58,6 +58,7 @@ class SqliteMemoryStore(SqlMemoryStore):
     """The memory store in one SQLite file."""
 
     backend = "sqlite"
+    keep_batch_connection = True  # a file: no server to drop the connection between batches
 
     def __init__(
         self, url: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL"

@@ -9,7 +9,9 @@ kept idle (no transaction open) between batches, and replaced when a batch fails
 outside its jobs' savepoints (its state is then unknown), when it was invalidated
 (a lost server connection) or when the process has forked (a child never writes
 through its parent's connection: it opens its own and leaves the inherited one
-alone, unclosed, as SQLAlchemy's pool does).
+alone, unclosed, as SQLAlchemy's pool does). SQLite keeps it; PostgreSQL still takes
+a connection of the pool for each batch, whose pre-ping on checkout replaces one the
+server dropped while it was idle (a kept connection would fail that batch instead).
 """
 
 from __future__ import annotations
@@ -37,11 +39,17 @@ class BatchConnection:
     def __init__(
         self,
         engine: sa.Engine,
-        write_tx: Callable[[sa.Connection], AbstractContextManager[sa.Connection]],
+        write_tx: Callable[[sa.Connection | None], AbstractContextManager[sa.Connection]],
         prepared: Prepared,
+        *,
+        keep: bool,
     ) -> None:
-        """``write_tx(conn)``: the backend's write transaction on a given connection."""
+        """``write_tx(conn)``: the backend's write transaction on a given connection, or on
+        one of the pool when ``conn`` is None. ``keep``: batches run on the kept connection
+        (False: each batch checks one out of the pool, as a server backend's pre-ping on
+        checkout replaces a connection the server dropped)."""
         self._engine = engine
+        self.keep = keep
         self._write_tx = write_tx
         self._prepared = prepared
         self._conn: sa.Connection | None = None
@@ -53,7 +61,7 @@ class BatchConnection:
         """A write transaction on the kept connection with the prepared statements on its
         cursor (one group-commit batch); the connection is replaced if it fails."""
         try:
-            with self._write_tx(self.get()) as conn:
+            with self._write_tx(self.get() if self.keep else None) as conn:
                 tx = RawTx(conn, self._prepared)
                 try:
                     yield tx
