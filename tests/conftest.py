@@ -100,12 +100,11 @@ def tiny_sample_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _ingest_tiny(sample: Path) -> Callable[[Path], Any]:
     def build(data: Path) -> Any:
-        from dagster import DagsterInstance
-
         from pipelines.run import ingest_area
+        from tests.dagster_instance import ephemeral as ephemeral_instance
 
         data.mkdir(parents=True)
-        with DagsterInstance.ephemeral() as instance:
+        with ephemeral_instance() as instance:
             return ingest_area(
                 data, sample / "catalog.json", sample / "manifest.json", instance=instance
             )

@@ -187,12 +187,11 @@ def scene_contents(location: str) -> dict[str, Any]:
 def ingest_scene_weeks(tiny: Any, data: Path, dask: Any = None) -> Any:
     """Run the scene assets (S2, S1) over the tiny sample's range of weeks into ``data``, as
     ``ingest_area`` does (one run for the block's range), without the Tessera vintages."""
-    from dagster import DagsterInstance
-
     from pipelines.cluster import DaskResource
     from pipelines.partitions import register_area_blocks
     from pipelines.run import materialize_range, resources_for
     from store.cube import CubeReader
+    from tests.dagster_instance import ephemeral as ephemeral_instance
 
     local = CubeReader(storage=str(Path(tiny.data) / "cube.icechunk"))  # whatever the env says
     keys = local.inventory.table()["partition_key"].to_pylist()
@@ -202,6 +201,6 @@ def ingest_scene_weeks(tiny: Any, data: Path, dask: Any = None) -> Any:
     resources = resources_for(
         data, tiny.catalog, tiny.sample / "manifest.json", dask or DaskResource()
     )
-    with DagsterInstance.ephemeral() as instance:
+    with ephemeral_instance() as instance:
         register_area_blocks(instance, resources["area"].bbox)
         return materialize_range(resources, instance, block, weeks[0], weeks[-1])

@@ -7,7 +7,7 @@ import shutil
 from datetime import date
 
 import numpy as np
-from dagster import DagsterInstance, materialize
+from dagster import materialize
 
 from pipelines.lattice import LatticeWindow
 from pipelines.partitions import register_area_blocks, scene_key, week_key_of, week_t0
@@ -20,6 +20,7 @@ from pipelines.sources import SourceConfig, open_source
 from store import address
 from store.cube import CubeReader
 from store.tslot import day_slot
+from tests.dagster_instance import ephemeral as ephemeral_instance
 
 
 def _series(data, band, lat, lng):
@@ -89,7 +90,7 @@ def test_rematerialising_a_partition_is_idempotent(tiny_store, tmp_path) -> None
     before_reader = CubeReader(data)
     ys, xs = slice(win.lat_q0, win.lat_q1), slice(win.lng_q0, win.lng_q1)
     before = np.asarray(before_reader.array("indices.ndvi")[t0 : t0 + 7, ys, xs])
-    with DagsterInstance.ephemeral() as inst:
+    with ephemeral_instance() as inst:
         blocks = register_area_blocks(inst, area.bbox)
         for b in blocks:
             result = materialize(

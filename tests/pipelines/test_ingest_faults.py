@@ -15,13 +15,14 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-from dagster import DagsterEventType, DagsterInstance, instance_for_test, materialize
+from dagster import DagsterEventType, instance_for_test, materialize
 
 import pipelines.run
 from pipelines.partitions import register_area_blocks, scene_key, week_key_of, week_t0
 from pipelines.run import SCENE_ASSETS, ingest_area, resources_for
 from store.cube import CubeReader
 from store.tslot import day_slot
+from tests.dagster_instance import ephemeral as ephemeral_instance
 
 
 def _copy_sample(src: Path, dst: Path) -> Path:
@@ -53,7 +54,7 @@ def test_double_offset_scene_fails_its_check_and_is_not_written(tiny_sample_dir,
     week = week_key_of(date.fromisoformat(doc["properties"]["datetime"][:10]))
     data = tmp_path / "data"
     res = resources_for(data, sample / "catalog.json", sample / "manifest.json")
-    with DagsterInstance.ephemeral() as inst:
+    with ephemeral_instance() as inst:
         blocks = register_area_blocks(inst, res["area"].bbox)
         result = materialize(
             SCENE_ASSETS,
@@ -145,7 +146,7 @@ def test_kill_mid_ingest_keeps_the_last_snapshot_and_a_rerun_completes(
     reader = CubeReader(data)
     before = reader.snapshot_id
     assert len(reader.list_snapshots()) >= 3
-    with DagsterInstance.ephemeral() as inst:
+    with ephemeral_instance() as inst:
         report = ingest_area(
             data,
             tiny_sample_dir / "catalog.json",

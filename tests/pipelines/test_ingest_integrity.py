@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from dagster import DagsterInstance
 
 from cli.ingest import ingest
 from cli.main import main
@@ -26,6 +25,7 @@ from pipelines.resources import AreaResource
 from pipelines.run import IngestReport, ingest_area
 from store.cube import CubeReader
 from store.tslot import day_slot
+from tests.dagster_instance import ephemeral as ephemeral_instance
 
 END = date(2023, 12, 31)
 """Ingest 2023 only: the range 2023-01-12..2023-11-16 has the target week in its middle."""
@@ -55,7 +55,7 @@ class Copy:
         self.item_path(item_id).write_text(json.dumps(doc))
 
     def ingest(self) -> IngestReport:
-        with DagsterInstance.ephemeral() as inst:
+        with ephemeral_instance() as inst:
             return ingest_area(
                 self.data,
                 self.sample / "catalog.json",

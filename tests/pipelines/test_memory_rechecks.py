@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from dagster import DagsterInstance, materialize
+from dagster import materialize
 
 from api.context import ServiceContext
 from api.dispatch import call_primitive
@@ -18,6 +18,7 @@ from pipelines.memory.assets import memory_rechecks
 from pipelines.resources import StoreResource
 from store import address
 from store.cube import CubeWriter
+from tests.dagster_instance import ephemeral as ephemeral_instance
 
 
 def test_a_changed_fact_makes_the_memory_stale(tiny_store: Any, tmp_path: Path) -> None:
@@ -55,7 +56,7 @@ def test_a_changed_fact_makes_the_memory_stale(tiny_store: Any, tmp_path: Path) 
     dry = np.full((slots.size, 1, 1), -0.5, np.float32)
     writer.write_region("indices.ndwi", slots, lat_q, lng_q, dry, partition_key="reprocessed")
 
-    with DagsterInstance.ephemeral() as instance:
+    with ephemeral_instance() as instance:
         result = materialize(
             [memory_rechecks],
             resources={"store": StoreResource(data_dir=str(data))},
@@ -82,7 +83,7 @@ def test_a_changed_fact_makes_the_memory_stale(tiny_store: Any, tmp_path: Path) 
 def test_a_data_directory_without_a_cube_rechecks_nothing(tmp_path: Path) -> None:
     """Before the first ingest the asset succeeds with its check (it raised Dagster's
     'Length mismatch' for want of the declared check result)."""
-    with DagsterInstance.ephemeral() as inst:
+    with ephemeral_instance() as inst:
         result = materialize(
             [memory_rechecks],
             resources={"store": StoreResource(data_dir=str(tmp_path / "data"))},

@@ -66,15 +66,14 @@ def s3_store(
 ) -> Path:
     """The tiny sample ingested as ``tiny_store`` is, with the data root on the S3 server (the
     environment set only meanwhile)."""
-    from dagster import DagsterInstance
-
     from pipelines.run import ingest_area
+    from tests.dagster_instance import ephemeral as ephemeral_instance
 
     data = tmp_path_factory.mktemp("s3_data")
     with pytest.MonkeyPatch.context() as mp:
         for k, v in _env(s3).items():
             mp.setenv(k, v)
-        with DagsterInstance.ephemeral() as instance:
+        with ephemeral_instance() as instance:
             report = ingest_area(
                 data, tiny_store.catalog, tiny_store.sample / "manifest.json", instance=instance
             )

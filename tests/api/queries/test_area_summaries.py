@@ -43,14 +43,13 @@ _SIDE = 1 << _LEVEL  # storage chunks
 @pytest.fixture(scope="module")
 def small_blocks(tiny_store: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny sample ingested into a cube of level-4 storage blocks."""
-    from dagster import DagsterInstance
-
     from pipelines.run import ingest_area
     from store.cube import CubeWriter
+    from tests.dagster_instance import ephemeral as ephemeral_instance
 
     data = tmp_path_factory.mktemp("small_blocks")
     assert CubeWriter(data, block_level=_LEVEL).block_level == _LEVEL
-    with DagsterInstance.ephemeral() as instance:
+    with ephemeral_instance() as instance:
         ingest_area(
             data,
             tiny_store.sample / "catalog.json",
