@@ -1,4 +1,9 @@
-"""How ``earthmem serve`` runs uvicorn: the options, and a read deadline for slow clients.
+"""How ``earthmem serve`` runs uvicorn: the options, the access log, a read deadline for slow clients.
+
+The access log is :class:`api.access_log.AccessLog` around the app (one compact line per
+request, written in batches), not uvicorn's per-request :mod:`logging` record: the options
+turn uvicorn's own access log off and :func:`logged_app` / :func:`app_from_env` put ours on
+when ``--access-log`` (the default) asks for it.
 
 uvicorn bounds only the idle time between keep-alive requests; a client that
 opens a socket and sends nothing, or drips a request one byte at a time, holds
@@ -17,11 +22,16 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from api.access_log import AccessLog
+
 __all__ = [
+    "ENV_ACCESS_LOG",
     "ENV_READ_TIMEOUT",
     "KEEP_ALIVE_SECONDS",
     "READ_TIMEOUT_SECONDS",
     "ReadDeadlineHttpTools",
+    "app_from_env",
+    "logged_app",
     "uvicorn_options",
 ]
 
@@ -31,6 +41,8 @@ KEEP_ALIVE_SECONDS = 5
 """An idle keep-alive connection is closed after this many seconds (uvicorn's default)."""
 ENV_READ_TIMEOUT = "EARTHMEM_SERVE_READ_TIMEOUT"
 """The read deadline handed to the server processes (set by :func:`uvicorn_options`)."""
+ENV_ACCESS_LOG = "EARTHMEM_SERVE_ACCESS_LOG"
+"""``"1"``: the server processes log each request (set by :func:`uvicorn_options`)."""
 
 
 class ReadDeadlineHttpTools(HttpToolsProtocol):
@@ -79,13 +91,30 @@ class ReadDeadlineHttpTools(HttpToolsProtocol):
 def uvicorn_options(
     host: str, port: int, *, access_log: bool, read_timeout: float = READ_TIMEOUT_SECONDS
 ) -> dict[str, Any]:
-    """The keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for ``earthmem serve``."""
+    """The keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for ``earthmem serve``.
+
+    uvicorn's own access log is always off: with ``access_log`` the app is wrapped in
+    :class:`api.access_log.AccessLog` instead (:func:`logged_app`, :func:`app_from_env`).
+    """
     os.environ[ENV_READ_TIMEOUT] = str(read_timeout)  # read by each server process
+    os.environ[ENV_ACCESS_LOG] = "1" if access_log else "0"
     return {
         "host": host,
         "port": port,
         "log_level": "info",
-        "access_log": access_log,
+        "access_log": False,
         "http": ReadDeadlineHttpTools,
         "timeout_keep_alive": KEEP_ALIVE_SECONDS,
     }
+
+
+def logged_app(app: Any) -> Any:
+    """``app`` in :class:`api.access_log.AccessLog` when :data:`ENV_ACCESS_LOG` is ``"1"``."""
+    return AccessLog(app) if os.environ.get(ENV_ACCESS_LOG) == "1" else app
+
+
+def app_from_env() -> Any:
+    """uvicorn's app factory in each ``earthmem serve`` worker: the REST app, access-logged."""
+    from api.rest import app_from_env as build  # deferred: the service layer is slow to import
+
+    return logged_app(build())
