@@ -159,7 +159,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from api.context import ENV_REFRESH_SECONDS, refresh_seconds
     from api.rest import ENV_DATA, ENV_HOST, ENV_MCP_STATELESS, create_app
-    from cli.serving import READ_TIMEOUT_SECONDS, uvicorn_options
+    from cli.serving import READ_TIMEOUT_SECONDS, logged_app, uvicorn_options
 
     if args.refresh_seconds is not None:  # every worker's context reads it from the environment
         os.environ[ENV_REFRESH_SECONDS] = repr(refresh_seconds(args.refresh_seconds))
@@ -189,7 +189,7 @@ def _serve(args: argparse.Namespace) -> int:
         read_timeout=args.read_timeout or READ_TIMEOUT_SECONDS,
     )
     if workers == 1:
-        uvicorn.run(create_app(ctx, host=args.host, warm=True), **options)
+        uvicorn.run(logged_app(create_app(ctx, host=args.host, warm=True)), **options)
         return 0
     # Several processes, each with its own socket on the port (SO_REUSEPORT): the kernel
     # spreads connections over them. (uvicorn's own --workers shares one socket, and one
@@ -219,7 +219,7 @@ def _worker_main(host: str, port: int, options: dict[str, Any]) -> None:
 
     sock = _listen_socket(host, port, reuse_port=True)
     sock.listen(2048)
-    config = uvicorn.Config("api.rest:app_from_env", factory=True, **options)
+    config = uvicorn.Config("cli.serving:app_from_env", factory=True, **options)
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -167,7 +167,8 @@ def scenes_stats(
     Float32 values (every index and backscatter band) take one pass per group
     of scenes: a kernel writes each scene's sort keys (:func:`_sort_order`'s,
     with the cell index for the position, which orders ties the same way),
-    numpy sorts each row, a kernel reduces the values in key order. Other
+    a kernel sorts each row (a radix sort: the same order as ``np.sort``), a
+    kernel reduces the values in key order. Other
     dtypes take the reference path. From a few scenes on, and with more than
     one core, half of them go to a thread of :func:`store.threads.worker_pool`
     (the sort and the kernels release the GIL); the result does not depend on
@@ -183,7 +184,7 @@ def scenes_stats(
         Per scene, the statistics with ``n_clear``, ``n_total`` and
         ``clear_fraction``; None for a scene with no clear finite value.
     """
-    from api.queries._area_kernels import keyed_stats, scene_keys, sorted_stats
+    from api.queries._area_kernels import keyed_stats, scene_keys, sort_scene_keys, sorted_stats
 
     weights = np.ascontiguousarray(weights, dtype=np.float64).ravel()
     n_scenes = values.shape[0]
@@ -201,12 +202,12 @@ def scenes_stats(
             # keys of a group of scenes at a time: ~_KEY_BYTES whatever the area
             group = max(1, min(hi - lo, _KEY_BYTES // max(1, 8 * weights.size)))
             keys = np.empty((group, weights.size), np.uint64)
+            tmp = np.empty(weights.size, np.uint64)
             for g0 in range(lo, hi, group):
                 g1 = min(hi, g0 + group)
                 kg = keys[: g1 - g0]
                 scene_keys(flat_values[g0:g1].view(np.uint32), flat_ok[g0:g1], kg, counts[g0:g1])
-                for j in range(g1 - g0):
-                    kg[j, : counts[g0 + j]].sort()
+                sort_scene_keys(kg, counts[g0:g1], tmp)
                 keyed_stats(
                     flat_values[g0:g1],
                     weights,

@@ -299,8 +299,8 @@ def bench_area(
             data=data,
             caches=f"warm context (open, column cache filled; median of {WARM_CALLS} calls per "
             "round); OS page cache warm; rioxarray with GDAL's block cache warm",
-            load_sensitive="yes: the warm answer is ~10 ms and uses threaded BLAS; one preempted "
-            "call moves it, the baseline (seconds) barely",
+            load_sensitive="yes: the warm answer is tens of ms and splits its statistics over two "
+            "threads; one preempted call moves it, the baseline (seconds) barely",
         ),
         row(
             "area_over_time ~1 km^2 x 1 year, warm, OPENBLAS_NUM_THREADS=1 (diagnostic)",
@@ -310,7 +310,8 @@ def bench_area(
             baseline=scale(t_base, ms),
             ratio=t_base.median / single.median,
             ratio_def="baseline time / earthmem time (speed-up; unpaired: another process)",
-            target="(info: threaded BLAS on a busy 2-core machine)",
+            target="(info: warm calls back to back in a fresh process; the query path makes "
+            "no BLAS call, so this is the back-to-back figure, not a BLAS effect)",
             data=data,
         ),
         row(

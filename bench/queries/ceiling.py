@@ -9,7 +9,12 @@ path ahead of it.)
 
 Served with ``--workers N`` as ``earthmem serve`` serves: N processes, each
 with its own listening socket on the port (``SO_REUSEPORT``) and one uvicorn
-server, so the ceiling of N workers is compared with N workers.
+server, so the ceiling of N workers is compared with N workers. It runs the
+HTTP protocol ``earthmem serve`` runs (:class:`cli.serving.ReadDeadlineHttpTools`:
+the read deadline, head and body in one send) and logs as it logs
+(:class:`api.access_log.AccessLog` around the app, uvicorn's own access log
+off), unless ``--no-access-log``: the ceiling is the same server with a
+constant answer.
 
     python -m bench.queries.ceiling --port P [--workers N] [--no-access-log]
 """
@@ -23,13 +28,15 @@ import signal
 import socket
 from typing import Any
 
+from starlette.types import Receive, Scope, Send
+
 __all__ = ["app", "main"]
 
 _BODY = b'{"status":"ok"}'
 _HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(_BODY)).encode())]
 
 
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
     """Drain the request body, answer 200 with a constant JSON body."""
     if scope["type"] != "http":
         return
@@ -44,13 +51,21 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 def _worker(port: int, access_log: bool) -> None:
     import uvicorn
 
+    from api.access_log import AccessLog
+    from cli.serving import KEEP_ALIVE_SECONDS, ReadDeadlineHttpTools
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind(("127.0.0.1", port))
     sock.listen(2048)
     config = uvicorn.Config(
-        "bench.queries.ceiling:app", log_level="info", access_log=access_log, lifespan="off"
+        AccessLog(app) if access_log else app,
+        log_level="info",
+        access_log=False,
+        lifespan="off",
+        http=ReadDeadlineHttpTools,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -8,15 +8,17 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api import dispatch
+from api import dispatch, limiter
 from api.context import ServiceContext
 from api.dispatch import PRIMITIVES, describe_error, run
 from api.errors import ApiError, Busy
 from api.limiter import (
     DEFAULT_WRITE_BURST,
     DEFAULT_WRITE_RATE,
+    TRIM_GROWTH_BYTES,
     Limiter,
     RateLimiter,
+    anon_rss_bytes,
     release_memory,
 )
 from api.receipts import Signer
@@ -153,3 +155,50 @@ def test_the_write_limit_comes_from_the_environment(monkeypatch: pytest.MonkeyPa
         monkeypatch.setenv("EARTHMEM_WRITE_BURST", bad)
         fallback = RateLimiter.from_env()
         assert (fallback.rate, fallback.burst) == (DEFAULT_WRITE_RATE, DEFAULT_WRITE_BURST)
+
+
+def test_memory_is_given_back_only_after_it_grew(monkeypatch: pytest.MonkeyPatch) -> None:
+    rss = [100 << 20]
+    trims: list[int] = []
+
+    def trim() -> bool:
+        trims.append(rss[0])
+        rss[0] = 90 << 20  # what the trim gave back
+        return True
+
+    monkeypatch.setattr(limiter, "anon_rss_bytes", lambda: rss[0])
+    monkeypatch.setattr(limiter, "release_memory", trim)
+    monkeypatch.setattr(limiter, "TRIM_AFTER_S", 0.0)
+    gate = Limiter("heavy", 1, 0, 1.0)
+    with gate.slot():  # the first heavy call gives memory back
+        pass
+    assert trims == [100 << 20]
+    rss[0] += TRIM_GROWTH_BYTES - 1  # an ordinary call: its pages stay for the next one
+    with gate.slot():
+        pass
+    assert len(trims) == 1
+    rss[0] += 1  # a large one: given back
+    with gate.slot():
+        pass
+    assert len(trims) == 2
+    assert limiter.TRIM_GROWTH_BYTES == TRIM_GROWTH_BYTES
+
+
+def test_a_short_call_never_gives_memory_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[bool] = []
+
+    def trim() -> bool:
+        trims.append(True)
+        return True
+
+    monkeypatch.setattr(limiter, "release_memory", trim)
+    monkeypatch.setattr(limiter, "TRIM_AFTER_S", 3600.0)
+    gate = Limiter("heavy", 1, 0, 1.0)
+    with gate.slot():
+        pass
+    assert trims == []
+
+
+def test_anonymous_resident_memory_is_read() -> None:
+    held = anon_rss_bytes()
+    assert held is None or held > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import selectors
 import socket
 import time
@@ -11,7 +12,13 @@ import httpx
 import pytest
 
 from api.rest import create_app
-from cli.serving import ENV_READ_TIMEOUT, ReadDeadlineHttpTools, uvicorn_options
+from cli.serving import (
+    COALESCE_BYTES,
+    ENV_READ_TIMEOUT,
+    CoalescedWrites,
+    ReadDeadlineHttpTools,
+    uvicorn_options,
+)
 from tests.api.adapter_helpers import FakeContext, UvicornThread, registered_test_primitives
 
 # A bound for a silent failure (sockets never closed), not a speed goal.
@@ -84,3 +91,67 @@ def test_serve_options_use_the_deadline_protocol() -> None:
     options = uvicorn_options("127.0.0.1", 8000, access_log=False, read_timeout=3)
     assert options["http"] is ReadDeadlineHttpTools
     assert options["timeout_keep_alive"] > 0
+
+
+class _Transport:
+    """A transport that records what is sent, as calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bytes]] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.calls.append(("write", data))
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.calls.append(("writelines", b"".join(parts)))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.calls.append(("close", b""))
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info:{name}"
+
+
+def test_writes_of_one_loop_step_leave_as_one_send_in_order() -> None:
+    async def go() -> _Transport:
+        raw = _Transport()
+        out = CoalescedWrites(raw, asyncio.get_running_loop())  # type: ignore[arg-type]
+        out.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        out.write(b"body")
+        assert raw.calls == []  # held until the end of this step
+        await asyncio.sleep(0)
+        out.write(b"next")
+        out.close()  # sends what waits first
+        assert out.get_extra_info("peername") == "info:peername"
+        return raw
+
+    raw = asyncio.run(go())
+    assert raw.calls == [
+        ("writelines", b"HTTP/1.1 200 OK\r\n\r\nbody"),
+        ("write", b"next"),
+        ("close", b""),
+    ]
+
+
+def test_a_large_write_is_not_held() -> None:
+    async def go() -> _Transport:
+        raw = _Transport()
+        out = CoalescedWrites(raw, asyncio.get_running_loop())  # type: ignore[arg-type]
+        out.write(b"head")
+        out.write(b"x" * COALESCE_BYTES)
+        return raw
+
+    assert asyncio.run(go()).calls == [("writelines", b"head" + b"x" * COALESCE_BYTES)]
+
+
+def test_many_requests_on_one_connection_get_whole_answers(base: str) -> None:
+    with httpx.Client(base_url=base, timeout=10) as http:
+        for i in range(50):
+            resp = http.post("/v1/intent", json={"type": f"nope{i}"})
+            assert resp.status_code == 200
+            assert resp.json()
