@@ -46,6 +46,7 @@ __all__ = [
     "WriteResult",
     "anchor_from_dict",
     "built",
+    "changed",
 ]
 
 _T = TypeVar("_T")
@@ -329,6 +330,13 @@ class ItemVectors:
 _FIELDS: dict[type, frozenset[str]] = {}
 
 
+def _field_names(cls: type) -> frozenset[str]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(f.name for f in fields(cls))
+    return names
+
+
 def built(cls: type[_T], values: dict[str, Any]) -> _T:
     """An instance of one of this module's frozen dataclasses from the value of every field,
     equal to ``cls(**values)`` but made without the generated ``__init__``: a frozen class's
@@ -339,14 +347,31 @@ def built(cls: type[_T], values: dict[str, Any]) -> _T:
     Raises:
         TypeError: ``values`` does not name exactly the class's fields.
     """
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+    names = _field_names(cls)
     if len(values) != len(names) or not names.issuperset(values):
         raise TypeError(f"{cls.__name__} takes the fields {sorted(names)}, got {sorted(values)}")
     obj = object.__new__(cls)
     obj.__dict__.update(values)
     return obj
+
+
+def changed(obj: _T, **values: Any) -> _T:
+    """``dataclasses.replace(obj, **values)`` for one of this module's frozen dataclasses,
+    without the generated ``__init__`` (see :func:`built`), keeping what the object has
+    already computed (an :class:`ItemBrief`'s decoded anchor): recall gives every candidate
+    its status as of ``asOf`` this way.
+
+    Raises:
+        TypeError: a name that is not a field.
+    """
+    cls = type(obj)
+    names = _field_names(cls)
+    if not names.issuperset(values):
+        raise TypeError(f"{cls.__name__} has no fields {sorted(set(values) - names)}")
+    new = object.__new__(cls)
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(values)
+    return new
 
 
 def anchor_from_dict(d: Mapping[str, Any]) -> Anchor:

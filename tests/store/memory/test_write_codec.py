@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -13,7 +14,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from store.errors import CanonicalFormError, InvalidDate
 from store.memory.codec import from_us, json_pair, jsonable, to_us
 from store.memory.digest import rfc3339
-from store.memory.model import Anchor, ItemBrief, built
+from store.memory.model import Anchor, ItemBrief, built, changed
 from store.memory.prepared import Prepared
 from store.memory.schema import history, projects
 
@@ -73,6 +74,28 @@ def test_built_equals_the_constructor_and_needs_every_field() -> None:
         built(ItemBrief, {k: v for k, v in brief.items() if k != "title"})
     with pytest.raises(TypeError, match="fields"):
         built(Anchor, {**anchor, "extra": 1})
+
+
+def test_changed_equals_replace_and_keeps_the_decoded_anchor() -> None:
+    doc = '{"kind": "point", "geometry": null, "bbox": [1, 2, 3, 4]}'
+    brief = ItemBrief(
+        **dict.fromkeys(["id", "project", "type", "title", "status", "scope_kind"], "x"),
+        **dict.fromkeys(["actor", "asserted_by"], "y"),
+        confidence=0.5,
+        importance=0.25,
+        anchor_doc=doc,
+        valid_from=None,
+        valid_to=None,
+        superseded_by=None,
+        created_at=from_us(1),
+    )
+    anchor = brief.anchor  # decoded once
+    later = changed(brief, status="superseded", superseded_by="mem_b")
+    assert later == dataclasses.replace(brief, status="superseded", superseded_by="mem_b")
+    assert later.anchor is anchor
+    assert brief.status == "x"  # the original is untouched
+    with pytest.raises(TypeError, match="no fields"):
+        changed(brief, colour="red")
 
 
 @pytest.mark.parametrize("fn", [rfc3339, to_us])
