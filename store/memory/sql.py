@@ -483,7 +483,7 @@ class SqlMemoryStore(MemoryStore):
     ) -> dict[str, StateAsOf]:
         """Item states as of a transaction time (see :func:`store.memory.timeline.states_as_of`)."""
         with self._unavailable(), self.read_tx() as conn:
-            return timeline.states_as_of(conn, project, item_ids, as_of)
+            return timeline.states_as_of(self.read_statements, conn, project, item_ids, as_of)
 
     def relations_of(
         self,
