@@ -33,15 +33,17 @@ def _point(lat: float, lng: float) -> dict[str, Any]:
     return {"type": "Point", "coordinates": [lng, lat]}
 
 
-def _cell_anchor(cell_text: str, kind: str = "cell") -> Anchor:
-    ref = parse_cell_arg(cell_text, "where.cell")
-    south, west, north, east = address.decode(ref.raw).bounds
-    return Anchor(
-        kind="cell" if kind == "cell" else "point",
-        geometry=_point(ref.lat, ref.lng),
-        bbox=(south, west, north, east),
-        cell=ref.cell,
-    )
+def _cell_anchor(cell_text: str) -> Anchor:
+    geo = address.decode(parse_cell_arg(cell_text, "where.cell").raw)
+    return Anchor(kind="cell", geometry=_point(geo.lat, geo.lng), bbox=geo.bounds, cell=geo.cell)
+
+
+def _point_anchor(lat: float, lng: float) -> Anchor:
+    """The anchor of a lat/lng: its cell (as :func:`_cell_anchor` of the cell's text, kind
+    ``point``), decoded from the integer without formatting and parsing that text."""
+    with store_errors():
+        geo = address.decode(address.encode_int(lat, lng))
+    return Anchor(kind="point", geometry=_point(geo.lat, geo.lng), bbox=geo.bounds, cell=geo.cell)
 
 
 def _area_anchor(geometry: Any, bbox: Any) -> Anchor:
@@ -122,8 +124,7 @@ def resolve_anchor(ctx: ServiceContext, where: PlaceIn | None) -> Anchor:
     if where.lat is not None or where.lng is not None:
         if where.lat is None or where.lng is None:
             raise InvalidArgument("where takes lat and lng together", code="invalid_place")
-        with store_errors():
-            return _cell_anchor(address.encode(where.lat, where.lng), kind="point")
+        return _point_anchor(where.lat, where.lng)
     if where.place is not None:
         return _place_anchor(ctx, where.place)
     return _area_anchor(where.geometry, where.bbox)

@@ -27,8 +27,7 @@ import blake3
 
 from api.errors import ApiError
 from store.memory.interface import MemoryStore
-from store.memory.model import Token
-from store.memory.tokens import refusal
+from store.memory.model import Token, refusal
 
 __all__ = [
     "TOKEN_REFUSALS",

@@ -3,6 +3,7 @@
 * :mod:`store.memory.model` — the item and its parts (frozen dataclasses);
 * :mod:`store.memory.interface` — the storage interface (:class:`MemoryStore`);
 * :mod:`store.memory.group` — group commit of concurrent writes (a savepoint each);
+* :mod:`store.memory.writer` — the connection the group commit's batches run on, kept open;
 * :mod:`store.memory.prepared` — the write path's statements, compiled once;
 * :mod:`store.memory.sql` — its implementation over SQLAlchemy Core, shared by
 * :mod:`store.memory.sqlite` (embedded default, WAL, FTS5, R*Tree) and

@@ -111,8 +111,13 @@ def anchor_to_dict(anchor: Anchor) -> dict[str, Any]:
     }
 
 
+_LEAVES = (str, int, float, bool, type(None))
+
+
 def _plain(value: Any) -> Any:
     """Mappings and tuples as dicts and lists (what JSON columns and CBOR hold)."""
+    if type(value) in _LEAVES:  # the common case, without the ABC check below
+        return value
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

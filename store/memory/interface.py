@@ -30,7 +30,7 @@ import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from store.facts import canonical_cbor, digest
 from store.memory.model import (
@@ -47,7 +47,9 @@ from store.memory.model import (
     Token,
     WriteResult,
 )
-from store.memory.timeline import StateAsOf
+
+if TYPE_CHECKING:  # the timeline's queries import SQLAlchemy: not at a server's start
+    from store.memory.timeline import StateAsOf
 
 __all__ = [
     "GENESIS_HASH",

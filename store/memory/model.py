@@ -26,6 +26,7 @@ __all__ = [
     "ACTIONS",
     "APPLICABILITY",
     "ASSERTED_BY",
+    "NEEDS",
     "PLACELESS_TYPES",
     "RELATION_KINDS",
     "STATUSES",
@@ -47,6 +48,7 @@ __all__ = [
     "anchor_from_dict",
     "built",
     "changed",
+    "refusal",
 ]
 
 _T = TypeVar("_T")
@@ -293,6 +295,27 @@ class Token:
     expires_at: dt.datetime | None
     revoked_at: dt.datetime | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+NEEDS = ("read", "write")
+"""What a caller may need of a token."""
+
+
+def refusal(record: Token | None, need: str, at: dt.datetime) -> tuple[str, str] | None:
+    """None when ``record`` may ``need`` at ``at``; else ``(code, message)``: ``token_invalid``
+    (no such token), ``token_revoked``, ``token_expired`` or ``insufficient_permission``."""
+    if record is None:
+        return "token_invalid", "unknown token"
+    if record.revoked_at is not None:
+        return "token_revoked", f"token {record.id} was revoked"
+    if record.expires_at is not None and record.expires_at <= at:
+        return "token_expired", f"token {record.id} expired"
+    if need not in record.can:
+        return (
+            "insufficient_permission",
+            f"token {record.id} may {', '.join(record.can)}, not {need}",
+        )
+    return None
 
 
 @dataclass(frozen=True, eq=False)

@@ -18,9 +18,8 @@ writes of this process share that transaction; other processes meet at the
 database's lock. A concurrent duplicate that slips past the lookup hits the
 unique ``(project, operation_id)`` key; its savepoint is rolled back and the
 stored result is answered. The statements a write always issues are prepared
-once (:mod:`store.memory.prepared`); SQLAlchemy Core builds the rest.
-
-The transaction bodies and the lifecycle rules are in :mod:`store.memory.writes`.
+once (:mod:`store.memory.prepared`); SQLAlchemy Core builds the rest. The transaction
+bodies and the lifecycle rules are in :mod:`store.memory.writes`.
 """
 
 from __future__ import annotations
@@ -73,13 +72,14 @@ from store.memory.model import (
     Token,
     WriteResult,
 )
-from store.memory.prepared import Prepared, RawTx
+from store.memory.prepared import Prepared
 from store.memory.reads import brief_from_row
 from store.memory.readsql import ReadStatements
 from store.memory.schema import ITEM_COLUMNS, history, items, projects
 from store.memory.schema import relations as relations_t
 from store.memory.schema import tokens as tokens_t
 from store.memory.timeline import StateAsOf
+from store.memory.writer import BatchConnection
 
 __all__ = ["SqlMemoryStore"]
 
@@ -100,6 +100,8 @@ class SqlMemoryStore(MemoryStore):
 
     row_locks = False
     """Lock the project's head row with ``SELECT ... FOR UPDATE`` (servers; SQLite serialises writers)."""
+    keep_batch_connection = False
+    """Run the group commit's batches on one kept connection (:mod:`store.memory.writer`)."""
 
     def __init__(self, engine: sa.Engine, url: str) -> None:
         self.engine = engine
@@ -112,16 +114,24 @@ class SqlMemoryStore(MemoryStore):
         self.read_statements = ReadStatements(engine.dialect)
         """The hot reads' compiled shapes (:mod:`store.memory.readsql`)."""
         self._pin = reads.ReadPin()
-        self.group = GroupCommit(self._batch_tx, (sa.exc.IntegrityError, dbapi.IntegrityError))
+        keep = self.keep_batch_connection
+        self._batch_conn = BatchConnection(engine, self.write_tx, self._prepared, keep=keep)
+        integrity = (sa.exc.IntegrityError, dbapi.IntegrityError)
+        self.group = GroupCommit(self._batch_conn.transaction, integrity)
         """This process's group commit of the store's writes (see :mod:`store.memory.group`)."""
 
     # ------------------------------------------------------------------ backend hooks
 
     @contextlib.contextmanager
-    def write_tx(self) -> Iterator[sa.Connection]:
-        """A connection in a write transaction (committed on success, rolled back on error)."""
-        with self.engine.begin() as conn:
-            yield conn
+    def write_tx(self, conn: sa.Connection | None = None) -> Iterator[sa.Connection]:
+        """A write transaction (committed on success, rolled back on error) on ``conn`` (the
+        group commit's kept connection) or on a connection of the pool."""
+        if conn is not None:
+            with conn.begin():
+                yield conn
+            return
+        with self.engine.begin() as pooled:
+            yield pooled
 
     @contextlib.contextmanager
     def read_tx(self) -> Iterator[sa.Connection]:
@@ -217,6 +227,7 @@ class SqlMemoryStore(MemoryStore):
 
     def close(self) -> None:
         """Release connections."""
+        self._batch_conn.close()
         self.engine.dispose()
 
     @contextlib.contextmanager
@@ -243,16 +254,6 @@ class SqlMemoryStore(MemoryStore):
         with self._unavailable():
             job, recover = writes.write_job(project, meta, sign_head, body)
             return self.group.submit(project, job, recover)
-
-    @contextlib.contextmanager
-    def _batch_tx(self) -> Iterator[RawTx]:
-        """A write transaction with the prepared statements on its cursor (group commit)."""
-        with self.write_tx() as conn:
-            tx = RawTx(conn, self._prepared)
-            try:
-                yield tx
-            finally:
-                tx.close()
 
     def create(
         self,

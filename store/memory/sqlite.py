@@ -58,6 +58,7 @@ class SqliteMemoryStore(SqlMemoryStore):
     """The memory store in one SQLite file."""
 
     backend = "sqlite"
+    keep_batch_connection = True  # a file: no server to drop the connection between batches
 
     def __init__(
         self, url: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL"
@@ -121,8 +122,9 @@ class SqliteMemoryStore(SqlMemoryStore):
         """The ``synchronous`` pragma in force."""
 
     @contextlib.contextmanager
-    def write_tx(self) -> Iterator[sa.Connection]:
-        """A ``BEGIN IMMEDIATE`` transaction: the write lock is held from the first statement.
+    def write_tx(self, conn: sa.Connection | None = None) -> Iterator[sa.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction (on ``conn``, or on a connection of the pool):
+        the write lock is held from the first statement.
 
         Threads of one process queue on :attr:`_writer` before asking SQLite: the
         database's own lock is waited for by polling with growing sleeps (up to
@@ -138,7 +140,9 @@ class SqliteMemoryStore(SqlMemoryStore):
         with self._writer:
             held = self._process_writer.acquire()
             try:
-                with self.engine.connect() as conn:
+                with contextlib.ExitStack() as pooled:
+                    if conn is None:
+                        conn = pooled.enter_context(self.engine.connect())
                     conn.execution_options(sqlite_begin="IMMEDIATE")
                     with conn.begin():
                         yield conn

@@ -9,30 +9,10 @@ import datetime as dt
 import sqlalchemy as sa
 
 from store.memory.codec import to_us, token_from_row, token_row
-from store.memory.model import Token
+from store.memory.model import NEEDS, Token, refusal
 from store.memory.schema import tokens as tokens_t
 
 __all__ = ["NEEDS", "add", "listed", "refusal", "revoke"]
-
-NEEDS = ("read", "write")
-"""What a caller may need of a token."""
-
-
-def refusal(record: Token | None, need: str, at: dt.datetime) -> tuple[str, str] | None:
-    """None when ``record`` may ``need`` at ``at``; else ``(code, message)``: ``token_invalid``
-    (no such token), ``token_revoked``, ``token_expired`` or ``insufficient_permission``."""
-    if record is None:
-        return "token_invalid", "unknown token"
-    if record.revoked_at is not None:
-        return "token_revoked", f"token {record.id} was revoked"
-    if record.expires_at is not None and record.expires_at <= at:
-        return "token_expired", f"token {record.id} expired"
-    if need not in record.can:
-        return (
-            "insufficient_permission",
-            f"token {record.id} may {', '.join(record.can)}, not {need}",
-        )
-    return None
 
 
 def listed(conn: sa.Connection, project: str | None) -> list[Token]:

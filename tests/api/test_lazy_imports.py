@@ -1,5 +1,6 @@
 """Start-up stays light: the MCP server, the dispatch and the CLI load the cube's storage
-libraries (zarr, icechunk, pyarrow, pandas) and numba only when a call needs them.
+libraries (zarr, icechunk, pyarrow, pandas), numba and the memory database's SQLAlchemy only
+when a call needs them.
 
 Every stdio MCP server (one per Inspector CLI run) and every ``earthmem`` command pays its
 imports; a tools/list, a bad argument or a receipt check must not pay for the cube. Checked
@@ -17,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-HEAVY = ("zarr", "icechunk", "pyarrow", "pandas", "numba", "fastapi")
+HEAVY = ("zarr", "icechunk", "pyarrow", "pandas", "numba", "fastapi", "sqlalchemy")
 """Imported on first use only (seconds of CPU at every process start)."""
 
 

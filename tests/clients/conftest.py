@@ -35,6 +35,11 @@ FULL_MATRIX_ONLY = frozenset(
     {
         # HTTP with two workers: 2.12 runs it in CI (0.15 runs HTTP with one worker)
         "test_inspector_http.py::test_inspector_over_http[http-2-workers-0.15]",
+        "test_inspector_http.py::test_agent_loop_over_http[http-2-workers-0.15]",
+        # the agent's loop: 0.15 over stdio and over HTTP with one worker, 2.12 over HTTP with
+        # two (every client lists the tools and makes a good and a bad call on each transport)
+        "test_inspector.py::test_agent_loop_over_stdio[2.12]",
+        "test_inspector_http.py::test_agent_loop_over_http[http-1-worker-2.12]",
         # the memory tools with a token over stdio: 0.15 calls every one of them, 2.12 one
         "test_inspector_memory.py::test_memory_tools_over_stdio_with_earthmem_token[2.12]",
         # recall over stdio: 0.15 with a token and 2.12 without run in CI

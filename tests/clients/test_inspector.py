@@ -32,6 +32,14 @@ def test_inspector_over_stdio(
     client = inspector(version)
     target = stdio_target(client, data_dir)
     check_tools(client, target, tmp_path, clearing_cell(tiny_store.manifest))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_agent_loop_over_stdio(
+    version: str, data_dir: Path, tiny_store: Any, tmp_path: Path
+) -> None:
+    client = inspector(version)
+    target = stdio_target(client, data_dir)
     check_loop(client, target, tmp_path, clearing_cell(tiny_store.manifest))
 
 

@@ -36,4 +36,12 @@ def test_inspector_over_http(
     client = inspector(version)
     target = [http_server, "--transport", "http"]
     check_tools(client, target, tmp_path, clearing_cell(tiny_store.manifest))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_agent_loop_over_http(
+    version: str, http_server: str, tiny_store: Any, tmp_path: Path
+) -> None:
+    client = inspector(version)
+    target = [http_server, "--transport", "http"]
     check_loop(client, target, tmp_path, clearing_cell(tiny_store.manifest))
