@@ -230,60 +230,83 @@ def _key_order(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
     return order
 
 
-_SCALARS = (str, bool, type(None))
+_INT_MIN, _INT_MAX = -0x10000000000000000, 0xFFFFFFFFFFFFFFFF
 
 
 def _plain(value: Any, allow_bytes: bool, drop_none: bool) -> Any:
     """The value with its maps re-made in canonical key order (None values dropped when
-    ``drop_none``), checked to be plain; raises _Slow otherwise. Leaves are checked in
-    the loops rather than by a call each, which is most of the work."""
+    ``drop_none``), checked to be plain; raises _Slow otherwise."""
     t = type(value)
     if t is dict:
-        out: dict[str, Any] = {}
-        for k, _ in _key_order(tuple(value)):
-            x = value[k]
-            tx = type(x)
-            if tx in _SCALARS:
-                if x is None and drop_none:
-                    continue
-                out[k] = x
-            else:
-                got = _leaf(x, tx, allow_bytes)
-                out[k] = got[0] if got is not None else _plain(x, allow_bytes, drop_none)
-        return out
+        return _plain_map(value, allow_bytes, drop_none)
     if t is list or t is tuple:
-        items: list[Any] = []
-        for x in value:
-            tx = type(x)
-            if tx in _SCALARS:
-                items.append(x)
-            else:
-                got = _leaf(x, tx, allow_bytes)
-                items.append(got[0] if got is not None else _plain(x, allow_bytes, drop_none))
-        return items
-    if t in _SCALARS:
-        return value
-    got = _leaf(value, t, allow_bytes)
-    if got is None:
-        raise _Slow
-    return got[0]
+        return _plain_seq(value, allow_bytes, drop_none)
+    return _plain_leaf(value, t, allow_bytes)
 
 
-def _leaf(x: Any, tx: type, allow_bytes: bool) -> Any:
-    # A number or bytes as a one-item tuple, None for a container; anything else needs
-    # the reference path.
+# The two loops below check each member's type inline (exact types, most common first)
+# instead of calling a function per member, which was most of the pass's cost; a member
+# that is neither a container nor an everyday scalar goes to _plain_leaf.
+
+
+def _plain_map(value: dict[Any, Any], allow_bytes: bool, drop_none: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, _ in _key_order(tuple(value)):
+        x = value[k]
+        tx = type(x)
+        if tx is str or tx is bool:
+            out[k] = x
+        elif x is None:
+            if not drop_none:
+                out[k] = x
+        elif tx is dict:
+            out[k] = _plain_map(x, allow_bytes, drop_none)
+        elif tx is list or tx is tuple:
+            out[k] = _plain_seq(x, allow_bytes, drop_none)
+        elif tx is float:
+            if x - x != 0.0:  # NaN or infinity
+                raise _Slow
+            out[k] = x
+        else:
+            out[k] = _plain_leaf(x, tx, allow_bytes)
+    return out
+
+
+def _plain_seq(value: list[Any] | tuple[Any, ...], allow_bytes: bool, drop_none: bool) -> list[Any]:
+    items: list[Any] = []
+    append = items.append
+    for x in value:
+        tx = type(x)
+        if tx is str or tx is bool or x is None:
+            append(x)
+        elif tx is float:
+            if x - x != 0.0:
+                raise _Slow
+            append(x)
+        elif tx is dict:
+            append(_plain_map(x, allow_bytes, drop_none))
+        elif tx is list or tx is tuple:
+            append(_plain_seq(x, allow_bytes, drop_none))
+        else:
+            append(_plain_leaf(x, tx, allow_bytes))
+    return items
+
+
+def _plain_leaf(x: Any, tx: type, allow_bytes: bool) -> Any:
+    """A scalar member as encoded (str, bool, None, finite float, int within 64 bits, bytes
+    when allowed); anything else needs the reference path."""
+    if tx is str or tx is bool or x is None:
+        return x
     if tx is float:
         if x - x != 0.0:  # NaN or infinity
             raise _Slow
-        return (x,)
+        return x
     if tx is int:
-        if not -0x10000000000000000 <= x <= 0xFFFFFFFFFFFFFFFF:
+        if not _INT_MIN <= x <= _INT_MAX:
             raise _Slow
-        return (x,)
-    if tx is dict or tx is list or tx is tuple:
-        return None
+        return x
     if tx is bytes and allow_bytes:
-        return (x,)
+        return x
     raise _Slow
 
 

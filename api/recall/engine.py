@@ -49,7 +49,7 @@ from api.recall.names import name_lane
 from api.recall.parse import SCOPE_KINDS, RecallPlan
 from api.recall.text import content_words, coverage, item_words
 from api.recall.vector import vector_lane
-from store.memory.model import ItemBrief, MemoryItem
+from store.memory.model import ItemBrief, MemoryItem, changed
 
 if TYPE_CHECKING:
     from api.context import ServiceContext
@@ -152,7 +152,7 @@ def _visible(
     if q.as_of is not None:
         states = store.states_as_of(q.project, [b.id for b in briefs], q.as_of)
         briefs = [
-            dataclasses.replace(b, status=s.status, superseded_by=s.superseded_by)
+            changed(b, status=s.status, superseded_by=s.superseded_by)
             for b in briefs
             if (s := states.get(b.id)) is not None
         ]
@@ -191,7 +191,7 @@ def _whole(
             if item is None or (primary and not _primary(item)):
                 continue
             if (item.status, item.superseded_by) != (b.status, b.superseded_by):  # as of asOf
-                item = dataclasses.replace(item, status=b.status, superseded_by=b.superseded_by)
+                item = changed(item, status=b.status, superseded_by=b.superseded_by)
             out.append(item)
             if len(out) >= limit:
                 return out

@@ -395,6 +395,13 @@ def _compute_feature_link(ctx: ServiceContext, here: Point, lat: float) -> tuple
     return (EntityLink(eid, "nearest", round(d, 1)),)
 
 
+_DOC_LINKS: weakref.WeakKeyDictionary[
+    Any, dict[tuple[str, Source | None], tuple[EntityLink, ...]]
+] = weakref.WeakKeyDictionary()
+_DOC_LINK_CACHE = 16_384
+"""Stored anchors (their JSON text) whose links are remembered per context."""
+
+
 def links_of(
     ctx: ServiceContext, item: MemoryItem | ItemBrief, only: Source | None = None
 ) -> tuple[EntityLink, ...]:
@@ -402,7 +409,30 @@ def links_of(
 
     ``only``: compute just the feature links or just the city link (an entity's own
     scan needs one kind; the nearest-city search is the costlier half).
+
+    A brief read from SQLite carries its anchor as the stored JSON text; its links are
+    remembered per context by that text (links depend on the anchor and the context's
+    features only), so an entity scan that meets the same items again decodes none of
+    their anchors.
     """
+    doc = getattr(item, "anchor_doc", None)
+    if type(doc) is not str:
+        return _links(ctx, item, only)
+    known = _DOC_LINKS.get(ctx)
+    if known is None:
+        known = _DOC_LINKS[ctx] = {}
+    key = (doc, only)
+    found = known.get(key)
+    if found is None:
+        if len(known) >= _DOC_LINK_CACHE:
+            known.clear()
+        found = known[key] = _links(ctx, item, only)
+    return found
+
+
+def _links(
+    ctx: ServiceContext, item: MemoryItem | ItemBrief, only: Source | None
+) -> tuple[EntityLink, ...]:
     if item.anchor.kind == "place":
         pid = _resolved_place_id(item)
         eid = entity_id_for_place(pid) if pid is not None else None

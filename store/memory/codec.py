@@ -28,6 +28,7 @@ from store.memory.model import (
     NewItem,
     Relation,
     Token,
+    built,
 )
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_DELTA = dt.timedelta
 
 
 def to_us(t: dt.datetime) -> int:
@@ -65,7 +67,9 @@ def to_us(t: dt.datetime) -> int:
 
 def from_us(us: int) -> dt.datetime:
     """Inverse of :func:`to_us` (aware UTC)."""
-    return _EPOCH + dt.timedelta(microseconds=int(us))
+    # positional (days, seconds, microseconds): half the cost of the keyword form, and
+    # reads convert three times per row
+    return _EPOCH + _DELTA(0, 0, int(us))
 
 
 def _opt_us(t: dt.datetime | None) -> int | None:
@@ -227,39 +231,42 @@ def item_row(
 
 def item_from_row(r: Mapping[Any, Any]) -> MemoryItem:
     """A stored item from its ``items`` row."""
-    return MemoryItem(
-        type=r["type"],
-        title=r["title"],
-        statement=r["statement"],
-        tags=tuple(r["tags"]),
-        details=r["details"],
-        confidence=r["confidence"],
-        importance=r["importance"],
-        evidence=tuple(r["evidence"]),
-        related_memory_ids=tuple(r["related_memory_ids"]),
-        metadata=r["metadata"],
-        asserted_by=r["asserted_by"],
-        applicability=r["applicability"],
-        scope=r["scope"],
-        anchor=anchor_from_dict(r["anchor"]),
-        valid_from=_opt_dt(r["valid_from"]),
-        valid_to=_opt_dt(r["valid_to"]),
-        claim=r["claim"],
-        verdict=r["verdict"],
-        verdict_facts=tuple(r["verdict_facts"]),
-        actor=r["actor"],
-        session=r["session"],
-        embedding=unpack_vector(r["embedding"]),
-        id=r["id"],
-        project=r["project"],
-        version=r["version"],
-        status=r["status"],
-        supersedes_id=r["supersedes_id"],
-        superseded_by=r["superseded_by"],
-        deleted_reason=r["deleted_reason"],
-        created_at=from_us(r["created_at"]),
-        updated_at=from_us(r["updated_at"]),
-        content_digest=r["content_digest"],
+    return built(
+        MemoryItem,
+        {
+            "type": r["type"],
+            "title": r["title"],
+            "statement": r["statement"],
+            "tags": tuple(r["tags"]),
+            "details": r["details"],
+            "confidence": r["confidence"],
+            "importance": r["importance"],
+            "evidence": tuple(r["evidence"]),
+            "related_memory_ids": tuple(r["related_memory_ids"]),
+            "metadata": r["metadata"],
+            "asserted_by": r["asserted_by"],
+            "applicability": r["applicability"],
+            "scope": r["scope"],
+            "anchor": anchor_from_dict(r["anchor"]),
+            "valid_from": _opt_dt(r["valid_from"]),
+            "valid_to": _opt_dt(r["valid_to"]),
+            "claim": r["claim"],
+            "verdict": r["verdict"],
+            "verdict_facts": tuple(r["verdict_facts"]),
+            "actor": r["actor"],
+            "session": r["session"],
+            "embedding": unpack_vector(r["embedding"]),
+            "id": r["id"],
+            "project": r["project"],
+            "version": r["version"],
+            "status": r["status"],
+            "supersedes_id": r["supersedes_id"],
+            "superseded_by": r["superseded_by"],
+            "deleted_reason": r["deleted_reason"],
+            "created_at": from_us(r["created_at"]),
+            "updated_at": from_us(r["updated_at"]),
+            "content_digest": r["content_digest"],
+        },
     )
 
 

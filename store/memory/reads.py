@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from store.errors import InvalidMemoryQuery
 from store.memory.codec import decode_cursor, encode_cursor, from_us, to_us
-from store.memory.model import ItemBrief, ItemFilter
+from store.memory.model import ItemBrief, ItemFilter, built
 from store.memory.readsql import ReadStatements, id_slots, pad
 from store.memory.schema import item_tags, items
 
@@ -166,22 +166,25 @@ def conditions(
 def brief_from_row(r: Sequence[Any]) -> ItemBrief:
     """A brief from a row of :data:`BRIEF_COLUMNS` (in that order; the anchor kept as read)."""
     vf, vt = r[11], r[12]
-    return ItemBrief(
-        id=r[0],
-        project=r[1],
-        type=r[2],
-        title=r[3],
-        status=r[4],
-        scope_kind=r[5],
-        actor=r[6],
-        asserted_by=r[7],
-        confidence=r[8],
-        importance=r[9],
-        anchor_doc=r[10],
-        valid_from=None if vf is None else from_us(vf),
-        valid_to=None if vt is None else from_us(vt),
-        superseded_by=r[13],
-        created_at=from_us(r[14]),
+    return built(
+        ItemBrief,
+        {
+            "id": r[0],
+            "project": r[1],
+            "type": r[2],
+            "title": r[3],
+            "status": r[4],
+            "scope_kind": r[5],
+            "actor": r[6],
+            "asserted_by": r[7],
+            "confidence": r[8],
+            "importance": r[9],
+            "anchor_doc": r[10],
+            "valid_from": None if vf is None else from_us(vf),
+            "valid_to": None if vt is None else from_us(vt),
+            "superseded_by": r[13],
+            "created_at": from_us(r[14]),
+        },
     )
 
 
@@ -219,12 +222,13 @@ def page_rows(
     *,
     limit: int,
     cursor: str | None,
-    key: str,
+    key: Callable[[], str],
 ) -> tuple[list[Sequence[Any]], str | None]:
     """One page of rows matching a filter (its shape and parameters; ``conditions_of`` its
     WHERE), newest first (``created_at``, then id), and the cursor of the next page (None at
-    the end); ``key`` binds cursors to the listing. ``columns`` must begin with id and hold
-    ``created_at``.
+    the end); ``key()`` gives the key binding cursors to the listing (computed only when a
+    cursor is read or issued: recall reads one page of most listings). ``columns`` must
+    begin with id and hold ``created_at``.
 
     Raises:
         InvalidCursor: a cursor not issued for ``key``.
@@ -232,7 +236,7 @@ def page_rows(
     shape, params = where
     params = {**params, "limit": limit + 1}
     if cursor is not None:
-        params["cursor_created"], params["cursor_id"] = decode_cursor(cursor, key)
+        params["cursor_created"], params["cursor_id"] = decode_cursor(cursor, key())
     names = tuple(c.name for c in columns)
 
     def build() -> sa.Select[Any]:
@@ -253,7 +257,7 @@ def page_rows(
     nxt = None
     if len(rows) > limit:
         last_row = rows[limit - 1]
-        nxt = encode_cursor(last_row[names.index("created_at")], last_row[0], key)
+        nxt = encode_cursor(last_row[names.index("created_at")], last_row[0], key())
     return list(rows[:limit]), nxt
 
 

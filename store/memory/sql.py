@@ -400,10 +400,9 @@ class SqlMemoryStore(MemoryStore):
     ) -> tuple[list[Any], str | None]:
         if limit < 1:
             raise InvalidMemoryQuery(f"limit must be at least 1, got {limit}")
-        key = filter_key(project, where)
         flt = reads.filter_sql(project, where)
         if cursor is not None:
-            decode_cursor(cursor, key)  # a typed error before the read
+            decode_cursor(cursor, filter_key(project, where))  # a typed error before the read
         with self._unavailable(), self.read_tx() as conn:
             return reads.page_rows(
                 self.read_statements,
@@ -413,7 +412,7 @@ class SqlMemoryStore(MemoryStore):
                 self.conditions,
                 limit=limit,
                 cursor=cursor,
-                key=key,
+                key=lambda: filter_key(project, where),
             )
 
     def relations(self, project: str, item_id: str) -> list[Relation]:
@@ -485,7 +484,7 @@ class SqlMemoryStore(MemoryStore):
     ) -> dict[str, StateAsOf]:
         """Item states as of a transaction time (see :func:`store.memory.timeline.states_as_of`)."""
         with self._unavailable(), self.read_tx() as conn:
-            return timeline.states_as_of(conn, project, item_ids, as_of)
+            return timeline.states_as_of(self.read_statements, conn, project, item_ids, as_of)
 
     def relations_of(
         self,

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from store.memory.codec import relation_from_row, to_us
 from store.memory.model import Relation
 from store.memory.reads import FilterShape, bind
-from store.memory.readsql import ReadStatements
+from store.memory.readsql import ReadStatements, id_slots, pad
 from store.memory.schema import history, items, relations
 
 __all__ = ["StateAsOf", "nearest_valid", "relations_of", "states_as_of"]
@@ -51,24 +51,38 @@ def _chunks(ids: Sequence[str]) -> list[list[str]]:
 
 
 def states_as_of(
-    conn: sa.Connection, project: str, item_ids: Sequence[str], as_of: dt.datetime
+    reads: ReadStatements,
+    conn: sa.Connection,
+    project: str,
+    item_ids: Sequence[str],
+    as_of: dt.datetime,
 ) -> dict[str, StateAsOf]:
-    """Each item's state as of ``as_of`` (items with no entry by then are left out)."""
+    """Each item's state as of ``as_of`` (items with no entry by then are left out).
+
+    One statement per chunk of ids, compiled once per padded id count
+    (:func:`~store.memory.readsql.id_slots`) and run on the read transaction's cursor.
+    """
     t = to_us(as_of)
     h = history.c
     out: dict[str, StateAsOf] = {}
     for chunk in _chunks(item_ids):
-        q = (
-            sa.select(h.item_id, h.seq, h.action, h.change)
-            .where(
-                h.project == project,
-                h.item_id.in_(chunk),
-                h.at <= t,
-                h.action != "relate",
+        slots = id_slots(len(chunk))
+
+        def build(slots: int = slots) -> sa.Select[Any]:
+            return (
+                sa.select(h.item_id, h.seq, h.action, h.change)
+                .where(
+                    h.project == bind("project"),
+                    h.item_id.in_([bind(f"id_{i}") for i in range(slots)]),
+                    h.at <= sa.bindparam("at", type_=sa.BigInteger()),
+                    h.action != sa.literal_column("'relate'"),
+                )
+                .order_by(h.item_id, h.seq)
             )
-            .order_by(h.item_id, h.seq)
-        )
-        for item_id, seq, action, change in conn.execute(q):
+
+        params: dict[str, Any] = {f"id_{i}": v for i, v in enumerate(pad(chunk, slots))}
+        params.update(project=project, at=t)
+        for item_id, seq, action, change in reads.rows(conn, ("as_of", slots), build, params):
             prev = out.get(item_id)
             status = prev.status if prev is not None else "active"
             successor = prev.superseded_by if prev is not None else None

@@ -136,6 +136,15 @@ def test_point_items_link_to_the_feature_containing_or_nearest(ctx: ServiceConte
 
     assert links(inside) == [("feature:kanke-lake", "contains")]
     assert links(beside) == [("feature:kanke-lake", "nearest")]
+    # a brief's links (remembered by its stored anchor) are its item's, read again or not
+    for item_id in (inside, beside, far):
+        item = store.get("ranchi", item_id)
+        assert item is not None
+        for only in (None, "feature", "place"):
+            want = links_of(ctx, item, only)  # type: ignore[arg-type]
+            for _ in range(2):
+                (brief,) = store.get_briefs("ranchi", [item_id])
+                assert links_of(ctx, brief, only) == want  # type: ignore[arg-type]
     beside_item = store.get("ranchi", beside)
     assert beside_item is not None
     d = next(lk.distance_m for lk in links_of(ctx, beside_item))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -11,8 +12,9 @@ from hypothesis import strategies as st
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from store.errors import CanonicalFormError, InvalidDate
-from store.memory.codec import json_pair, jsonable, to_us
+from store.memory.codec import from_us, json_pair, jsonable, to_us
 from store.memory.digest import rfc3339
+from store.memory.model import Anchor, ItemBrief, built, changed
 from store.memory.prepared import Prepared
 from store.memory.schema import history, projects
 
@@ -39,6 +41,61 @@ def test_rfc3339_keeps_unpadded_early_years() -> None:
 def test_to_us_counts_microseconds_since_the_epoch(t: dt.datetime) -> None:
     epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     assert to_us(t) == (t - epoch) // dt.timedelta(microseconds=1)
+
+
+@given(_TIMES)
+def test_from_us_inverts_to_us(t: dt.datetime) -> None:
+    back = from_us(to_us(t))
+    assert back == t
+    assert back.tzinfo is dt.UTC
+
+
+def test_built_equals_the_constructor_and_needs_every_field() -> None:
+    """Reads build briefs, anchors and items without the frozen ``__init__``: the same value."""
+    anchor = {"kind": "point", "geometry": None, "bbox": (1.0, 2.0, 3.0, 4.0)}
+    anchor |= {"cell": None, "place": None, "resolution": None}
+    assert built(Anchor, dict(anchor)) == Anchor(**anchor)
+    brief = {
+        **dict.fromkeys(["id", "project", "type", "title", "status", "scope_kind"], "x"),
+        **dict.fromkeys(["actor", "asserted_by", "anchor_doc"], "y"),
+        "confidence": 0.5,
+        "importance": 0.25,
+        "valid_from": None,
+        "valid_to": None,
+        "superseded_by": None,
+        "created_at": from_us(1),
+    }
+    fast = built(ItemBrief, dict(brief))
+    assert fast == ItemBrief(**brief)
+    assert hash(fast) == hash(ItemBrief(**brief))
+    with pytest.raises(AttributeError):
+        fast.id = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError, match="fields"):
+        built(ItemBrief, {k: v for k, v in brief.items() if k != "title"})
+    with pytest.raises(TypeError, match="fields"):
+        built(Anchor, {**anchor, "extra": 1})
+
+
+def test_changed_equals_replace_and_keeps_the_decoded_anchor() -> None:
+    doc = '{"kind": "point", "geometry": null, "bbox": [1, 2, 3, 4]}'
+    brief = ItemBrief(
+        **dict.fromkeys(["id", "project", "type", "title", "status", "scope_kind"], "x"),
+        **dict.fromkeys(["actor", "asserted_by"], "y"),
+        confidence=0.5,
+        importance=0.25,
+        anchor_doc=doc,
+        valid_from=None,
+        valid_to=None,
+        superseded_by=None,
+        created_at=from_us(1),
+    )
+    anchor = brief.anchor  # decoded once
+    later = changed(brief, status="superseded", superseded_by="mem_b")
+    assert later == dataclasses.replace(brief, status="superseded", superseded_by="mem_b")
+    assert later.anchor is anchor
+    assert brief.status == "x"  # the original is untouched
+    with pytest.raises(TypeError, match="no fields"):
+        changed(brief, colour="red")
 
 
 @pytest.mark.parametrize("fn", [rfc3339, to_us])
