@@ -46,8 +46,13 @@ CI_FUZZ_SECONDS ?= 120
 
 # One pytest-xdist run of the suite and the outside clients: the workers share out both (run
 # separately, one worker idled at the end of each); schemathesis gets CI_FUZZ_SECONDS in all.
+# Two workers a core: the suite waits on the servers, clients and subprocesses it starts for
+# much of its time. All its processes together used 1,036 CPU-s (user + sys) in a 2-worker run,
+# against 2 x 1,053 s of worker time in the last quiet 2-worker CI: a core was idle about half
+# the time.
+CI_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 ci-tests: setup clients  ## what .ci/run runs: the test suite and the outside clients against live servers
-	EARTHMEM_FUZZ_SECONDS=$(CI_FUZZ_SECONDS) $(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=25 -m "not bench_smoke and not client_matrix"
+	EARTHMEM_FUZZ_SECONDS=$(CI_FUZZ_SECONDS) $(BIN)/pytest -q -n $(CI_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25 -m "not bench_smoke and not client_matrix"
 
 $(CLIENTS)/node_modules/.package-lock.json: $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
 	cd $(CLIENTS) && npm ci --no-audit --no-fund

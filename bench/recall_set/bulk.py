@@ -319,7 +319,12 @@ def _insert_rows(
     prev = bytes.fromhex(GENESIS_HASH)
     last_seq = 0
     hist_at = _HIST_NAMES.index("prev_hash"), _HIST_NAMES.index("hash")
-    with multiprocessing.get_context("spawn").Pool(_WORKERS) as pool:
+    # close + join, not the context manager: Pool.__exit__ terminates the workers with
+    # SIGTERM, which a process started with SIGTERM ignored (as pytest-xdist's workers were
+    # seen to be) passes on through exec; its idle workers then never exit and the join
+    # hangs (seen: a CI run of 4 workers stopped here for good)
+    pool = multiprocessing.get_context("spawn").Pool(_WORKERS)
+    try:
         for rows, tags, edges, entries in pool.imap(
             _build, _plan(project, records, first_pk, state)
         ):
@@ -343,6 +348,10 @@ def _insert_rows(
             cur.executemany(_insert_sql("relations", _REL_NAMES), edges)
             cur.executemany(_insert_sql("history", _HIST_NAMES), hist)
             cur.execute("COMMIT")
+    finally:
+        pool.close()
+        pool.join()
+
     if last_seq:
         cur.execute("BEGIN IMMEDIATE")
         cur.execute(
