@@ -93,9 +93,11 @@ class CoalescedWrites:
                 self.transport.writelines(parts)
 
     def close(self) -> None:
-        """Send what waits, then close."""
-        self.flush()
-        self.transport.close()
+        """Send what waits, then close (closed even when the send fails)."""
+        try:
+            self.flush()
+        finally:
+            self.transport.close()
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         """Send what waits, then hand the connection to ``protocol`` (an upgrade)."""
@@ -142,6 +144,13 @@ class ReadDeadlineHttpTools(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def eof_received(self) -> bool | None:
+        """The peer half-closed (``shutdown(SHUT_WR)``, as ``nc -N`` and some proxies do):
+        what waits to be sent leaves now, before the transport closes itself on this EOF
+        (an answer written in this loop step would otherwise be dropped)."""
+        self.transport.flush()  # the transport is the connection's CoalescedWrites
+        return super().eof_received()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -155,3 +155,20 @@ def test_many_requests_on_one_connection_get_whole_answers(base: str) -> None:
             resp = http.post("/v1/intent", json={"type": f"nope{i}"})
             assert resp.status_code == 200
             assert resp.json()
+
+
+def test_a_client_that_half_closes_gets_its_answer(base: str) -> None:
+    """A request followed by ``shutdown(SHUT_WR)`` (``nc -N``, some proxies): the answer the
+    app writes in that loop step is sent before the transport closes on the EOF (the held
+    write was dropped: 0 of 20 answered before the fix)."""
+    port = int(base.rsplit(":", 1)[1])
+    answered = 0
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            s.shutdown(socket.SHUT_WR)
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        answered += out.startswith(b"HTTP/1.1 200")
+    assert answered == 20
