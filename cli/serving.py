@@ -145,12 +145,13 @@ class ReadDeadlineHttpTools(HttpToolsProtocol):
         self._disarm()
         super().connection_lost(exc)
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self) -> None:
         """The peer half-closed (``shutdown(SHUT_WR)``, as ``nc -N`` and some proxies do):
         what waits to be sent leaves now, before the transport closes itself on this EOF
         (an answer written in this loop step would otherwise be dropped)."""
-        self.transport.flush()  # the transport is the connection's CoalescedWrites
-        return super().eof_received()
+        transport: Any = self.transport  # the connection's CoalescedWrites
+        transport.flush()
+        super().eof_received()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

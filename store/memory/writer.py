@@ -54,6 +54,8 @@ class BatchConnection:
         self._prepared = prepared
         self._conn: sa.Connection | None = None
         self._pid = -1
+        self._engine_pid = os.getpid()
+        """The process the engine's pool belongs to (a forked child starts a pool of its own)."""
         self._guard = threading.Lock()
 
     @contextlib.contextmanager
@@ -80,6 +82,11 @@ class BatchConnection:
             if self._conn is not None and self._pid != os.getpid():
                 _INHERITED.append(self._conn)
                 self._conn = None
+            if self._engine_pid != os.getpid():
+                # a forked child: the inherited pool holds the parent's idle connections;
+                # a new pool, without closing them (SQLAlchemy's documented step after a fork)
+                self._engine.dispose(close=False)
+                self._engine_pid = os.getpid()
             if self._conn is not None:  # invalidated: give it back to the pool to discard
                 self._conn.close()
             self._conn, self._pid = self._engine.connect(), os.getpid()
@@ -90,8 +97,11 @@ class BatchConnection:
         batch opens a new one."""
         with self._guard:
             conn, self._conn = self._conn, None
-            if conn is not None and self._pid == os.getpid():
-                conn.close()
+            if conn is not None:
+                if self._pid == os.getpid():
+                    conn.close()
+                else:  # the parent's: kept from the collector, never closed here
+                    _INHERITED.append(conn)
 
     def close(self) -> None:
         """Close the connection (the store is closing)."""

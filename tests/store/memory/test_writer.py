@@ -73,11 +73,15 @@ def test_a_forked_child_opens_its_own_connection(
 ) -> None:
     sqlite_store.create("p", new_item("parent"), meta("op-1", "d1"), sign_head=sign)
     inherited = sqlite_store._batch_conn.get()
+    sqlite_store.head("p")  # a read: leaves the parent's idle connection in the pool
+    idle = {id(r.dbapi_connection) for r in list(sqlite_store.engine.pool._pool.queue)}  # type: ignore[attr-defined]
+    assert idle
     monkeypatch.setattr(writer_module, "_INHERITED", [])
     monkeypatch.setattr(writer_module.os, "getpid", lambda: -42)  # as a child sees it
     sqlite_store.create("p", new_item("child"), meta("op-2", "d2"), sign_head=sign)
     child = sqlite_store._batch_conn.get()
     assert child is not inherited
+    assert id(child.connection.dbapi_connection) not in idle  # a pool of its own, not the parent's
     assert [inherited] == writer_module._INHERITED
     assert not inherited.closed  # left alone: the parent's, not the child's to close
     _chain_verifies(sqlite_store, "p")
