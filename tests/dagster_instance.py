@@ -12,6 +12,7 @@ persistent instance's connections (what ``earthmem ingest`` and the benches run 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -30,10 +31,20 @@ __all__ = ["HeldConnectionEventLogStorage", "ephemeral"]
 
 class HeldConnectionEventLogStorage(InMemoryEventLogStorage):
     """Dagster's in-memory event log; each statement group runs in a transaction on the
-    connection the storage holds (serialised by its lock, as before)."""
+    connection the storage holds (serialised by its lock, as before), from the thread that
+    made it. SQLite connections to an in-memory database belong to their thread: any other
+    thread gets a connection of its own, as Dagster's class gives every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._owner = threading.get_ident()
 
     @contextmanager
     def _connect(self) -> Iterator[Connection]:  # type: ignore[override]
+        if threading.get_ident() != self._owner:
+            with super()._connect() as conn:
+                yield conn
+            return
         with self._db_lock, self._held_conn.begin():
             yield self._held_conn
 
