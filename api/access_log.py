@@ -27,6 +27,7 @@ import asyncio
 import atexit
 import sys
 import time
+import weakref
 from typing import IO
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -64,9 +65,10 @@ class AccessLog:
         self.flush_lines = flush_lines
         self._lines: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
         self._second = -1
         self._stamp = ""
-        atexit.register(self.flush)
+        atexit.register(_flush_at_exit, weakref.ref(self))  # not keeping the app alive
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -101,19 +103,25 @@ class AccessLog:
         path = scope.get("raw_path") or scope["path"].encode()
         query = scope.get("query_string")
         target = path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        if not (target.isascii() and target.isprintable()) or '"' in target or "\\" in target:
+            # bytes past ASCII, control characters, quotes: escaped, one line stays one line
+            target = target.encode("unicode_escape").decode("ascii").replace('"', '\\"')
         code = str(status) if status else "-"
         self._lines.append(
             f'{self._stamp} {peer} "{scope["method"]} {target}" {code} {seconds * 1e3:.1f}ms\n'
         )
         if len(self._lines) >= self.flush_lines:
             self.flush()
-        elif self._timer is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # pragma: no cover - called outside a loop
-                self.flush()
-                return
-            self._timer = loop.call_later(self.flush_seconds, self.flush)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - called outside a loop
+            self.flush()
+            return
+        if self._timer is None or self._timer_loop is not loop:  # none, or another loop's
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._timer_loop = loop.call_later(self.flush_seconds, self.flush), loop
 
     def flush(self) -> None:
         """Write the waiting lines (one write and one flush)."""
@@ -130,3 +138,9 @@ class AccessLog:
             stream.flush()
         except (OSError, ValueError):  # a closed or broken stream: the lines are dropped
             pass
+
+
+def _flush_at_exit(ref: weakref.ReferenceType[AccessLog]) -> None:
+    log = ref()
+    if log is not None:
+        log.flush()

@@ -142,3 +142,34 @@ def test_serve_options_turn_uvicorn_access_log_off_and_ours_on(
     assert isinstance(logged_app(_ok), AccessLog)
     uvicorn_options("127.0.0.1", 8000, access_log=False)
     assert logged_app(_ok) is _ok
+
+
+def test_a_path_with_quotes_control_and_non_ascii_bytes_is_escaped_on_its_line() -> None:
+    stream = io.StringIO()
+    log = AccessLog(_ok, stream)
+    scope = {**_scope(), "raw_path": b'/v1/x"\x1b\xe9\\y', "query_string": b"q=\n"}
+
+    async def go() -> None:
+        await log(scope, _noop_receive, _drop)
+        log.flush()
+
+    asyncio.run(go())
+    text = stream.getvalue()
+    assert text.isascii()
+    assert text.count("\n") == 1
+    (line,) = _lines(stream)
+    assert line.group(3) == '/v1/x\\"\\x1b\\xe9\\\\y?q=\\n'
+
+
+def test_lines_logged_under_a_later_event_loop_are_still_written_in_time() -> None:
+    """The flush timer belongs to the loop that armed it: a later loop arms its own."""
+    stream = io.StringIO()
+    log = AccessLog(_ok, stream, flush_seconds=0.01)
+
+    async def one(wait: float) -> None:
+        await log(_scope(), _noop_receive, _drop)
+        await asyncio.sleep(wait)
+
+    asyncio.run(one(0.0))  # its loop ends before the timer fires
+    asyncio.run(one(0.2))
+    assert len(_lines(stream)) == 2
