@@ -6,8 +6,9 @@ with a token) and each query is ranked by the fused ``recall`` primitive, by the
 store's own full-text lane (``search_text``) and by a BM25-only baseline
 (bm25s, same run; its tokenisation is printed). recall@10 and nDCG@10 overall
 and per case type, plus how many hidden items (superseded, or written after
-``asOf``) each shows. With an embedder configured (``EARTHMEM_EMBEDDER``) recall
-is also run with that setting removed (without the vector lane).
+``asOf``) each shows, with the vector lane and without: the embedder configured
+(``EARTHMEM_EMBEDDER``), or else a small model2vec model trained here on generated text
+(``tests/recall_model.py``), and recall again with that setting removed.
 
 Latency: p50 / p95 of recall (paired in rounds with the fts lane on the same
 query) on stores bulk-loaded with the set plus filler and their history (not
@@ -77,6 +78,32 @@ def _env_without(name: str) -> Iterator[None]:
     finally:
         if saved is not None:
             os.environ[name] = saved
+
+
+@contextlib.contextmanager
+def _an_embedder(notes: list[str]) -> Iterator[None]:
+    """The quality section with the vector lane and without: ``EARTHMEM_EMBEDDER`` when set,
+    else a small model2vec model trained here (cached) by ``tests/recall_model.py`` on its own
+    generated text, not on the recall set; the latency section runs as configured."""
+    if os.environ.get(EMBEDDER_ENV):
+        notes.append(f"vector lane: the configured embedder ({EMBEDDER_ENV})")
+        yield
+        return
+    from tests.recall_model import build_model
+
+    model = CACHE_DIR / "recall_model_v1"
+    if not (model / "config.json").is_file():
+        build_model(model)
+    notes.append(
+        f"vector lane: no {EMBEDDER_ENV} set, so a small model2vec model trained here by "
+        "tests/recall_model.py on its own generated sentences (not on the recall set): the "
+        "fused column runs with it, the no_vector column without"
+    )
+    os.environ[EMBEDDER_ENV] = str(model)
+    try:
+        yield
+    finally:
+        os.environ.pop(EMBEDDER_ENV, None)
 
 
 def _recall_ranker(
@@ -473,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmpdir:
         tmp = Path(tmpdir)
         if not args.no_quality:
-            r, nt, summary = quality(rset, tmp)
+            with _an_embedder(notes):
+                r, nt, summary = quality(rset, tmp)
             extra["api_load_s"] = summary["api_load_s"]
             rows += r
             notes += nt
