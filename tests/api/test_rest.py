@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -359,9 +360,12 @@ def test_warm_app_opens_the_reader_and_inventory_at_start(
     ctx = ServiceContext(store.data, signer=Signer.generate())
     assert ctx._reader is None
     app = create_app(ctx, mount_mcp=False, warm=True)
+    gc.unfreeze()
     with TestClient(app) as live:
         app.state.warmup.join(timeout=120)
         assert not app.state.warmup.is_alive()
+        assert gc.get_freeze_count() > 0  # what start-up built is frozen
+        gc.unfreeze()  # (this process goes on to other tests)
         assert ctx._reader is not None  # opened before any request
         assert ctx._reader._inventory is not None  # and its snapshot's inventory
         assert live.get("/openapi.json").status_code == 200  # and it serves
