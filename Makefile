@@ -12,7 +12,8 @@ export DAGSTER_HOME ?= $(CURDIR)/$(DATA)/dagster_home
 # on one worker (its module fixtures are built once), the longest first; the session builds are
 # shared by the workers (tests/conftest.py)
 PYTEST_WORKERS ?= auto
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
+PYTEST_DIST := --dist loadscope --no-loadscope-reorder
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) $(PYTEST_DIST)
 
 $(BIN)/earthmem: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,7 +53,7 @@ CI_FUZZ_SECONDS ?= 120
 # the time.
 CI_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 ci-tests: setup clients  ## what .ci/run runs: the test suite and the outside clients against live servers
-	EARTHMEM_FUZZ_SECONDS=$(CI_FUZZ_SECONDS) $(BIN)/pytest -q -n $(CI_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25 -m "not bench_smoke and not client_matrix"
+	EARTHMEM_FUZZ_SECONDS=$(CI_FUZZ_SECONDS) $(BIN)/pytest -q -n $(CI_WORKERS) $(PYTEST_DIST) --durations=25 -m "not bench_smoke and not client_matrix"
 
 $(CLIENTS)/node_modules/.package-lock.json: $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
 	cd $(CLIENTS) && npm ci --no-audit --no-fund
