@@ -224,6 +224,9 @@ def render(
         "were treated. Other spreads are p10–p90 of the repeats; `n` = repeats. A share of a "
         "physical limit above 100 % is marked METRIC DEFECT: it is never a result.",
         "",
+        "Hand-written notes of single benches run between generated reports (before/after "
+        "measurements of a change, diagnostics) are kept in `bench/HISTORY.md`.",
+        "",
         "## Machine",
         "",
         "| item | value |",
