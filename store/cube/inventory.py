@@ -60,7 +60,7 @@ from zarr.core.codec_pipeline import codecs_from_list
 from zarr.core.sync import sync
 from zarr.errors import ArrayNotFoundError, GroupNotFoundError
 
-from store.cube.codec import get_many
+from store.cube.codec import get_stored
 from store.errors import InvalidInventory
 from store.inventory import SCHEMA, Inventory, InventoryRow, OverpassIndex
 from store.tslot import slot_to_date
@@ -249,7 +249,7 @@ def _read_chunks(arr: zarr.Array, coords: Sequence[tuple[int, ...]]) -> list[Par
     meta = arr.metadata
     proto = default_buffer_prototype()
     keys = [f"{INVENTORY_ARRAY}/{meta.encode_chunk_key(tuple(c))}" for c in coords]
-    bufs = sync(get_many(arr.store, keys, proto))
+    bufs = sync(get_stored(arr.store, keys, proto))  # listed by the manifest: batched calls
     spec = meta.get_chunk_spec((0, 0), arr.async_array.config, proto)
     array_array, array_bytes, bytes_bytes = codecs_from_list(meta.codecs)  # type: ignore[union-attr]
     sync_ok = not array_array and all(
