@@ -59,6 +59,8 @@ __all__ = ["main"]
 
 LOOP_ROUNDS = 300
 """Paired rounds of each agent's-loop row (each round pays a ~100 ms Zarr baseline read)."""
+AREA_ROUNDS = 11
+"""Paired rounds of the area_over_time rows (each round pays a 1-3 s rioxarray baseline load)."""
 
 
 def _line(r: dict[str, Any]) -> str:
@@ -113,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"loop done ({time.perf_counter() - t_start:.0f} s)")
     if "area" in only:
         year = 2024
-        r, info["area"] = bench_area(area, 1.0, year, 3 if quick else 15, 2 if quick else 7)
+        r, info["area"] = bench_area(
+            area, 1.0, year, 3 if quick else 15, 2 if quick else AREA_ROUNDS
+        )
         rows += r
         log(f"area done ({time.perf_counter() - t_start:.0f} s)")
     if "worst_case" in only:

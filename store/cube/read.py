@@ -37,7 +37,14 @@ from zarr.core.sync import sync
 
 from store.cube.bands import X_SIZE, BandSpec, band_spec
 from store.cube.cache import ChunkCache, Column
-from store.cube.codec import ChunkCodec, fill_mask, get_many, is_contiguous
+from store.cube.codec import (
+    FETCH_GROUP,
+    ChunkCodec,
+    fill_mask,
+    get_many,
+    get_stored,
+    is_contiguous,
+)
 from store.cube.inventory import SnapshotInventory
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, MAX_REGION_ELEMENTS, block_level_of
 from store.cube.regions import RegionReads
@@ -440,10 +447,12 @@ class CubeReader(RegionReads):
     ) -> list[npt.NDArray[Any] | None]:
         """Whole chunks ``(time chunk, chunk row, chunk column)`` of a band (None: not stored).
 
-        Fetches every chunk's bytes concurrently and decodes them with the band's
+        Fetches the chunks' bytes in batched store calls
+        (:func:`~store.cube.codec.get_stored`, :data:`~store.cube.codec.FETCH_GROUP` keys
+        each, the groups concurrently) and decodes each group as it arrives with the band's
         :class:`~store.cube.codec.ChunkCodec` (on the worker pool from
-        :data:`THREADED_DECODE_MIN` chunks); bands whose codecs it does not support
-        are read through zarr. Extra dimensions are read at chunk 0.
+        :data:`THREADED_DECODE_MIN` chunks: one hop per group, not per chunk); bands whose
+        codecs it does not support are read through zarr. Extra dimensions are read at chunk 0.
         """
         arr = self.array(band)
         extra = (0,) * (len(arr.chunks) - 3)
@@ -462,16 +471,19 @@ class CubeReader(RegionReads):
         proto = codec.prototype
         pool = worker_pool() if len(keys) >= THREADED_DECODE_MIN else None
 
-        async def one(key: str) -> npt.NDArray[Any] | None:
-            raw = await store.get(key, proto)
-            if raw is None:
-                return None
+        def decode(raws: list[Any]) -> list[npt.NDArray[Any] | None]:
+            return [None if r is None else codec.decode_view(r) for r in raws]
+
+        async def group(part: list[str]) -> list[npt.NDArray[Any] | None]:
+            raws = await get_stored(store, part, proto)
             if pool is None:
-                return codec.decode_view(raw)
-            # the codecs release the GIL: decode on the pool while other fetches go on
-            return await asyncio.get_running_loop().run_in_executor(pool, codec.decode_view, raw)
+                return decode(raws)
+            # the codecs release the GIL: decode a group on the pool while the others arrive
+            return await asyncio.get_running_loop().run_in_executor(pool, decode, raws)
 
         async def fetch() -> list[npt.NDArray[Any] | None]:
-            return list(await asyncio.gather(*(one(k) for k in keys)))
+            parts = [keys[i : i + FETCH_GROUP] for i in range(0, len(keys), FETCH_GROUP)]
+            done = await asyncio.gather(*(group(p) for p in parts))
+            return [a for part in done for a in part]
 
         return sync(fetch())

@@ -205,3 +205,28 @@ def test_a_writer_reads_only_the_partitions_it_names(tiny_store) -> None:
         assert some.partition_item_ids(k)
     assert some.partition_item_ids("s2|no-such-partition") == frozenset()
     assert sorted(full.partitions)[3] not in some.partitions
+
+
+def test_inventory_decoded_directly_equals_zarrs_decode(
+    tiny_store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inventory's chunks decoded by the numcodecs codecs directly give zarr's rows."""
+    from store.cube import inventory
+
+    calls: list[int] = []
+    real = inventory._direct_decoder
+
+    def counted(*a: object) -> object:
+        got = real(*a)  # type: ignore[arg-type]
+        calls.append(got is not None)
+        return got
+
+    monkeypatch.setattr(inventory, "_direct_decoder", counted)
+    direct = CubeReader(tiny_store.data).inventory
+    assert calls == [True]  # the store's codecs take the direct path
+    monkeypatch.setattr(inventory, "_direct_decoder", lambda *a: None)
+    through_zarr = CubeReader(tiny_store.data).inventory
+    assert direct.partitions
+    assert {k: (p.written_at, dict(p.columns)) for k, p in direct.partitions.items()} == {
+        k: (p.written_at, dict(p.columns)) for k, p in through_zarr.partitions.items()
+    }
