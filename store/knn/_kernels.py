@@ -842,7 +842,7 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release): 
 
     Args:
         planes: ``(2, N)`` uint64 codes word-major, memory-mapped: read in place, each
-            region of :data:`REGION_BYTES` released after its scan when ``release``
+            region (:data:`REGION_BYTES` over both planes) released after its scan when ``release``
             (read-only file mappings only).
         q: (2,) uint64 query code words.
         Others as in :func:`hamming_scan`.
@@ -853,7 +853,7 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release): 
     out_r = np.empty((nchunk, cap), np.int64)
     sizes = np.zeros(nchunk, np.int64)
     shared = np.full(1, 129, np.int64)  # 64 * 2 + 1: keep everything until a limit settles
-    region_rows = REGION_BYTES // 8
+    region_rows = REGION_BYTES // 16  # both planes of a region: REGION_BYTES, as the row-major scan
     q0 = q[0]
     q1 = q[1]
     p0 = planes[0]
