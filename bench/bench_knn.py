@@ -2,7 +2,16 @@
 
 Baselines (same process, same vectors, same thread count): FAISS ``IndexFlatIP``
 on the dequantised, L2-normalised float32 vectors (exact cosine) and FAISS
-``IndexBinaryFlat`` on the same bin128 codes. Every ratio row is *paired*: in
+``IndexBinaryFlat`` on the same bin128 codes.
+
+Threads of the Hamming row: one each. ``IndexBinaryFlat`` searches one query on
+one thread whatever ``omp_set_num_threads`` says (its OpenMP loop runs over the
+queries, once per 65,536-row block), and given two threads it only pays a
+fork/join per block: 153 per query at 10^7, each waiting for the idle thread to
+be scheduled, which under load made it 7-30x slower (paired, 10^7, load 8) and
+the ratio swing. So the judged row runs both sides on one thread (numba and
+FAISS limited to 1), and an info row gives earthmem's default (parallel) scan
+against the same single-thread FAISS. Every ratio row is *paired*: in
 each round the earthmem scan and its baseline run back to back on the same
 query row (A, B, A, B, ...), and the row reports the median of the per-round
 ratios with its p10–p90 (:mod:`bench.paired`).
@@ -58,6 +67,9 @@ TARGET_N = 10_000_000
 
 CACHES = "warm: table files in page cache, mapping released between queries; FAISS index resident"
 LOAD_CPU = "yes: both sides use both cores (numba / OpenMP threads); a busy core slows the parallel one more"
+LOAD_SERIAL = "less: both sides on one thread, paired (no barrier waits); still shares the cores"
+HAM_THREADS = 1
+"""Threads of both sides of the judged Hamming row (see the module docstring)."""
 
 
 def machine() -> dict[str, Any]:
@@ -87,6 +99,23 @@ def _faiss_flat(t: V.KnnTable) -> Any:
         x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
         index.add(x)
     return index
+
+
+def _with_threads(fn: Any, threads: int) -> Any:
+    """``fn`` run with numba and FAISS (OpenMP) limited to ``threads``, restored after."""
+    import faiss
+
+    def run(i: int) -> Any:
+        before = numba.get_num_threads()
+        numba.set_num_threads(min(threads, before))
+        faiss.omp_set_num_threads(threads)
+        try:
+            return fn(i)
+        finally:
+            numba.set_num_threads(before)
+            faiss.omp_set_num_threads(before)
+
+    return run
 
 
 def _faiss_binary(t: V.KnnTable) -> Any:
@@ -223,8 +252,13 @@ def run_size(n: int, rounds: int, n_recall: int) -> SizeResult:
             lambda i: t.search(inline[i], k=K, mode="cosine"), faiss_flat, rounds
         ),
         "ham_faiss": paired(
+            _with_threads(lambda i: t.search_row(q(i), k=K, mode="hamming"), HAM_THREADS),
+            _with_threads(lambda i: binary.search(qc[i], K), HAM_THREADS),
+            rounds,
+        ),
+        "ham_faiss_mt": paired(
             lambda i: t.search_row(q(i), k=K, mode="hamming"),
-            lambda i: binary.search(qc[i], K),
+            _with_threads(lambda i: binary.search(qc[i], K), HAM_THREADS),
             rounds,
         ),
         "rr_cos": paired(rr, cos, rounds),
@@ -235,7 +269,8 @@ def run_size(n: int, rounds: int, n_recall: int) -> SizeResult:
         "cos_faiss": "cosine (earthmem, int8)",
         "full_faiss": "cosine full scan, no pruning (earthmem, int8)",
         "inline_faiss": "cosine inline float query (earthmem, f32 x int8)",
-        "ham_faiss": "hamming (earthmem)",
+        "ham_faiss": f"hamming (earthmem), {HAM_THREADS} thread each side",
+        "ham_faiss_mt": f"hamming (earthmem, {numba.get_num_threads()} threads) vs FAISS on {HAM_THREADS}",
         "rr_cos": f"hamming_then_rerank x{multiple} (earthmem)",
         "rr_full": f"hamming_then_rerank x{multiple} (earthmem) vs the unpruned exact scan",
         "rrdef_cos": f"hamming_then_rerank x{V.DEFAULT_RERANK_MULTIPLE} (default)",
@@ -366,11 +401,21 @@ def size_rows(r: SizeResult) -> list[dict[str, Any]]:
         ),
         pair_row(
             "ham_faiss",
-            "hamming baseline: FAISS IndexBinaryFlat",
-            "earthmem / FAISS, per round",
+            f"hamming baseline: FAISS IndexBinaryFlat, {HAM_THREADS} thread",
+            "earthmem / FAISS, per round, same threads",
             tgt("<= 0.6"),
             (h <= 0.6) if judged else None,
             case=f"find_like hamming: {r.names['ham_faiss']}",
+            load_sensitive=LOAD_SERIAL,
+            threads=HAM_THREADS,
+        ),
+        pair_row(
+            "ham_faiss_mt",
+            f"hamming baseline: FAISS IndexBinaryFlat, {HAM_THREADS} thread (one query uses one)",
+            "earthmem / FAISS, per round",
+            "(info: earthmem's default threads)",
+            None,
+            case=f"find_like hamming: {r.names['ham_faiss_mt']}",
         ),
         pair_row(
             "rr_cos",

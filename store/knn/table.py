@@ -72,7 +72,12 @@ saved. bench/RESULTS.md lists the pruned scan beside the unpruned one
 ("cosine full scan, no pruning") at 10^6 and 10^7 rows.
 """
 _ARRAYS = ("cells", "vectors", "scales", "norms")
-_SPLIT_MAX_KEEP = 64  # Hamming scans keeping fewer rows than this read the word-major planes
+_SPLIT_MAX_KEEP = MAX_CANDIDATES + 1
+"""Hamming scans keeping fewer rows than this read the word-major planes (all of them).
+
+Measured at 10^7 rows, one thread, paired (bench/RESULTS.md has the bench rows):
+for a rerank's 5,120 candidates the word-major scan costs 0.71 [0.67-0.81] of the
+row-major scan's CPU time; for k = 10 it reads about half the bytes."""
 _SAMPLE_RUNS = 32
 _SEED_RUN_ROWS = 256  # rows per run of the pruned cosine scan's seed sample (32 x 256 rows, 1 MB)
 _GATHER_ROWS = 1 << 16  # a sparse mask with at most this many rows is gathered by pread
@@ -341,9 +346,8 @@ class KnnTable:
             raise InvalidVectorQuery(f"query code must have {BIN_BYTES} bytes, got shape {q.shape}")
         marr = m if m is not None else np.ones(1, np.bool_)
         exclude = -1 if exclude_row is None else int(exclude_row)
-        # word-major planes pay off when the limit is tight (few rows pass the first
-        # word): small n_keep. For rerank candidate lists (thousands of rows) most
-        # regions need their second words anyway, and the row-major scan reads less.
+        # word-major planes: blocks whose first words all miss the limit skip their
+        # second words (most blocks for small n_keep, many for rerank candidate lists)
         planes = self.bin128w if n_keep < _SPLIT_MAX_KEEP else None
         check_mapped(
             self.path, {"bin128w": planes} if planes is not None else {"bin128": self.bin128}

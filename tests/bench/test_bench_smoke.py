@@ -41,6 +41,7 @@ def _knn_doc(n: int) -> dict:
         "full_faiss": (15.0, 100.0),
         "inline_faiss": (20.0, 100.0),
         "ham_faiss": (1.0, 2.0),
+        "ham_faiss_mt": (0.8, 2.0),
         "rr_cos": (1.5, 10.0),
         "rr_full": (1.5, 15.0),
         "rrdef_cos": (1.2, 10.0),
@@ -49,7 +50,8 @@ def _knn_doc(n: int) -> dict:
         "cos_faiss": "cosine (earthmem, int8)",
         "full_faiss": "cosine full scan, no pruning (earthmem, int8)",
         "inline_faiss": "cosine inline float query (earthmem, f32 x int8)",
-        "ham_faiss": "hamming (earthmem)",
+        "ham_faiss": "hamming (earthmem), 1 thread each side",
+        "ham_faiss_mt": "hamming (earthmem, 2 threads) vs FAISS on 1",
         "rr_cos": "hamming_then_rerank x32 (earthmem)",
         "rr_full": "hamming_then_rerank x32 (earthmem) vs the unpruned exact scan",
         "rrdef_cos": "hamming_then_rerank x16 (default)",
@@ -136,8 +138,13 @@ def test_render_pairs_each_row_with_its_baseline_and_judges_targets_at_1e7() -> 
     assert "0.1 (earthmem / FAISS, per round)" in cos
     assert "paired, 3 rounds" in cos
     assert "**met**" in cos
-    ham = next(line for line in lines if line.startswith("| find_like hamming: hamming (earthmem"))
+    ham = next(
+        line
+        for line in lines
+        if line.startswith("| find_like hamming: hamming (earthmem), 1 thread")
+    )
     assert "**met**" in ham  # 1.0 / 2.0 = 0.5 <= 0.6
+    assert "same threads" in ham
     bw = next(
         line
         for line in lines
