@@ -145,6 +145,14 @@ def test_knn_rows_are_judged_at_1e7_and_a_share_over_100_percent_fails_as_a_defe
     assert bad_share["target"].startswith("METRIC DEFECT")
     small = size_rows(_size_result(100_000, [7.0] * 3, [10.0] * 3))
     assert all(r["met"] is None for r in small)
+    # a table of a few MB gets no share at all (its timed pass measures a launch): even a
+    # "share" over 100 % there is neither reported nor a defect
+    tiny = size_rows(_size_result(100_000, [22.0] * 3, [10.0] * 3))
+    tiny_shares = [r for r in tiny if "share of the read-bandwidth limit" in r["case"]]
+    assert tiny_shares
+    assert all(r["median"] is None for r in tiny_shares)
+    assert all("not measured" in r["baseline_case"] for r in tiny_shares)
+    assert not any(r["target"].startswith("METRIC DEFECT") for r in tiny_shares)
 
 
 def test_report_shows_the_ratio_spread_and_the_spread_of_runs() -> None:
