@@ -13,7 +13,14 @@
 * ``dask``: the area's ingest with ``EARTHMEM_INGEST_EXECUTOR=dask`` on a LocalCluster of 1,
   then 2 worker processes (``EARTHMEM_DASK_WORKERS``), each in a fresh child process into a
   fresh data directory; ratio t(1) / t(2), target >= 1.6 on 2 cores (the coordinator shares
-  the cores). The load average before and after each run is kept with the row.
+  the cores). The load average before and after each run is kept with the row, and the CPU
+  seconds of the coordinator process (S) and of each worker process (P): a second row is the
+  coordinator's share s = S / (S + P) of the 1-worker run, with the bound 2 / (1 + s) that it
+  puts on the speed-up of 2 workers on 2 cores when S runs while the workers wait (Amdahl;
+  1.6x needs s <= 25 %). CPU seconds are steadier than wall times on a shared machine.
+
+Both ingests of the storage part also time every cube commit (``CubeWriter.commit_session``):
+a row compares the median commit on moto with the one on local disk.
 
 Not part of ``python -m bench.run``'s default set (each row is whole ingests of the area).
 """
@@ -54,7 +61,9 @@ def _ingest_child(data: str, sample: str) -> int:
 
     from pipelines.run import ingest_area
 
+    commits = _time_commits()
     t0 = time.perf_counter()
+    cpu0 = _cpu_self()
     with DagsterInstance.ephemeral() as instance:
         report = ingest_area(
             Path(data),
@@ -66,9 +75,55 @@ def _ingest_child(data: str, sample: str) -> int:
         "seconds": time.perf_counter() - t0,
         "failed": report.failed,
         "partitions": report.partitions,
+        "cpu_coordinator": _cpu_self() - cpu0,
+        "cpu_workers": _cpu_workers(),
+        "commit_seconds": commits,
     }
     print(json.dumps(doc))
     return 0
+
+
+def _time_commits() -> list[float]:
+    """Record the wall time of every cube commit of this process (the list fills as it runs).
+
+    Wraps :meth:`store.cube.write.CubeWriter.commit_session`, the one call both executors
+    commit through (a week's transaction, a range's cooperative commit).
+    """
+    from store.cube.write import CubeWriter
+
+    seconds: list[float] = []
+    commit = CubeWriter.commit_session
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return commit(self, *args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - t)
+
+    CubeWriter.commit_session = timed  # type: ignore[method-assign]
+    return seconds
+
+
+def _cpu_self() -> float:
+    """User + system CPU seconds of this process (all its threads: Dagster, the scheduler)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _cpu_workers() -> list[float]:
+    """User + system CPU seconds of each worker process of this process's LocalCluster."""
+    from distributed import Client
+
+    from pipelines.cluster import local_clusters
+
+    out: list[float] = []
+    for local in local_clusters():
+        with Client(local, set_as_default=False) as client:
+            out += sorted(client.run(_cpu_self).values())
+    return out
 
 
 def _ingest(sample: Path, data: Path, env: dict[str, str], log: Path) -> dict[str, Any]:
@@ -137,7 +192,8 @@ def bench_storage(area: Any, rounds: int, tmp: Path) -> tuple[list[dict[str, Any
                 ratio_def="S3 / local (one run each)",
                 target="(info)",
                 load=[local["load_before"], remote["load_after"]],
-            )
+            ),
+            _commit_row(local, remote),
         ]
         with (
             Server(tmp / "local", tmp / "serve-local.log", quiet=True) as srv_local,
@@ -172,6 +228,30 @@ def bench_storage(area: Any, rounds: int, tmp: Path) -> tuple[list[dict[str, Any
         moto.stop()
 
 
+def _commit_row(local: dict[str, Any], remote: dict[str, Any]) -> dict[str, Any]:
+    """The cube commits of the two ingests: median seconds a commit, S3 vs local disk."""
+    import statistics
+
+    a, b = remote["commit_seconds"], local["commit_seconds"]
+    ms_a, ms_b = 1e3 * statistics.median(a), 1e3 * statistics.median(b)
+    return row(
+        "cube commit during the ingest, data root on S3 (moto, loopback), median",
+        "ms",
+        ms_a,
+        baseline_case="the same commits into a local data directory, median",
+        baseline=ms_b,
+        ratio=ms_a / ms_b,
+        ratio_def="S3 / local, medians over the ingest's commits",
+        target="(info)",
+        commits=len(a),
+        total_s={"s3": round(sum(a), 2), "local": round(sum(b), 2)},
+        p90_ms={
+            "s3": round(1e3 * statistics.quantiles(a, n=10)[-1], 1) if len(a) > 1 else ms_a,
+            "local": round(1e3 * statistics.quantiles(b, n=10)[-1], 1) if len(b) > 1 else ms_b,
+        },
+    )
+
+
 def bench_dask(area: Any, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The area's ingest on a LocalCluster of 1 and of 2 worker processes."""
     runs = {}
@@ -183,6 +263,13 @@ def bench_dask(area: Any, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, An
         _log(f"dask, {workers} worker(s): {runs[workers]['seconds']:.0f} s")
     t1, t2 = runs[1]["seconds"], runs[2]["seconds"]
     speedup = t1 / t2
+    shares = {str(w): _serial_share(r) for w, r in runs.items()}
+    for w, share in shares.items():
+        _log(
+            f"dask, {w} worker(s): coordinator {share['coordinator_cpu_s']:.1f} s CPU,"
+            f" workers {share['workers_cpu_s']} s CPU, serial share {share['serial_share']:.0%},"
+            f" bound on 2 cores {share['bound_2_cores']:.2f}x"
+        )
     rows = [
         row(
             "ingest of the area, Dask LocalCluster of 2 worker processes",
@@ -195,9 +282,35 @@ def bench_dask(area: Any, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, An
             target=">= 1.6",
             met=speedup >= 1.6,
             load={str(w): [r["load_before"], r["load_after"]] for w, r in runs.items()},
-        )
+            cpu=shares,
+        ),
+        row(
+            "ingest of the area, Dask, 1 worker: coordinator's share of the CPU (serial part)",
+            "%",
+            100 * shares["1"]["serial_share"],
+            ratio_def="s = coordinator CPU / (coordinator + workers) CPU; 2 workers at most 2/(1+s)",
+            target="<= 25 (for >= 1.6x)",
+            met=shares["1"]["serial_share"] <= 0.25,
+            bound_2_cores=shares["1"]["bound_2_cores"],
+        ),
     ]
     return rows, {"runs": runs}
+
+
+def _serial_share(run: dict[str, Any]) -> dict[str, Any]:
+    """CPU seconds of the coordinator (S) and the workers (P), s = S / (S + P), and 2 / (1 + s).
+
+    The coordinator is the ingest's own process: Dagster, the scheduler of the LocalCluster,
+    the merges and commits. When S runs while the workers wait and P splits evenly over 2
+    workers on 2 cores, t(1) / t(2) = (S + P) / (S + P / 2) = 2 / (1 + s) (Amdahl's law).
+    """
+    s, p = run["cpu_coordinator"], sum(run["cpu_workers"])
+    return {
+        "coordinator_cpu_s": round(s, 1),
+        "workers_cpu_s": [round(x, 1) for x in run["cpu_workers"]],
+        "serial_share": s / (s + p),
+        "bound_2_cores": 2 * (s + p) / (2 * s + p),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,10 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": time.perf_counter() - t_start,
     }
     write_json(args.json, doc)
-    for r in rows:
-        base = r["baseline"]["median"] if r.get("baseline") else None
+    for one in rows:
+        base = one["baseline"]["median"] if one.get("baseline") else None
         print(
-            f"{r['case'][:70]:70} {r['median']:10.4g} {r['unit']:3} base {base} ratio {r['ratio']}"
+            f"{one['case'][:70]:70} {one['median']:10.4g} {one['unit']:3} base {base}"
+            f" ratio {one['ratio']}"
         )
     return 0
 

@@ -122,17 +122,25 @@ class DaskResource(ConfigurableResource):
         return choose_executor(self.executor, self.scheduler, self.workers)
 
 
-_LOCAL: dict[int, Any] = {}
+_LOCAL: dict[int, tuple[Any, Any]] = {}
+"""Worker count -> (LocalCluster, its Client): started once a process, closed at exit."""
 _LOCAL_LOCK = threading.Lock()
 
 
-def _local_cluster(workers: int) -> Any:
-    """This process's LocalCluster with ``workers`` worker processes (started once, closed at exit)."""
-    from distributed import LocalCluster
+def _local_client(workers: int) -> Any:
+    """The Client of this process's LocalCluster with ``workers`` worker processes.
+
+    The cluster and one client connected to it are started once a process and closed at
+    exit: every run of the process submits through the same client (a client per run cost
+    the coordinator a connection, a scheduler registration and a handshake each time).
+    """
+    from distributed import Client, LocalCluster
 
     with _LOCAL_LOCK:
-        cluster = _LOCAL.get(workers)
-        if cluster is None:
+        entry = _LOCAL.get(workers)
+        if entry is None or entry[1].status != "running":
+            if entry is not None:
+                _close(entry)
             cluster = LocalCluster(
                 n_workers=workers,
                 threads_per_worker=1,
@@ -140,22 +148,40 @@ def _local_cluster(workers: int) -> Any:
                 dashboard_address=None,
                 silence_logs=40,  # logging.ERROR
             )
-            _LOCAL[workers] = cluster
+            entry = (cluster, Client(cluster, set_as_default=False))
+            _LOCAL[workers] = entry
             if len(_LOCAL) == 1:
                 atexit.register(_close_local)
-        return cluster
+        return entry[1]
+
+
+def local_clusters() -> list[Any]:
+    """The LocalClusters this process started (for diagnostics: the bench's CPU accounting)."""
+    with _LOCAL_LOCK:
+        return [cluster for cluster, _ in _LOCAL.values()]
+
+
+def _close(entry: tuple[Any, Any]) -> None:
+    cluster, client = entry
+    try:
+        client.close()
+    finally:
+        cluster.close()
 
 
 def _close_local() -> None:
     with _LOCAL_LOCK:
-        for cluster in _LOCAL.values():
-            cluster.close()
+        for entry in _LOCAL.values():
+            _close(entry)
         _LOCAL.clear()
 
 
 @contextmanager
 def dask_client(choice: ExecutorChoice) -> Iterator[Any]:
-    """A ``distributed.Client`` for a ``dask`` choice (closed on exit; the cluster is not).
+    """A ``distributed.Client`` for a ``dask`` choice.
+
+    A configured scheduler gets a client of its own, closed on exit; a LocalCluster's client
+    is the process's one (:func:`_local_client`), left open for the next run.
 
     Raises:
         ClusterUnavailable: The scheduler does not answer within the choice's timeout.
@@ -165,16 +191,16 @@ def dask_client(choice: ExecutorChoice) -> Iterator[Any]:
     if choice.kind != "dask":
         raise ClusterError("dask_client needs a 'dask' executor choice")
     if choice.scheduler is None:
-        client = Client(_local_cluster(choice.workers), set_as_default=False)
-    else:
-        try:
-            client = Client(choice.scheduler, timeout=choice.connect_timeout, set_as_default=False)
-        except (OSError, TimeoutError) as exc:
-            raise ClusterUnavailable(
-                f"Dask scheduler {choice.scheduler} did not answer within"
-                f" {choice.connect_timeout:g} s"
-                f" ({type(exc).__name__}: {exc}); nothing was written"
-            ) from exc
+        yield _local_client(choice.workers)
+        return
+    try:
+        client = Client(choice.scheduler, timeout=choice.connect_timeout, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise ClusterUnavailable(
+            f"Dask scheduler {choice.scheduler} did not answer within"
+            f" {choice.connect_timeout:g} s"
+            f" ({type(exc).__name__}: {exc}); nothing was written"
+        ) from exc
     try:
         yield client
     finally:

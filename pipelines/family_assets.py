@@ -15,7 +15,9 @@ metadata, and one check evaluation per check and partition (its checks are
 partitioned like the asset), bound to the materialisation it checks: Dagster binds a check
 result to its target only in single-partition runs, and the UI's check status per partition
 counts an evaluation as current only when it names the partition's latest materialisation
-(without it every written week's checks show as not evaluated). A partition a failed ERROR check kept out of the cube
+(without it every written week's checks show as not evaluated). The range's materialisations
+come first, then its check evaluations, whose targets are read back in one query for the
+range (not one a partition). A partition a failed ERROR check kept out of the cube
 gets no materialisation but an observation naming the reason, and the step then
 fails (:data:`CHECKS_STOPPED`), so Dagster marks exactly those partitions failed.
 """
@@ -168,7 +170,16 @@ def _define(family: SceneFamily[Any]) -> FamilyAssets:
         selected = context.selected_asset_check_keys
         for outcome in outcomes:  # week order
             context.log.info(f"{family.asset} {outcome.summary()}")
-            yield from _partition_events(family, outcome, selected, context)
+            yield _partition_event(family, outcome)
+        # each event is stored before the generator resumes: read the range's back at once
+        targets = _targets_of(
+            context.instance,
+            AssetKey(family.asset),
+            [o.key for o in outcomes if o.written],
+            context.run.run_id,
+        )
+        for outcome in outcomes:
+            yield from _check_events(family, outcome, selected, targets.get(outcome.key))
         for key in sorted(selected, key=lambda k: k.name):
             yield Output(
                 None, output_name=context.assets_def.get_output_name_for_asset_check_key(key)
@@ -187,31 +198,31 @@ def _define(family: SceneFamily[Any]) -> FamilyAssets:
     return FamilyAssets(items, cube)
 
 
-def _partition_events(
+def _partition_event(
+    family: SceneFamily[Any], outcome: PartitionOutcome
+) -> AssetMaterialization | AssetObservation:
+    """A partition's materialisation, or the observation of why it was not written."""
+    tags = _partition_tags(outcome.key)
+    if outcome.written:
+        return AssetMaterialization(
+            asset_key=family.asset, partition=outcome.key, metadata=outcome.metadata, tags=tags
+        )
+    return AssetObservation(
+        asset_key=family.asset,
+        partition=outcome.key,
+        description=f"not written: {outcome.reason}"[:2000],
+        metadata={**outcome.metadata, "not_written": str(outcome.reason)},
+        tags=tags,
+    )
+
+
+def _check_events(
     family: SceneFamily[Any],
     outcome: PartitionOutcome,
     selected: Any,
-    context: AssetExecutionContext,
-) -> Iterator[CubeEvent]:
-    """A partition's materialisation (or observation of why not) and its check evaluations."""
-    tags = _partition_tags(outcome.key)
-    target = None
-    if outcome.written:
-        yield AssetMaterialization(
-            asset_key=family.asset, partition=outcome.key, metadata=outcome.metadata, tags=tags
-        )
-        # the event is stored before the generator resumes: read back its storage id
-        target = _target_of(
-            context.instance, AssetKey(family.asset), outcome.key, context.run.run_id
-        )
-    else:
-        yield AssetObservation(
-            asset_key=family.asset,
-            partition=outcome.key,
-            description=f"not written: {outcome.reason}"[:2000],
-            metadata={**outcome.metadata, "not_written": str(outcome.reason)},
-            tags=tags,
-        )
+    target: AssetCheckEvaluationTargetMaterializationData | None,
+) -> Iterator[AssetCheckEvaluation]:
+    """A partition's check evaluations, bound to its materialisation ``target`` (if written)."""
     for result in outcome.checks:
         check_key = AssetCheckKey(AssetKey(family.asset), str(result.check_name))
         if check_key not in selected:
@@ -228,6 +239,39 @@ def _partition_events(
         )
 
 
+def _targets_of(
+    instance: DagsterInstance, asset_key: AssetKey, partitions: list[str], run_id: str
+) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+    """The materialisations this run just stored for ``partitions``, by partition.
+
+    One query for the range (newest first: this run's are the newest unless another run
+    stored some since); a partition it misses is asked for alone.
+    """
+    if not partitions:
+        return {}
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions),
+        limit=len(partitions),
+    ).records
+    out: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    for rec in records:
+        key = rec.partition_key
+        if key is not None and key not in out and rec.event_log_entry.run_id == run_id:
+            out[key] = _target_data(rec, run_id)
+    for key in partitions:
+        if key not in out:
+            target = _target_of(instance, asset_key, key, run_id)
+            if target is not None:
+                out[key] = target
+    return out
+
+
+def _target_data(rec: Any, run_id: str) -> AssetCheckEvaluationTargetMaterializationData:
+    return AssetCheckEvaluationTargetMaterializationData(
+        storage_id=rec.storage_id, run_id=run_id, timestamp=rec.timestamp
+    )
+
+
 def _target_of(
     instance: DagsterInstance, asset_key: AssetKey, partition: str, run_id: str
 ) -> AssetCheckEvaluationTargetMaterializationData | None:
@@ -237,10 +281,7 @@ def _target_of(
     ).records
     if not records or records[0].event_log_entry.run_id != run_id:
         return None
-    mat = records[0]
-    return AssetCheckEvaluationTargetMaterializationData(
-        storage_id=mat.storage_id, run_id=run_id, timestamp=mat.timestamp
-    )
+    return _target_data(records[0], run_id)
 
 
 def _partition_tags(key: str) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.cluster import ClusterError, ExecutorChoice, choose_executor
+from pipelines.cluster import ClusterError, ExecutorChoice, choose_executor, dask_client
 
 
 def test_in_process_unless_dask_is_asked_for() -> None:
@@ -40,3 +40,14 @@ def test_explicit_settings_win_over_the_environment() -> None:
 def test_bad_settings_are_typed_errors(env: dict[str, str], match: str) -> None:
     with pytest.raises(ClusterError, match=match):
         choose_executor(env=env)
+
+
+@pytest.mark.slow  # starts a LocalCluster of one worker process
+def test_runs_of_a_process_share_its_local_cluster_client() -> None:
+    choice = choose_executor("dask", workers=1)
+    with dask_client(choice) as first:
+        assert first.submit(sum, [1, 2]).result() == 3
+    with dask_client(choice) as second:  # the next run: the same client, still connected
+        assert second is first
+        assert second.status == "running"
+        assert second.submit(sum, [3, 4]).result() == 7
