@@ -232,3 +232,30 @@ def test_flat_row_judges_the_median_per_round_ratio_and_the_runs_checks() -> Non
     broken = flat_row(run([2.0], [2.0], blocks_without_data=["b8.1.1"]), judged=True)
     assert broken["met"] is False
     assert flat_row(run([2.0], [2.0]), judged=False)["met"] is None
+
+
+def test_flat_row_judges_cpu_seconds_and_keeps_the_wall_ratio_as_information() -> None:
+    base = {
+        "small_scenes": 10,
+        "large_scenes": 1000,
+        "large_seconds": 150.0,
+        "batch_weeks": 2,
+        "batch_partitions": [16] * 3,
+        "blocks": 8,
+        "failed": [],
+        "failed_error_checks": [],
+        "large_point": (1000, 2000, 150.0, 1, 2.5e4),
+        "blocks_without_data": [],
+        "cache": {"key": "k", "commit": "abc", "built_at": "2026-12-01T00:00:00Z", "reused": True},
+    }
+    # the wall clock of the large store's ingests fell under load; their CPU did not grow
+    wall = paired_samples([3.8, 4.0, 3.9], [2.0, 2.0, 2.0])
+    cpu = paired_samples([2.1, 2.0, 2.2], [2.0, 2.0, 2.0])
+    row = flat_row(FlatRun(pair=wall, cpu=cpu, **base), judged=True)  # type: ignore[arg-type]
+    assert row["ratio"] == pytest.approx(1.05)
+    assert row["met"] is True
+    assert row["unit"] == "CPU s/batch"
+    assert row["wall_ratio"]["median"] == pytest.approx(1.95)
+    assert row["per_round_cpu_s"]["large"] == [2.1, 2.0, 2.2]
+    grows = paired_samples([3.0, 3.1, 2.9], [2.0, 2.0, 2.0])
+    assert flat_row(FlatRun(pair=cpu, cpu=grows, **base), judged=True)["met"] is False  # type: ignore[arg-type]
