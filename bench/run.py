@@ -1,7 +1,8 @@
 """The bench harness: run every benchmark as a subprocess, merge, write ``bench/RESULTS.md``.
 
     python -m bench.run [--quick | --large] [--only address,knn,queries,ingest,memory,recall]
-                        [--out PATH] [--repeat N]
+                        [--out PATH] [--repeat N] [--workdir DIR]
+    python -m bench.run --from-runs DIR1/merged.json DIR2/merged.json ... [--out PATH]
 
 Each bench script runs in its own process (``python -m bench.<script> --json
 FILE [--quick]``) so that one bench's memory, threads and JIT caches do not
@@ -170,7 +171,17 @@ def main(argv: list[str] | None = None) -> int:
         help="run the selected benches N times in turn and report the spread of every ratio "
         "row across the runs (min / median / max); the tables show the last run",
     )
+    ap.add_argument(
+        "--from-runs",
+        nargs="+",
+        default=None,
+        metavar="MERGED_JSON",
+        help="write the report from earlier runs' merged.json files (in run order; the spread of "
+        "runs when more than one) instead of running anything",
+    )
     args = ap.parse_args(argv)
+    if args.from_runs:
+        return _report_from_runs([Path(p) for p in args.from_runs], args.out)
     names = [b.name for b in BENCHES]
     if args.large:
         names = [b.name for b in BENCHES if b.large_args is not None]
@@ -217,6 +228,24 @@ def main(argv: list[str] | None = None) -> int:
     if len(runs) > 1:
         (workdir / "runs.json").write_text(json.dumps(runs, indent=1, default=str))
     _log(f"wrote {out} ({time.perf_counter() - t0:.0f} s)")
+    return 0 if all(d["_run"]["status"] == "ok" for r in runs for d in r.values()) else 1
+
+
+def _report_from_runs(paths: list[Path], out_arg: str | None) -> int:
+    """Render one report from runs made separately (``--workdir`` each): a run that was cut
+    short still leaves the others' results, and the spread needs no single long invocation."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    started = min(
+        dt.datetime.fromtimestamp(
+            p.stat().st_mtime - sum(d["_run"]["seconds"] for d in r.values()), dt.UTC
+        )
+        for p, r in zip(paths, runs, strict=True)
+    ).strftime("%Y-%m-%d %H:%M UTC")
+    seconds = sum(d["_run"]["seconds"] for r in runs for d in r.values())
+    out = Path(out_arg) if out_arg else RESULTS
+    text = render(runs[-1], "default", started, seconds, runs=runs if len(runs) > 1 else None)
+    out.write_text(text)
+    _log(f"wrote {out} from {len(runs)} run(s)")
     return 0 if all(d["_run"]["status"] == "ok" for r in runs for d in r.values()) else 1
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -155,7 +158,7 @@ def test_knn_rows_are_judged_at_1e7_and_a_share_over_100_percent_fails_as_a_defe
     assert not any(r["target"].startswith("METRIC DEFECT") for r in tiny_shares)
 
 
-def test_report_shows_the_ratio_spread_and_the_spread_of_runs() -> None:
+def test_report_shows_the_ratio_spread_and_the_spread_of_runs(tmp_path: Path) -> None:
     def doc(ratio: float) -> dict:
         return {
             "rows": [
@@ -199,6 +202,20 @@ def test_report_shows_the_ratio_spread_and_the_spread_of_runs() -> None:
     assert "**no**" in line
     row = next(x for x in text.splitlines() if x.startswith("| area warm"))
     assert "paired, 7 rounds; warm" in row
+    # the same report from runs made one by one (``--workdir`` each), read back from JSON
+    from bench.run import main as run_main
+
+    paths = []
+    for i, r in enumerate(runs):
+        path = tmp_path / f"rep{i + 1}" / "merged.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(r))
+        paths.append(str(path))
+    out = tmp_path / "RESULTS.md"
+    assert run_main(["--from-runs", *paths, "--out", str(out)]) == 0
+    again = out.read_text()
+    assert "## Spread of 3 runs" in again
+    assert "150, 100, 160" in again.split("## Spread of 3 runs", 1)[1]
 
 
 def test_flat_row_judges_the_median_per_round_ratio_and_the_runs_checks() -> None:
