@@ -63,11 +63,11 @@ __all__ = ["SizeResult", "main", "size_rows"]
 
 K = 10
 TARGET_N = 10_000_000
+"""The table size at which the issue's targets are judged."""
 SHARE_MIN_BYTES = 64 << 20
 """Tables smaller than this get no bandwidth-share row: one scan reads a few MB in well under
 a millisecond, and a timed read pass over those bytes measures its own launch, not a
 bandwidth (at 10^5 rows it came out slower than the scan: a "share" of 217 %)."""
-"""The table size at which the issue's targets are judged."""
 
 CACHES = "warm: table files in page cache, mapping released between queries; FAISS index resident"
 LOAD_CPU = "yes: both sides use both cores (numba / OpenMP threads); a busy core slows the parallel one more"

@@ -152,35 +152,37 @@ def ingest_range_dask(
             )
             for w in works
         ]
-        try:
-            done: list[TaskResult] = client.gather(futures)
-        except Exception as exc:
+        try:  # the client outlives the run: its futures (the forks) are released either way
+            try:
+                done: list[TaskResult] = client.gather(futures)
+            except Exception as exc:
+                if _is_cluster_failure(exc):
+                    raise ClusterError(
+                        f"{family.asset}: a task of the range was lost on the Dask cluster"
+                        f" ({type(exc).__name__}: {exc}); nothing was committed, rerun the range"
+                    ) from exc
+                raise
+            for r in done:
+                if r.reason is not None:
+                    warn(f"{family.name} {r.key}: {r.reason}")
+            keep = [r for r in done if r.reason is None]
+            snapshot = "none"
+            if keep:
+                metadata: dict[str, Any] = {
+                    "asset": family.asset,
+                    "skipped": sorted({line for r in keep for line in r.meta["skipped"]}),
+                }
+                if family.commit_items:
+                    metadata["items"] = sorted({i for r in keep for i in r.item_ids})
+                first, last = keep[0].key, keep[-1].key
+                snapshot, _ = coop.commit(
+                    [r.write for r in keep if r.write is not None],
+                    [r.key for r in keep],
+                    f"materialise {family.asset} {first}..{last}",
+                    metadata,
+                )
+        finally:
             client.cancel(futures)
-            if _is_cluster_failure(exc):
-                raise ClusterError(
-                    f"{family.asset}: a task of the range was lost on the Dask cluster"
-                    f" ({type(exc).__name__}: {exc}); nothing was committed, rerun the range"
-                ) from exc
-            raise
-        for r in done:
-            if r.reason is not None:
-                warn(f"{family.name} {r.key}: {r.reason}")
-        keep = [r for r in done if r.reason is None]
-        snapshot = "none"
-        if keep:
-            metadata: dict[str, Any] = {
-                "asset": family.asset,
-                "skipped": sorted({line for r in keep for line in r.meta["skipped"]}),
-            }
-            if family.commit_items:
-                metadata["items"] = sorted({i for r in keep for i in r.item_ids})
-            first, last = keep[0].key, keep[-1].key
-            snapshot, _ = coop.commit(
-                [r.write for r in keep if r.write is not None],
-                [r.key for r in keep],
-                f"materialise {family.asset} {first}..{last}",
-                metadata,
-            )
     by_key = {p.key: p for p in ordered}
     return [
         week_outcome(

@@ -44,7 +44,14 @@ from typing import Any
 import yaml
 
 from bench.common import CACHE_DIR, REPO, DemoArea
-from bench.ingest.passes import Plan, blocks_with_data, materialise, plans, run_baseline
+from bench.ingest.passes import (
+    Plan,
+    blocks_with_data,
+    local_executor,
+    materialise,
+    plans,
+    run_baseline,
+)
 from bench.paired import Paired, paired_samples
 
 __all__ = ["FLAT_CACHE_VERSION", "FlatRun", "flat_paired", "flat_row", "prepare_stores"]
@@ -161,7 +168,9 @@ def _built_stores(
         with _instance(home) as inst:
             register_area_blocks(inst, bbox)
             dp = materialise(
-                resources_for(data, area.catalog, area.manifest_path), inst, plan.partitions
+                resources_for(data, area.catalog, area.manifest_path, local_executor()),
+                inst,
+                plan.partitions,
             )
         built["stores"][name] = {
             "scenes": plan.scenes,
@@ -239,7 +248,8 @@ def flat_paired(
     ):
         insts = {"large": inst_l, "small": inst_s}
         res = {
-            k: resources_for(d / "data", area.catalog, area.manifest_path) for k, d in dirs.items()
+            k: resources_for(d / "data", area.catalog, area.manifest_path, local_executor())
+            for k, d in dirs.items()
         }
         for inst in insts.values():
             register_area_blocks(inst, bbox)

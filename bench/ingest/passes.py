@@ -23,6 +23,7 @@ __all__ = [
     "DagsterPass",
     "Plan",
     "blocks_with_data",
+    "local_executor",
     "materialise",
     "plans",
     "run_baseline",
@@ -129,6 +130,14 @@ class DagsterPass:
     """``run: check`` of checks that did not pass (``(warn)`` suffix for warnings)."""
 
 
+def local_executor() -> Any:
+    """The in-process executor, whatever ``EARTHMEM_INGEST_EXECUTOR`` says: these passes
+    time (and count the CPU of) this process, and Dask workers' CPU would escape them."""
+    from pipelines.cluster import DaskResource
+
+    return DaskResource(executor="local")
+
+
 def materialise(resources: Any, inst: Any, partitions: list[tuple[str, str]]) -> DagsterPass:
     """Materialise ``(week, block)`` partitions in an open Dagster instance, as ingest_area does.
 
@@ -170,7 +179,7 @@ def run_dagster(area: DemoArea, plan: Plan, data: Path) -> DagsterPass:
         shutil.rmtree(data)
     data.mkdir(parents=True)
     t0 = time.perf_counter()
-    resources = resources_for(data, area.catalog, area.manifest_path)
+    resources = resources_for(data, area.catalog, area.manifest_path, local_executor())
     with DagsterInstance.ephemeral() as inst:
         _, bbox = load_area(area.manifest_path)
         register_area_blocks(inst, bbox)

@@ -26,6 +26,7 @@ from zarr.core.codec_pipeline import codecs_from_list
 
 from store.cube.bands import X_SIZE, Y_SIZE
 from store.errors import RegionOutOfBounds
+from store.snapshots import READ_BATCH_CONCURRENCY
 
 __all__ = [
     "FETCH_GROUP",
@@ -155,8 +156,9 @@ class ChunkCodec:
         return out
 
 
-FETCH_GROUP = 32
-"""Keys per batched store call of :func:`get_stored`."""
+FETCH_GROUP = READ_BATCH_CONCURRENCY
+"""Keys per batched store call of :func:`get_stored` (the repository keeps as many requests of
+one call in flight: :func:`store.snapshots.repository_config`)."""
 
 
 async def get_many(store: Any, keys: list[str], prototype: Any) -> list[Buffer | None]:

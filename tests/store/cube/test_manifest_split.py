@@ -64,3 +64,11 @@ def test_a_new_repository_writes_one_manifest_per_split(tmp_path: Path) -> None:
     _write(writer, SLOTS[0], 1.0)
     _write(writer, SLOTS[1], 2.0)
     assert sorted(m.num_chunk_refs for m in _tip_manifests(data)) == [1, 1]
+
+
+def test_a_batched_read_keeps_a_whole_batch_in_flight() -> None:
+    # icechunk's default (10) would make a 32-key batch wait four request latencies on S3
+    from store.cube.codec import FETCH_GROUP
+    from store.snapshots import repository_config
+
+    assert repository_config().get_partial_values_concurrency == FETCH_GROUP
