@@ -82,7 +82,8 @@ MANIFEST_SPLIT_TIME_CHUNKS = 26
 
 Without splitting, icechunk keeps one manifest per array listing every chunk ever written,
 and each commit that touches the array rewrites all of it: a week's commit cost grows with
-the store (5 -> 48 ms of CPU per commit after 200 weeks of 8 arrays in a probe). Split along
+the store (9.4 -> 65.1 ms of CPU per commit over 200 weeks of 8 arrays in a probe, against
+14 ms split; bench/HISTORY.md, session 11). Split along
 ``tslot`` (axis 0), a commit rewrites only the manifests of the half-year it writes. Only
 axis 0 is split, and only for the arrays whose axis 0 is ``tslot``: icechunk enumerates a
 split array's splits, and splitting the lattice's spatial axes (16,384 x 32,768 chunks) or

@@ -38,12 +38,12 @@ from zarr.core.sync import sync
 from store.cube.bands import X_SIZE, BandSpec, band_spec
 from store.cube.cache import ChunkCache, Column
 from store.cube.codec import (
-    FETCH_GROUP,
     ChunkCodec,
     fill_mask,
+    get_group,
     get_many,
-    get_stored,
     is_contiguous,
+    key_groups,
 )
 from store.cube.inventory import SnapshotInventory
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, MAX_REGION_ELEMENTS, block_level_of
@@ -475,15 +475,14 @@ class CubeReader(RegionReads):
             return [None if r is None else codec.decode_view(r) for r in raws]
 
         async def group(part: list[str]) -> list[npt.NDArray[Any] | None]:
-            raws = await get_stored(store, part, proto)
+            raws = await get_group(store, part, proto)
             if pool is None:
                 return decode(raws)
             # the codecs release the GIL: decode a group on the pool while the others arrive
             return await asyncio.get_running_loop().run_in_executor(pool, decode, raws)
 
         async def fetch() -> list[npt.NDArray[Any] | None]:
-            parts = [keys[i : i + FETCH_GROUP] for i in range(0, len(keys), FETCH_GROUP)]
-            done = await asyncio.gather(*(group(p) for p in parts))
+            done = await asyncio.gather(*(group(p) for p in key_groups(keys)))
             return [a for part in done for a in part]
 
         return sync(fetch())

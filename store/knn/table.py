@@ -75,9 +75,9 @@ _ARRAYS = ("cells", "vectors", "scales", "norms")
 _SPLIT_MAX_KEEP = MAX_CANDIDATES + 1
 """Hamming scans keeping fewer rows than this read the word-major planes (all of them).
 
-Measured at 10^7 rows, one thread, paired (bench/RESULTS.md has the bench rows):
-for a rerank's 5,120 candidates the word-major scan costs 0.71 [0.67-0.81] of the
-row-major scan's CPU time; for k = 10 it reads about half the bytes."""
+Measured at 10^7 rows, one thread, 25 paired rounds (bench/HISTORY.md, session 11): for
+a rerank's 5,120 candidates the word-major scan costs 0.767 [0.70-0.83] of the row-major
+scan's CPU time; for k = 10 it reads about half the bytes."""
 _SAMPLE_RUNS = 32
 _SEED_RUN_ROWS = 256  # rows per run of the pruned cosine scan's seed sample (32 x 256 rows, 1 MB)
 _GATHER_ROWS = 1 << 16  # a sparse mask with at most this many rows is gathered by pread
