@@ -95,6 +95,7 @@ def test_scene_keys_radix_sort_gives_numpys_order(kind: str) -> None:
     tmp = np.empty(12_345, np.uint64)
     hist = np.empty((3, 1 << 11), np.int32)
     for m in [0, 1, 2, 3, 255, 256, 257, 2047, 2048, 2049, 4099, 12_345]:
+        row: np.ndarray
         if kind == "spread":
             row = rng.standard_normal(m) * 10 ** rng.uniform(-3, 3, m)
         elif kind == "ties":
