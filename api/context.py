@@ -121,6 +121,9 @@ def refresh_seconds(value: str | float | None = None) -> float:
 
 CELL_MEMO_ENTRIES = 1024
 """Cell series a context remembers (a few KB each)."""
+AREA_MEMO_ENTRIES = 16
+"""Parsed areas a context remembers (each at most ``api.queries.area.AREA_MEMO_CELLS`` cells,
+~72 bytes a cell with its block groupings: at most ~19 MB)."""
 
 _AS_OF_READERS = 4  # readers opened as_of a time, kept (LRU)
 _HISTORY_LISTED = 10  # snapshots a snapshot_not_found for an as_of lists (newest first)
@@ -203,6 +206,8 @@ class ServiceContext:
         self._single_flight = SingleFlight()
         self.cells = BoundedMemo(CELL_MEMO_ENTRIES)
         """Per-cell series of a snapshot (:func:`api.queries.cell.read_cell`), least recent dropped."""
+        self.areas = BoundedMemo(AREA_MEMO_ENTRIES)
+        """Parsed small areas of area_over_time calls (:mod:`api.queries.area`), least recent dropped."""
 
     # ------------------------------------------------------------------ places
 

@@ -12,53 +12,72 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["keyed_stats", "pairwise", "scene_keys", "sort_scene_keys", "sorted_stats"]
+__all__ = ["pairwise", "scene_keys", "scenes_kernel", "sort_keys", "sorted_stats"]
 
 _QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
 _PW_BLOCK = 128  # numpy's pairwise-summation block (PW_BLOCKSIZE)
 _PW_STACK = 256  # explicit recursion stack: 3 entries per level, ~log2(n / 128) levels
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _term(kind: int, xs: Any, ws: Any, mean: float, i: int) -> float:  # pragma: no cover - numba
+    """Term ``i`` of a sum: ``ws[i]`` (0), ``xs[i] * ws[i]`` (1), ``ws[i] * (xs[i] - mean) ** 2`` (2)."""
+    if kind == 0:
+        return ws[i]
+    if kind == 1:
+        return xs[i] * ws[i]
+    d = xs[i] - mean
+    return ws[i] * (d * d)
+
+
 @njit(cache=True, nogil=True)
-def _pairwise_leaf(a: Any, lo: int, n: int) -> float:  # pragma: no cover - numba
+def _pairwise_leaf(
+    kind: int, xs: Any, ws: Any, mean: float, lo: int, n: int
+) -> float:  # pragma: no cover - numba
     if n < 8:
         res = 0.0
         for i in range(lo, lo + n):
-            res += a[i]
+            res += _term(kind, xs, ws, mean, i)
         return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    r0, r1 = _term(kind, xs, ws, mean, lo), _term(kind, xs, ws, mean, lo + 1)
+    r2, r3 = _term(kind, xs, ws, mean, lo + 2), _term(kind, xs, ws, mean, lo + 3)
+    r4, r5 = _term(kind, xs, ws, mean, lo + 4), _term(kind, xs, ws, mean, lo + 5)
+    r6, r7 = _term(kind, xs, ws, mean, lo + 6), _term(kind, xs, ws, mean, lo + 7)
     i = 8
     m = n - n % 8
     while i < m:
         b = lo + i
-        r0 += a[b]
-        r1 += a[b + 1]
-        r2 += a[b + 2]
-        r3 += a[b + 3]
-        r4 += a[b + 4]
-        r5 += a[b + 5]
-        r6 += a[b + 6]
-        r7 += a[b + 7]
+        r0 += _term(kind, xs, ws, mean, b)
+        r1 += _term(kind, xs, ws, mean, b + 1)
+        r2 += _term(kind, xs, ws, mean, b + 2)
+        r3 += _term(kind, xs, ws, mean, b + 3)
+        r4 += _term(kind, xs, ws, mean, b + 4)
+        r5 += _term(kind, xs, ws, mean, b + 5)
+        r6 += _term(kind, xs, ws, mean, b + 6)
+        r7 += _term(kind, xs, ws, mean, b + 7)
         i += 8
     res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     while i < n:
-        res += a[lo + i]
+        res += _term(kind, xs, ws, mean, lo + i)
         i += 1
     return res
 
 
 @njit(cache=True, nogil=True)
-def pairwise(a: Any, n: int) -> float:  # pragma: no cover - numba
-    """``a[:n].sum()`` exactly as numpy sums a contiguous float64 array.
+def _pairwise_terms(
+    kind: int, xs: Any, ws: Any, mean: float, n: int
+) -> float:  # pragma: no cover - numba
+    """The sum of :func:`_term` over ``i < n`` exactly as numpy sums the array of the terms.
 
     numpy's add.reduce sums by pairwise recursion (halves rounded down to
     multiples of 8) down to blocks of at most 128 summed with 8 accumulators;
-    doing the same additions in the same order gives the same bits. The
-    recursion runs on an explicit stack (numba cannot cache recursive functions).
+    doing the same additions in the same order gives the same bits. Each term is
+    computed where numpy would read it (the same product, rounded the same way),
+    so no array of terms is written. The recursion runs on an explicit stack
+    (numba cannot cache recursive functions).
     """
     if n <= _PW_BLOCK:
-        return _pairwise_leaf(a, 0, n)
+        return _pairwise_leaf(kind, xs, ws, mean, 0, n)
     los = np.empty(_PW_STACK, np.int64)
     ns = np.empty(_PW_STACK, np.int64)
     done = np.zeros(_PW_STACK, np.bool_)
@@ -69,7 +88,7 @@ def pairwise(a: Any, n: int) -> float:  # pragma: no cover - numba
         top -= 1
         lo, m = los[top], ns[top]
         if m <= _PW_BLOCK:
-            vals[nv] = _pairwise_leaf(a, lo, m)
+            vals[nv] = _pairwise_leaf(kind, xs, ws, mean, lo, m)
             nv += 1
         elif done[top]:
             nv -= 1
@@ -85,81 +104,102 @@ def pairwise(a: Any, n: int) -> float:  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True)
-def scene_keys(bits: Any, ok: Any, keys: Any, counts: Any) -> None:  # pragma: no cover - numba
-    """Sort keys of each scene's clear finite float32 values (see :func:`_sort_order`).
+def pairwise(a: Any, n: int) -> float:  # pragma: no cover - numba
+    """``a[:n].sum()`` exactly as numpy sums a contiguous float64 array (:func:`_pairwise_terms`)."""
+    return _pairwise_terms(0, a, a, 0.0, n)
 
-    ``bits`` (scenes, cells) is the uint32 view of the float32 values. Row ``s``
-    of ``keys`` gets, for each cell ``i`` (row-major) that is ``ok`` and finite,
-    the order-preserving image of its bits above ``i``; ``counts[s]`` how many.
-    Cells keep their row-major order among equal values, as in the compacted
-    reference, so sorting a row gives the reference order.
-    """
-    for s in range(bits.shape[0]):
-        n = 0
-        for i in range(bits.shape[1]):
-            b = bits[s, i]
-            if ok[s, i] and (b & np.uint32(0x7F800000)) != np.uint32(0x7F800000):
-                o = ~b if b >> np.uint32(31) else b | np.uint32(0x80000000)
-                keys[s, n] = (np.uint64(o) << np.uint64(32)) | np.uint64(i)
-                n += 1
-        counts[s] = n
+
+_DIGIT = 11  # radix digit: three passes cover a value's 32 key bits
+_RADIX = 1 << _DIGIT
 
 
 @njit(cache=True, nogil=True)
-def sort_scene_keys(keys: Any, counts: Any, tmp: Any) -> None:  # pragma: no cover - numba
-    """Sort each row's ``counts[s]`` first keys ascending, as :func:`scene_keys` wrote them.
+def scene_keys(bits: Any, ok: Any, keys: Any, hist: Any) -> int:  # pragma: no cover - numba
+    """Sort keys of one scene's clear finite float32 values (see :func:`_sort_order`); how many.
 
-    :func:`scene_keys` writes a row's keys in ascending order of their low 32 bits
-    (the cell index), so a stable sort on the high 32 bits (the value's order) gives
-    the order of a full sort of the keys, which are distinct: the same array as
-    ``np.sort``. Here a least-significant-digit radix sort, four passes of 8 bits,
-    a pass skipped when every key has the same digit (``tmp``: uint64 scratch of at
-    least the row length). Three to four times faster than numpy's sort of the rows
+    ``bits`` is the uint32 view of the scene's float32 values. ``keys`` gets, for
+    each cell ``i`` that is ``ok`` and finite (in cell order), the order-preserving
+    image of its bits above ``i``; ``hist`` ((3, :data:`_RADIX`) int32) the counts of
+    the three radix digits of those images, for :func:`sort_keys`. Cells keep their
+    order among equal values, as in the compacted reference, so sorting the keys
+    gives the reference order.
     """
-    hist = np.zeros(256, np.int64)
-    for s in range(keys.shape[0]):
-        n = counts[s]
-        if n < 2:
-            continue
-        src = keys[s]
-        dst = tmp
-        in_tmp = False
-        for p in range(4):
-            shift = np.uint64(32 + 8 * p)
-            hist[:] = 0
-            for i in range(n):
-                hist[np.intp((src[i] >> shift) & np.uint64(255))] += 1
-            if hist[np.intp((src[0] >> shift) & np.uint64(255))] == n:
-                continue  # one digit for all: the order stays
-            total = 0
-            for d in range(256):
-                c = hist[d]
-                hist[d] = total
-                total += int(c)
-            for i in range(n):
-                b = np.intp((src[i] >> shift) & np.uint64(255))
-                dst[hist[b]] = src[i]
-                hist[b] += 1
-            src, dst = dst, src
-            in_tmp = not in_tmp
-        if in_tmp:
-            row = keys[s]
-            for i in range(n):
-                row[i] = src[i]
+    m = np.uint64(_RADIX - 1)
+    hist[:, :] = 0
+    n = 0
+    for i in range(bits.size):
+        b = bits[i]
+        if ok[i] and (b & np.uint32(0x7F800000)) != np.uint32(0x7F800000):
+            h = np.uint64(~b if b >> np.uint32(31) else b | np.uint32(0x80000000))
+            keys[n] = (h << np.uint64(32)) | np.uint64(i)
+            hist[0, np.intp(h & m)] += 1
+            hist[1, np.intp((h >> np.uint64(_DIGIT)) & m)] += 1
+            hist[2, np.intp(h >> np.uint64(2 * _DIGIT))] += 1
+            n += 1
+    return n
 
 
 @njit(cache=True, nogil=True)
-def keyed_stats(
-    values: Any, weights: Any, keys: Any, counts: Any, xs: Any, ws: Any, t: Any, res: Any
+def sort_keys(keys: Any, n: int, tmp: Any, hist: Any) -> Any:  # pragma: no cover - numba
+    """``keys[:n]`` sorted ascending, as :func:`scene_keys` wrote them and counted their digits.
+
+    The keys are in ascending order of their low 32 bits (the cell index), so a
+    stable sort on the high 32 bits (the value's order) gives the order of a full
+    sort of the keys, which are distinct: the same array as ``np.sort``. Here a
+    least-significant-digit radix sort, three passes of 11 bits whose digit counts
+    :func:`scene_keys` took while writing the keys, a pass skipped when every key
+    has the same digit. Returns the array holding the result (``keys`` or ``tmp``,
+    uint64 scratch of at least ``n``); ``hist`` is consumed.
+    """
+    m = np.uint64(_RADIX - 1)
+    src, dst = keys, tmp
+    if n < 2:
+        return src
+    for p in range(3):
+        shift = np.uint64(32 + _DIGIT * p)
+        if hist[p, np.intp((keys[0] >> shift) & m)] == n:
+            continue  # one digit for all: the order stays
+        total = 0
+        for d in range(_RADIX):
+            c = hist[p, d]
+            hist[p, d] = total
+            total += c
+        for i in range(n):
+            k = src[i]
+            digit = np.intp((k >> shift) & m)
+            dst[hist[p, digit]] = k
+            hist[p, digit] += 1
+        src, dst = dst, src
+    return src
+
+
+@njit(cache=True, nogil=True)
+def scenes_kernel(
+    bits: Any, ok: Any, values: Any, weights: Any, scratch: Any, res: Any, counts: Any
 ) -> None:  # pragma: no cover - numba
-    """:func:`_stats_core` of each scene's values taken in the order of its sorted keys."""
+    """:func:`_stats_core` of each scene's clear finite float32 values, taken in sorted order.
+
+    One pass per scene over ``(scenes, cells)`` arrays: the sort keys and their
+    digit counts (:func:`scene_keys`), the radix sort (:func:`sort_keys`), the
+    values and weights gathered in key order, the statistics. ``bits`` is the
+    uint32 view of ``values``; ``scratch`` ``(4, cells)`` float64 (two rows
+    viewed as uint64 for the keys); ``counts[s]`` gets the scene's clear finite
+    values, ``res[s]`` its statistics when there is one.
+    """
+    cells = bits.shape[1]
+    keys = np.empty(cells, np.uint64)
+    tmp = np.empty(cells, np.uint64)
+    hist = np.empty((3, _RADIX), np.int32)
+    xs, ws, t = scratch[0], scratch[1], scratch[2]
     mask = np.uint64(0xFFFFFFFF)
-    for s in range(values.shape[0]):
-        n = counts[s]
+    for s in range(bits.shape[0]):
+        n = scene_keys(bits[s], ok[s], keys, hist)
+        counts[s] = n
         if n == 0:
             continue
+        ordered = sort_keys(keys, n, tmp, hist)
         for j in range(n):
-            k = np.intp(keys[s, j] & mask)
+            k = np.intp(ordered[j] & mask)
             xs[j] = np.float64(values[s, k])
             ws[j] = weights[k]
         _stats_core(xs, ws, t, n, res[s])
@@ -183,17 +223,13 @@ def _stats_core(xs: Any, ws: Any, t: Any, n: int, out: Any) -> None:  # pragma: 
     """Weighted mean, std and quantiles of sorted ``xs[:n]`` with weights ``ws[:n]``.
 
     Reproduces the numpy expression order of the reference exactly: pairwise
-    sums of ``ws``, ``xs * ws`` and ``ws * (xs - mean) ** 2``; a running sum for
-    the cumulative mid-point weights; ``np.interp``'s arithmetic.
+    sums of ``ws``, ``xs * ws`` and ``ws * (xs - mean) ** 2`` (the products formed
+    inside the sums, :func:`_pairwise_terms`); a running sum for the cumulative
+    mid-point weights; ``np.interp``'s arithmetic. ``t``: float64 scratch of at least n.
     """
-    total = pairwise(ws, n)
-    for i in range(n):
-        t[i] = xs[i] * ws[i]
-    mean = pairwise(t, n) / total
-    for i in range(n):
-        d = xs[i] - mean
-        t[i] = ws[i] * (d * d)
-    var = pairwise(t, n) / total
+    total = _pairwise_terms(0, xs, ws, 0.0, n)
+    mean = _pairwise_terms(1, xs, ws, 0.0, n) / total
+    var = _pairwise_terms(2, xs, ws, mean, n) / total
     out[0] = mean
     out[1] = np.sqrt(max(0.0, var))
     c = 0.0

@@ -153,7 +153,6 @@ def pick_even(tslots: list[int], m: int) -> list[int]:
 
 
 _THREADED_SCENES = 4  # scenes per call from which half go to a pool thread
-_KEY_BYTES = 32 << 20  # sort keys held at once per thread (a group of scenes)
 
 
 def scenes_stats(
@@ -164,15 +163,15 @@ def scenes_stats(
 ) -> list[dict[str, Any] | None]:
     """:func:`weighted_stats` and clear counts of each scene's clear finite values.
 
-    Float32 values (every index and backscatter band) take one pass per group
-    of scenes: a kernel writes each scene's sort keys (:func:`_sort_order`'s,
-    with the cell index for the position, which orders ties the same way),
-    a kernel sorts each row (a radix sort: the same order as ``np.sort``), a
-    kernel reduces the values in key order. Other
-    dtypes take the reference path. From a few scenes on, and with more than
-    one core, half of them go to a thread of :func:`store.threads.worker_pool`
-    (the sort and the kernels release the GIL); the result does not depend on
-    the split.
+    Float32 values (every index and backscatter band) take one compiled pass
+    per scene (:func:`api.queries._area_kernels.scenes_kernel`): the scene's
+    sort keys (:func:`_sort_order`'s, with the cell index for the position,
+    which orders ties the same way) and their radix digit counts, a radix sort
+    (the same order as ``np.sort``), the values and weights gathered in that
+    order, the statistics. Other dtypes take the reference path. From a few
+    scenes on, and with more than one core, half of them go to a thread of
+    :func:`store.threads.worker_pool` (the kernels release the GIL); the result
+    does not depend on the split. Scratch: about 40 bytes a cell per thread.
 
     Args:
         values: ``(scenes, h, w)`` values of a band over an area's lattice box.
@@ -184,7 +183,7 @@ def scenes_stats(
         Per scene, the statistics with ``n_clear``, ``n_total`` and
         ``clear_fraction``; None for a scene with no clear finite value.
     """
-    from api.queries._area_kernels import keyed_stats, scene_keys, sort_scene_keys, sorted_stats
+    from api.queries._area_kernels import scenes_kernel, sorted_stats
 
     weights = np.ascontiguousarray(weights, dtype=np.float64).ravel()
     n_scenes = values.shape[0]
@@ -193,31 +192,19 @@ def scenes_stats(
 
     flat_values = np.ascontiguousarray(values.reshape(n_scenes, -1))
     flat_ok = np.ascontiguousarray(oks.reshape(n_scenes, -1))
+    if weights.size >= 1 << 31:  # keys hold the cell index in 32 bits, digit counts in int32
+        raise ValueError(f"{weights.size} cells: at most 2**31 - 1 per scene")
 
     def work(lo: int, hi: int) -> None:
         if hi <= lo:
             return
         scratch = np.empty((3, weights.size), np.float64)
         if flat_values.dtype == np.float32:
-            # keys of a group of scenes at a time: ~_KEY_BYTES whatever the area
-            group = max(1, min(hi - lo, _KEY_BYTES // max(1, 8 * weights.size)))
-            keys = np.empty((group, weights.size), np.uint64)
-            tmp = np.empty(weights.size, np.uint64)
-            for g0 in range(lo, hi, group):
-                g1 = min(hi, g0 + group)
-                kg = keys[: g1 - g0]
-                scene_keys(flat_values[g0:g1].view(np.uint32), flat_ok[g0:g1], kg, counts[g0:g1])
-                sort_scene_keys(kg, counts[g0:g1], tmp)
-                keyed_stats(
-                    flat_values[g0:g1],
-                    weights,
-                    kg,
-                    counts[g0:g1],
-                    scratch[0],
-                    scratch[1],
-                    scratch[2],
-                    res[g0:g1],
-                )
+            part = flat_values[lo:hi]
+            scenes_kernel(
+                part.view(np.uint32), flat_ok[lo:hi], part, weights, scratch, res[lo:hi],
+                counts[lo:hi],
+            )  # fmt: skip
             return
         for i in range(lo, hi):
             sel = flat_ok[i] & np.isfinite(flat_values[i])

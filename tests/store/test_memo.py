@@ -30,3 +30,22 @@ def test_memo_remembers_drops_the_least_recent_and_not_errors() -> None:
     with pytest.raises(ValueError, match="no"):
         memo.get("d", fail)
     assert memo.get("d", lambda: make("d")) == "D"  # the error was not remembered
+
+
+def test_memo_does_not_remember_what_remember_refuses() -> None:
+    memo = BoundedMemo(4)
+    made: list[int] = []
+
+    def make(n: int) -> int:
+        made.append(n)
+        return n
+
+    def small(v: int) -> bool:
+        return v < 10
+
+    assert memo.get(1, lambda: make(1), remember=small) == 1
+    assert memo.get(1, lambda: make(1), remember=small) == 1  # remembered
+    assert memo.get(50, lambda: make(50), remember=small) == 50
+    assert memo.get(50, lambda: make(50), remember=small) == 50  # made again
+    assert made == [1, 50, 50]
+    assert len(memo) == 1

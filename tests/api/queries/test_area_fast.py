@@ -133,3 +133,34 @@ def test_tile_cache_is_bounded(tiny_store: Any) -> None:
     # a call whose chunks would take over a quarter of the cache keeps none of them
     assert info["columns"] + info["tiles"] <= 1
     assert info["limit"] == 1
+
+
+def test_a_small_area_is_parsed_once_per_context_and_answers_alike(
+    tiny_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.queries import area as area_mod
+
+    parsed: list[str] = []
+    real = area_mod.parse_area
+
+    def counting(area_id: str, geometry: Any, bbox: Any) -> Any:
+        parsed.append(area_id)
+        return real(area_id, geometry, bbox)
+
+    monkeypatch.setattr(area_mod, "parse_area", counting)
+    ctx = ServiceContext(tiny_store.data, signer=Signer.generate())
+    b = tiny_store.manifest["bbox"]
+    args = {"bbox": [b[1], b[0], b[3], b[2]], "start_date": "2023-01-01", "end_date": "2024-12-31"}
+    first = run(ctx, "area_over_time", args).model_dump(mode="json")
+    second = run(ctx, "area_over_time", args).model_dump(mode="json")
+    assert first["areas"][0]["n_cells"] <= area_mod.AREA_MEMO_CELLS
+    assert parsed == ["area"]  # the second call took the remembered area
+    assert first["areas"] == second["areas"]
+    assert first["facts"] == second["facts"]
+    fresh = run(ServiceContext(tiny_store.data, signer=Signer.generate()), "area_over_time", args)
+    assert fresh.model_dump(mode="json")["areas"] == first["areas"]  # a new parse, same answer
+    monkeypatch.setattr(area_mod, "AREA_MEMO_CELLS", 0)  # too large to remember: parsed each time
+    ctx = ServiceContext(tiny_store.data, signer=Signer.generate())
+    run(ctx, "area_over_time", args)
+    run(ctx, "area_over_time", args)
+    assert parsed == ["area", "area", "area", "area"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from api.queries import area_stats as stats_mod
-from api.queries._area_kernels import pairwise, scene_keys, sort_scene_keys
+from api.queries._area_kernels import pairwise, scene_keys, sort_keys
 from api.queries.area_geometry import parse_area
 from api.queries.area_stats import theil_sen, weighted_stats
 from tests.api.queries.area_reference import reference_stats as _reference_stats
@@ -58,11 +58,9 @@ def test_theil_sen_equals_scipy() -> None:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("key_bytes", [32 << 20, 1], ids=["one-group", "group-per-scene"])
 def test_keyed_scene_stats_equal_the_reference_with_ties_signed_zeros_and_non_finite(
-    dtype: type, key_bytes: int, monkeypatch: pytest.MonkeyPatch
+    dtype: type,
 ) -> None:
-    monkeypatch.setattr(stats_mod, "_KEY_BYTES", key_bytes)
     triangle = {
         "type": "Polygon",
         "coordinates": [[[7.0, 45.0], [7.006, 45.0], [7.0, 45.004], [7.0, 45.0]]],
@@ -91,29 +89,30 @@ def test_keyed_scene_stats_equal_the_reference_with_ties_signed_zeros_and_non_fi
         assert got[s]["n_clear"] == int(sel.sum())
 
 
-@pytest.mark.parametrize("kind", ["spread", "ties", "one_digit", "signed"])
+@pytest.mark.parametrize("kind", ["spread", "ties", "one_digit", "two_digits", "signed"])
 def test_scene_keys_radix_sort_gives_numpys_order(kind: str) -> None:
     rng = np.random.default_rng(len(kind))
-    sizes = [0, 1, 2, 3, 255, 256, 257, 4099, 12_345]
-    n = max(sizes)
-    values = np.zeros((len(sizes), n), np.float32)
-    for s, m in enumerate(sizes):
+    tmp = np.empty(12_345, np.uint64)
+    hist = np.empty((3, 1 << 11), np.int32)
+    for m in [0, 1, 2, 3, 255, 256, 257, 2047, 2048, 2049, 4099, 12_345]:
+        row: np.ndarray
         if kind == "spread":
             row = rng.standard_normal(m) * 10 ** rng.uniform(-3, 3, m)
         elif kind == "ties":
             row = rng.integers(0, 5, m) / 4
-        elif kind == "one_digit":  # every key shares its high bytes: passes are skipped
+        elif kind == "one_digit":  # every key shares its high digits: passes are skipped
             row = 0.5 + rng.integers(0, 200, m) * 2.0**-23
+        elif kind == "two_digits":  # the lowest digit shared, the others not
+            row = 0.5 + rng.integers(0, 200, m) * 2.0**-12
         else:
             row = rng.choice([-0.0, 0.0, -1.5, 1.5, np.inf, -np.inf, np.nan], m)
-        values[s, :m] = row
-    ok = rng.random(values.shape) > 0.2
-    for s, m in enumerate(sizes):
-        ok[s, m:] = False
-    keys = np.empty(values.shape, np.uint64)
-    counts = np.zeros(len(sizes), np.int64)
-    scene_keys(values.view(np.uint32), ok, keys, counts)
-    want = [np.sort(keys[s, : counts[s]]) for s in range(len(sizes))]
-    sort_scene_keys(keys, counts, np.empty(n, np.uint64))
-    for s in range(len(sizes)):
-        np.testing.assert_array_equal(keys[s, : counts[s]], want[s])
+        values = np.asarray(row, np.float32)
+        ok = rng.random(m) > 0.2
+        keys = np.empty(m, np.uint64)
+        n = scene_keys(values.view(np.uint32), ok, keys, hist)
+        sel = ok & np.isfinite(values)
+        assert n == int(sel.sum())
+        want = np.sort(keys[:n])
+        assert (keys[:n] & np.uint64(0xFFFFFFFF) == np.flatnonzero(sel)).all()
+        got = sort_keys(keys, n, tmp, hist)
+        np.testing.assert_array_equal(got[:n], want)
