@@ -333,7 +333,8 @@ def bench_area(
             target=">= 100x",
             met=p_warm.inverse().median >= 100,
             data=data,
-            caches=f"warm context (open, inventory and chunk index loaded, chunk cache filled; "
+            caches=f"warm context (open, inventory and chunk index loaded, chunk cache filled, the "
+            f"area's parse remembered by the context's small-area memo; "
             f"median of {WARM_CALLS} calls per round); OS page cache warm; rioxarray with GDAL's "
             "block cache warm",
             load_sensitive="yes: the warm answer is tens of ms and splits its statistics over two "
