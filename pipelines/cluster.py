@@ -8,7 +8,8 @@
 - ``EARTHMEM_DASK_SCHEDULER``: the address of a running Dask scheduler (``tcp://host:8786``);
   setting it implies ``dask``. Without it, ``dask`` starts a ``LocalCluster`` of worker
   processes on this machine, once per process;
-- ``EARTHMEM_DASK_WORKERS``: that LocalCluster's worker processes (default 2).
+- ``EARTHMEM_DASK_WORKERS``: that LocalCluster's worker processes (default 2), started with
+  :data:`CLUSTER_CONFIG` (glibc's malloc defaults, no profiler, slow house-keeping loops).
 
 The Dask client is a resource the cube assets use inside their step rather than Dagster's
 ``dagster-dask`` executor: that executor ships whole Dagster steps to Dask, but a step here
@@ -31,6 +32,7 @@ from typing import Any, Literal
 from dagster import ConfigurableResource
 
 __all__ = [
+    "CLUSTER_CONFIG",
     "CONNECT_TIMEOUT_S",
     "EXECUTOR_ENV",
     "SCHEDULER_ENV",
