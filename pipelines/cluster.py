@@ -8,7 +8,8 @@
 - ``EARTHMEM_DASK_SCHEDULER``: the address of a running Dask scheduler (``tcp://host:8786``);
   setting it implies ``dask``. Without it, ``dask`` starts a ``LocalCluster`` of worker
   processes on this machine, once per process;
-- ``EARTHMEM_DASK_WORKERS``: that LocalCluster's worker processes (default 2).
+- ``EARTHMEM_DASK_WORKERS``: that LocalCluster's worker processes (default 2), started with
+  :data:`CLUSTER_CONFIG` (glibc's malloc defaults, no profiler, slow house-keeping loops).
 
 The Dask client is a resource the cube assets use inside their step rather than Dagster's
 ``dagster-dask`` executor: that executor ships whole Dagster steps to Dask, but a step here
@@ -31,6 +32,7 @@ from typing import Any, Literal
 from dagster import ConfigurableResource
 
 __all__ = [
+    "CLUSTER_CONFIG",
     "CONNECT_TIMEOUT_S",
     "EXECUTOR_ENV",
     "SCHEDULER_ENV",
@@ -122,6 +124,28 @@ class DaskResource(ConfigurableResource):
         return choose_executor(self.executor, self.scheduler, self.workers)
 
 
+CLUSTER_CONFIG: dict[str, Any] = {
+    # Dask's default 64 KiB trim threshold also freezes glibc's mmap threshold at 128 KiB, so
+    # every array a task allocates (MBs each) was a fresh mmap: 2.5 M page faults a worker for
+    # 104 partitions of the demo, against 0.1 M in process. Unset, glibc's defaults reuse the
+    # freed heap (the BLAS/OpenMP thread limits of the same setting stay at 1).
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+    # the statistical profiler samples every thread's stack each 10 ms (for the dashboard,
+    # which a LocalCluster here does not serve)
+    "distributed.worker.profile.enabled": False,
+    # house-keeping loops of the scheduler, the nannies (both in the coordinator's process)
+    # and the workers, at rates meant for interactive dashboards: the event loop's health
+    # tick (20 ms), resource sampling (500 ms), the memory monitor (100 ms) and work stealing
+    # (tasks here are uniform and queued on the scheduler)
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.scheduler.work-stealing": False,
+}
+"""Dask settings of this process's LocalCluster (:func:`_local_client`): its scheduler, nannies
+and workers. Workers of a cluster started elsewhere take theirs from their own Dask
+configuration (docs/SCALING.md)."""
+
 _LOCAL: dict[int, tuple[Any, Any]] = {}
 """Worker count -> (LocalCluster, its Client): started once a process, closed at exit."""
 _LOCAL_LOCK = threading.Lock()
@@ -134,6 +158,7 @@ def _local_client(workers: int) -> Any:
     exit: every run of the process submits through the same client (a client per run cost
     the coordinator a connection, a scheduler registration and a handshake each time).
     """
+    import dask
     from distributed import Client, LocalCluster
 
     with _LOCAL_LOCK:
@@ -141,13 +166,14 @@ def _local_client(workers: int) -> Any:
         if entry is None or entry[1].status != "running":
             if entry is not None:
                 _close(entry)
-            cluster = LocalCluster(
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,
-                silence_logs=40,  # logging.ERROR
-            )
+            with dask.config.set(CLUSTER_CONFIG):  # read as the scheduler and nannies start
+                cluster = LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=40,  # logging.ERROR
+                )
             entry = (cluster, Client(cluster, set_as_default=False))
             _LOCAL[workers] = entry
             if len(_LOCAL) == 1:

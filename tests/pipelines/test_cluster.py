@@ -51,3 +51,25 @@ def test_runs_of_a_process_share_its_local_cluster_client() -> None:
         assert second is first
         assert second.status == "running"
         assert second.submit(sum, [3, 4]).result() == 7
+
+
+def _worker_settings() -> tuple[str | None, bool, str]:
+    import os
+
+    import dask
+
+    return (
+        os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+        bool(dask.config.get("distributed.worker.profile.enabled")),
+        os.environ.get("OMP_NUM_THREADS", ""),
+    )
+
+
+@pytest.mark.slow  # starts a LocalCluster of one worker process
+def test_local_cluster_workers_keep_glibc_malloc_and_no_profiler() -> None:
+    """A LocalCluster worker runs without Dask's 64 KiB malloc trim threshold (a page fault
+    for every array a task allocates) and without the statistical profiler; the one-thread
+    limit of OpenMP/BLAS stays."""
+    with dask_client(choose_executor("dask", workers=1)) as client:
+        (settings,) = client.run(_worker_settings).values()
+    assert settings == (None, False, "1")
