@@ -131,6 +131,7 @@ class CubeTransaction:
         self._arrays: dict[str, zarr.Array] = {}
         self._codecs = codecs if codecs is not None else {}
         self._pending: dict[str, Buffer | None] = {}
+        self._staged: list[tuple[ChunkCodec, tuple[int, ...], npt.NDArray[Any]]] = []
         self._inventory: dict[str, PartitionRows] = {}
         self._decoded: dict[tuple[str, tuple[int, int, int]], npt.NDArray[Any] | None] = {}
         self._touched: set[tuple[str, tuple[int, int, int]]] = set()
@@ -166,44 +167,76 @@ class CubeTransaction:
             self._codecs[spec.array_path] = codec
         return codec
 
-    def _write_chunks(
-        self, codec: ChunkCodec, start: tuple[int, ...], data: npt.NDArray[Any]
-    ) -> None:
-        """Encode a contiguous box chunk by chunk into the pending set (read-modify-write for
-        partial chunks, reading pending ones first); a failure leaves the pending set as it was."""
+    def _stage(self, codec: ChunkCodec, start: tuple[int, ...], data: npt.NDArray[Any]) -> None:
+        """Hold a validated contiguous box until the chunks are encoded (:meth:`_encode_staged`).
+
+        Copied: the caller may reuse its array once ``write`` returns.
+        """
+        self._staged.append((codec, start, np.array(data, copy=True, order="C")))
         stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
-        boxes = list(_chunk_boxes(codec, start, stop))
-        pending = self._pending
-        partial = [codec.key(c) for c, _, _, whole in boxes if not whole]
-        fetch = [k for k in partial if k not in pending]
-        found = {k: pending[k] for k in partial if k in pending}
+        coords = [c for c, _, _, _ in _chunk_boxes(codec, start, stop)]
+        self._written.update((codec.path, tuple(c)) for c in coords)
+        self._touch(codec.path, [(c[0], c[1], c[2]) for c in coords])
+
+    def _encode_staged(self) -> None:
+        """Encode the staged boxes chunk by chunk into the pending set, in write order.
+
+        Partly covered chunks are read-modify-write: the stored versions of all of them
+        (those no earlier write of the transaction holds) are fetched in one round trip
+        for the whole transaction, not one per write. A failure leaves the pending set
+        as it was.
+        """
+        staged, self._staged = self._staged, []
+        if not staged:
+            return
+        plans = []
+        fetch: dict[str, ChunkCodec] = {}
+        for codec, start, data in staged:
+            stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
+            boxes = list(_chunk_boxes(codec, start, stop))
+            plans.append((codec, data, boxes))
+            for c, _, _, whole in boxes:
+                key = codec.key(c)
+                if not whole and key not in self._pending:
+                    fetch[key] = codec
+        stored: dict[str, Buffer | None] = {}
         if fetch:
-            got = sync(get_many(self._session.store, fetch, codec.prototype))
-            found.update(zip(fetch, got, strict=True))
+            keys = list(fetch)
+            got = sync(get_many(self._session.store, keys, next(iter(fetch.values())).prototype))
+            stored = dict(zip(keys, got, strict=True))
         encoded: dict[str, Buffer | None] = {}
         decoded: dict[tuple[str, tuple[int, int, int]], npt.NDArray[Any] | None] = {}
-        for coords, inner, outer, whole in boxes:
-            key = codec.key(coords)
-            if whole:
-                chunk = np.ascontiguousarray(data[outer])
-            else:
-                old = found[key]
-                if old is None:
-                    chunk = np.full(codec.chunks, codec.fill_value, dtype=codec.dtype)
+        for codec, data, boxes in plans:
+            summarised = codec.path in _SUMMARY_INPUTS
+            for coords, inner, outer, whole in boxes:
+                key = codec.key(coords)
+                if whole:
+                    chunk = np.ascontiguousarray(data[outer])
                 else:
-                    chunk = codec.decode(old)
-                chunk[inner] = data[outer]
-            fill = codec.is_fill(chunk)
-            encoded[key] = None if fill else codec.encode(chunk)
-            if codec.path in _SUMMARY_INPUTS:
-                decoded[(codec.path, (coords[0], coords[1], coords[2]))] = None if fill else chunk
-        pending.update(encoded)
-        self._written.update((codec.path, tuple(c)) for c, _, _, _ in boxes)
+                    if key in encoded:
+                        old = encoded[key]
+                    elif key in self._pending:
+                        old = self._pending[key]
+                    else:
+                        old = stored[key]
+                    if old is None:
+                        chunk = np.full(codec.chunks, codec.fill_value, dtype=codec.dtype)
+                    else:
+                        chunk = codec.decode(old)
+                    chunk[inner] = data[outer]
+                fill = codec.is_fill(chunk)
+                encoded[key] = None if fill else codec.encode(chunk)
+                if summarised:
+                    decoded[(codec.path, (coords[0], coords[1], coords[2]))] = (
+                        None if fill else chunk
+                    )
+        self._pending.update(encoded)
         self._decoded.update(decoded)
-        self._touch(codec.path, [(c[0], c[1], c[2]) for c, _, _, _ in boxes])
 
     def _flush(self) -> None:
-        """Store the chunks encoded so far, all at once (one round trip to the store)."""
+        """Encode what is staged and store the chunks encoded so far, all at once (one round
+        trip to the store)."""
+        self._encode_staged()
         if self._pending:
             sync(put_many(self._session.store, list(self._pending.items())))
             self._pending = {}
@@ -253,7 +286,7 @@ class CubeTransaction:
         if contiguous:
             codec = self._codec(spec)
             if codec.supported:
-                self._write_chunks(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data)
+                self._stage(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data)
                 return
         self._flush()  # Zarr reads the store: it must see this transaction's chunks
         side = self._array(spec).chunks[1]
@@ -325,9 +358,10 @@ class CubeTransaction:
 
         They are stored with the chunks, so a snapshot's summaries always describe its chunks.
         """
+        self._encode_staged()
         if not self._touched:
             return
-        root = zarr.open_group(self._session.store, mode="r")
+        root: zarr.Group | None = None
         by_band: dict[str, list[tuple[int, int, int]]] = {}
         for band, c in sorted(self._touched):
             by_band.setdefault(band, []).append(c)
@@ -335,15 +369,17 @@ class CubeTransaction:
         for band, coords in by_band.items():
             spec = band_spec(band)
             path = summaries.summary_path(band)
-            if path not in root:  # a layout from before summaries: nothing to keep current
-                continue
+            codec = self._codecs.get(path)  # arrays are never removed: known once opened
+            if codec is None:
+                if root is None:
+                    root = zarr.open_group(self._session.store, mode="r")
+                if path not in root:  # a layout from before summaries: nothing to keep current
+                    continue
+                arr = zarr.open_array(self._session.store, path=path, mode="r+", zarr_format=3)
+                codec = self._codecs[path] = ChunkCodec(arr, path)
             flag_band, clear_value = FAMILY_FLAGS[spec.family]
             values = self._chunks_of(spec, coords)
             flags = self._chunks_of(band_spec(flag_band), coords)
-            codec = self._codecs.get(path)
-            if codec is None:
-                arr = zarr.open_array(self._session.store, path=path, mode="r+", zarr_format=3)
-                codec = self._codecs[path] = ChunkCodec(arr, path)
             grid = summaries.Grid.of(spec)
             side = self._codec(spec).chunks[1]
             sub = side // codec.chunks[1]
@@ -378,6 +414,7 @@ class CubeTransaction:
     def _close(self) -> None:
         self._open = False
         self._pending = {}
+        self._staged = []
         self._inventory = {}
         self._decoded = {}
         self._touched = set()
