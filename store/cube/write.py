@@ -15,16 +15,18 @@ a new snapshot (same contents, new id); a transaction that wrote nothing commits
 nothing and reports the branch tip (one that wrote only fill values does commit,
 with unchanged contents).
 
-Chunks are encoded with :class:`store.cube.codec.ChunkCodec` (the arrays' own
-codecs) and stored together at the end of the transaction. The partition's
-inventory rows (:meth:`CubeTransaction.write_inventory`) are stored in the same
-session (:mod:`store.cube.inventory`), so one commit adds both.
+Contiguous writes are checked at once, held (copied), and encoded with
+:class:`store.cube.codec.ChunkCodec` (the arrays' own codecs) at the end of the
+transaction, the stored versions of all their partly covered chunks fetched in one
+round trip; the chunks are then stored together. The partition's inventory rows
+(:meth:`CubeTransaction.write_inventory`) are stored in the same session
+(:mod:`store.cube.inventory`, one batched read and one batched write), so one commit
+adds both.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -39,13 +41,18 @@ from zarr.core.sync import sync
 
 from store.cube import summaries
 from store.cube.bands import FAMILY_FLAGS, BandSpec, band_spec
+from store.cube.boxes import cast_values, check_tslots, chunk_boxes
 from store.cube.codec import ChunkCodec, check_box, get_many, is_contiguous, put_many
-from store.cube.inventory import INVENTORY_ARRAY, PartitionRows, write_partitions
+from store.cube.inventory import (
+    INVENTORY_ARRAY,
+    InventoryChunks,
+    PartitionRows,
+    write_partitions,
+)
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, LAYOUT_VERSION, ensure_layout
 from store.errors import (
     CommitConflict,
     InvalidWrite,
-    RegionOutOfBounds,
     StorageUnavailable,
     TransactionClosed,
 )
@@ -67,57 +74,11 @@ from store.snapshots import (
 __all__ = ["CubeTransaction", "CubeWriter", "migrate_inventory"]
 
 
-def _check_tslots(spec: BandSpec, tslots: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    t = np.asarray(tslots)
-    if t.ndim != 1 or t.size == 0 or t.dtype.kind not in "iu":
-        raise InvalidWrite("tslots must be a non-empty 1-D integer array")
-    t = t.astype(np.int64)
-    if np.any(np.diff(t) <= 0):
-        raise InvalidWrite("tslots must be strictly increasing")
-    if t[0] < 0 or t[-1] >= spec.time_size:
-        raise RegionOutOfBounds(
-            f"tslots {int(t[0])}..{int(t[-1])} outside [0, {spec.time_size}) for {spec.name}"
-        )
-    return t
-
-
-def _cast(spec: BandSpec, values: npt.ArrayLike) -> npt.NDArray[Any]:
-    arr = np.asarray(values)
-    target = np.dtype(spec.dtype)
-    if target.kind == "f":
-        if arr.dtype.kind not in "fiub":
-            raise InvalidWrite(f"{spec.name} takes numbers, got dtype {arr.dtype}")
-        return arr.astype(target, copy=False)
-    if arr.dtype.kind not in "iub":
-        raise InvalidWrite(f"{spec.name} takes integers, got dtype {arr.dtype}")
-    info = np.iinfo(target)
-    if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
-        raise InvalidWrite(f"{spec.name} values outside the {target} range")
-    return arr.astype(target, copy=False)
-
-
-def _chunk_boxes(
-    codec: ChunkCodec, start: tuple[int, ...], stop: tuple[int, ...]
-) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...], bool]]:
-    """Chunks meeting a box: (coords, slice inside the chunk, slice of the values, whole?)."""
-    ranges = [
-        range(a // c, (b - 1) // c + 1) for a, b, c in zip(start, stop, codec.chunks, strict=True)
-    ]
-    for coords in itertools.product(*ranges):
-        inner, outer, whole = [], [], True
-        for i, a, b, c in zip(coords, start, stop, codec.chunks, strict=True):
-            lo, hi = max(a, i * c), min(b, (i + 1) * c)
-            inner.append(slice(lo - i * c, hi - i * c))
-            outer.append(slice(lo - a, hi - a))
-            whole = whole and lo == i * c and hi == (i + 1) * c
-        yield coords, tuple(inner), tuple(outer), whole
-
-
 class CubeTransaction:
     """Writes of one partition; committed once by :meth:`CubeWriter.transaction`.
 
-    Chunks written through the codec path are encoded at once and stored together
-    (one round trip) when the transaction ends normally, or before a write that
+    Writes through the codec path are held and encoded, then stored together (one
+    round trip each way), when the transaction ends normally, or before a write that
     goes through Zarr; a later write to the same chunk in the transaction sees them.
     """
 
@@ -126,8 +87,10 @@ class CubeTransaction:
         session: ic.Session,
         partition_key: str,
         codecs: dict[str, ChunkCodec] | None = None,
+        inventory: dict[str, InventoryChunks] | None = None,
     ) -> None:
         self._session = session
+        self._inventory_chunks = inventory if inventory is not None else {}
         self._arrays: dict[str, zarr.Array] = {}
         self._codecs = codecs if codecs is not None else {}
         self._pending: dict[str, Buffer | None] = {}
@@ -174,7 +137,7 @@ class CubeTransaction:
         """
         self._staged.append((codec, start, np.array(data, copy=True, order="C")))
         stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
-        coords = [c for c, _, _, _ in _chunk_boxes(codec, start, stop)]
+        coords = [c for c, _, _, _ in chunk_boxes(codec, start, stop)]
         self._written.update((codec.path, tuple(c)) for c in coords)
         self._touch(codec.path, [(c[0], c[1], c[2]) for c in coords])
 
@@ -193,7 +156,7 @@ class CubeTransaction:
         fetch: dict[str, ChunkCodec] = {}
         for codec, start, data in staged:
             stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
-            boxes = list(_chunk_boxes(codec, start, stop))
+            boxes = list(chunk_boxes(codec, start, stop))
             plans.append((codec, data, boxes))
             for c, _, _, whole in boxes:
                 key = codec.key(c)
@@ -271,8 +234,8 @@ class CubeTransaction:
         if not self._open:
             raise TransactionClosed(f"transaction {self.partition_key!r} is closed")
         spec = band_spec(band)
-        t = _check_tslots(spec, tslots)
-        data = _cast(spec, values)
+        t = check_tslots(spec, tslots)
+        data = cast_values(spec, values)
         extra = (spec.extra_dim[1],) if spec.extra_dim else ()
         if data.ndim != 3 + len(extra) or data.shape[0] != t.size or data.shape[3:] != extra:
             raise InvalidWrite(
@@ -392,7 +355,12 @@ class CubeTransaction:
                 self._pending[codec.key((tc, cy, cx, 0))] = codec.encode(chunk)
 
     def _store_inventory(self) -> None:
-        write_partitions(self._session, self._inventory.values())
+        if not self._inventory:
+            return
+        chunks = self._inventory_chunks.get(INVENTORY_ARRAY)  # opened once per writer
+        if chunks is None:
+            chunks = self._inventory_chunks[INVENTORY_ARRAY] = InventoryChunks.open(self._session)
+        write_partitions(self._session, self._inventory.values(), chunks)
         self._inventory = {}
 
     def store_pending(self) -> None:
@@ -487,6 +455,7 @@ class CubeWriter:
             if stamp is not None:
                 _LAYOUT_CHECKED[stamp] = self.block_level
         self._codecs: dict[str, ChunkCodec] = {}
+        self._inventory_chunks: dict[str, InventoryChunks] = {}
 
     @contextmanager
     def transaction(
@@ -521,7 +490,7 @@ class CubeWriter:
             raise InvalidWrite("partition_key must be a non-empty string")
         with writer_presence(self.data_dir):  # garbage collection waits for the commit
             session = self.repo.writable_session(MAIN_BRANCH)
-            tx = CubeTransaction(session, partition_key, self._codecs)
+            tx = CubeTransaction(session, partition_key, self._codecs, self._inventory_chunks)
             try:
                 yield tx
                 tx.store_pending()
