@@ -74,6 +74,14 @@ from store.snapshots import (
 __all__ = ["CubeTransaction", "CubeWriter", "migrate_inventory"]
 
 
+_Staged = tuple[
+    ChunkCodec,
+    npt.NDArray[Any],
+    list[tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...], bool]],
+]
+"""A held write: its array's codec, its values, the chunks its box meets (:func:`chunk_boxes`)."""
+
+
 class CubeTransaction:
     """Writes of one partition; committed once by :meth:`CubeWriter.transaction`.
 
@@ -94,7 +102,7 @@ class CubeTransaction:
         self._arrays: dict[str, zarr.Array] = {}
         self._codecs = codecs if codecs is not None else {}
         self._pending: dict[str, Buffer | None] = {}
-        self._staged: list[tuple[ChunkCodec, tuple[int, ...], npt.NDArray[Any]]] = []
+        self._staged: list[_Staged] = []
         self._inventory: dict[str, PartitionRows] = {}
         self._decoded: dict[tuple[str, tuple[int, int, int]], npt.NDArray[Any] | None] = {}
         self._touched: set[tuple[str, tuple[int, int, int]]] = set()
@@ -135,11 +143,11 @@ class CubeTransaction:
 
         Copied: the caller may reuse its array once ``write`` returns.
         """
-        self._staged.append((codec, start, np.array(data, copy=True, order="C")))
         stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
-        coords = [c for c, _, _, _ in chunk_boxes(codec, start, stop)]
-        self._written.update((codec.path, tuple(c)) for c in coords)
-        self._touch(codec.path, [(c[0], c[1], c[2]) for c in coords])
+        boxes = list(chunk_boxes(codec, start, stop))
+        self._staged.append((codec, np.array(data, copy=True, order="C"), boxes))
+        self._written.update((codec.path, tuple(c)) for c, _, _, _ in boxes)
+        self._touch(codec.path, [(c[0], c[1], c[2]) for c, _, _, _ in boxes])
 
     def _encode_staged(self) -> None:
         """Encode the staged boxes chunk by chunk into the pending set, in write order.
@@ -147,17 +155,20 @@ class CubeTransaction:
         Partly covered chunks are read-modify-write: the stored versions of all of them
         (those no earlier write of the transaction holds) are fetched in one round trip
         for the whole transaction, not one per write. A failure leaves the pending set
-        as it was.
+        and the held writes as they were.
         """
         staged, self._staged = self._staged, []
         if not staged:
             return
-        plans = []
+        try:
+            self._encode(staged)
+        except BaseException:
+            self._staged = staged + self._staged  # nothing encoded: still held
+            raise
+
+    def _encode(self, staged: list[_Staged]) -> None:
         fetch: dict[str, ChunkCodec] = {}
-        for codec, start, data in staged:
-            stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
-            boxes = list(chunk_boxes(codec, start, stop))
-            plans.append((codec, data, boxes))
+        for codec, _, boxes in staged:
             for c, _, _, whole in boxes:
                 key = codec.key(c)
                 if not whole and key not in self._pending:
@@ -169,7 +180,7 @@ class CubeTransaction:
             stored = dict(zip(keys, got, strict=True))
         encoded: dict[str, Buffer | None] = {}
         decoded: dict[tuple[str, tuple[int, int, int]], npt.NDArray[Any] | None] = {}
-        for codec, data, boxes in plans:
+        for codec, data, boxes in staged:
             summarised = codec.path in _SUMMARY_INPUTS
             for coords, inner, outer, whole in boxes:
                 key = codec.key(coords)
