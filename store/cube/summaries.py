@@ -215,51 +215,31 @@ def summarise_chunk(
         lat_q0: Row of the chunk's first row (weights by row).
         grid: The band's histogram grid.
         sub: Side of a summary block in cells (divides the chunk's side).
+
+    One fused pass over the cells (:mod:`store.cube._summary_kernel`, numba), whose
+    numbers are bit for bit those of the numpy form of :func:`summarise_cells` per
+    block with numpy's pairwise sums (a test keeps that numpy form as the reference).
     """
     ref = values if values is not None else flags
     if ref is None:
         raise ValueError("summarise_chunk needs the values or the flags")
+    from store.cube._summary_kernel import fused_summaries  # numba: loaded by writers only
+
     t, h, w = ref.shape[:3]
-    ny, nx, m = h // sub, w // sub, sub * sub
-
-    def groups(a: npt.NDArray[Any]) -> npt.NDArray[Any]:  # (t, h, w) -> (t * ny * nx, sub * sub)
-        return a.reshape(t, ny, sub, nx, sub).transpose(0, 1, 3, 2, 4).reshape(-1, m)
-
-    n_groups = t * ny * nx
-    ok = (
-        np.zeros((n_groups, m), bool) if flags is None else groups(np.asarray(flags) == clear_value)
+    out = np.broadcast_to(empty(), (t, h // sub, w // sub, N_FIELDS)).copy()
+    fused_summaries(
+        values,
+        flags,
+        clear_value,
+        row_weights(lat_q0, h),
+        sub,
+        grid.lo,
+        grid.hi,
+        grid.width,
+        HIST_BINS,
+        out,
     )
-    x = (
-        np.full((n_groups, m), np.nan)
-        if values is None
-        else groups(np.asarray(values, dtype=np.float64))
-    )
-    rw = row_weights(lat_q0, h).reshape(ny, sub)  # weight of each cell: its row's
-    wts = np.broadcast_to(rw[None, :, None, :, None], (t, ny, nx, sub, sub)).reshape(-1, m)
-    out = np.broadcast_to(empty(), (n_groups, N_FIELDS)).copy()
-    out[:, N_FLAG] = ok.sum(axis=1)
-    live = np.flatnonzero(out[:, N_FLAG] > 0)  # most days of a week hold no observation
-    if live.size:
-        ok, x, wts = ok[live], x[live], wts[live]
-        sel = ok & np.isfinite(x)
-        ws = np.where(sel, wts, 0.0)
-        xs = np.where(sel, x, 0.0)
-        total = ws.sum(axis=1)
-        has = total > 0
-        safe = np.where(has, total, 1.0)
-        mean = np.where(has, (xs * ws).sum(axis=1) / safe, 0.0)
-        part = out[live]
-        part[:, N] = sel.sum(axis=1)
-        part[:, W], part[:, MEAN] = total, mean
-        part[:, M2] = (ws * (xs - mean[:, None]) ** 2).sum(axis=1)
-        part[:, MIN] = np.where(has, np.where(sel, x, np.inf).min(axis=1), np.inf)
-        part[:, MAX] = np.where(has, np.where(sel, x, -np.inf).max(axis=1), -np.inf)
-        nb = HIST_BINS + 2
-        idx = (np.arange(live.size)[:, None] * nb + grid.bins(xs))[sel]
-        hist = np.bincount(idx, weights=ws[sel], minlength=live.size * nb)
-        part[:, HIST:] = hist.reshape(-1, nb)
-        out[live] = part
-    return out.reshape(t, ny, nx, N_FIELDS)
+    return out
 
 
 def merge_pair(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -15,16 +15,18 @@ a new snapshot (same contents, new id); a transaction that wrote nothing commits
 nothing and reports the branch tip (one that wrote only fill values does commit,
 with unchanged contents).
 
-Chunks are encoded with :class:`store.cube.codec.ChunkCodec` (the arrays' own
-codecs) and stored together at the end of the transaction. The partition's
-inventory rows (:meth:`CubeTransaction.write_inventory`) are stored in the same
-session (:mod:`store.cube.inventory`), so one commit adds both.
+Contiguous writes are checked at once, held (copied), and encoded with
+:class:`store.cube.codec.ChunkCodec` (the arrays' own codecs) at the end of the
+transaction, the stored versions of all their partly covered chunks fetched in one
+round trip; the chunks are then stored together. The partition's inventory rows
+(:meth:`CubeTransaction.write_inventory`) are stored in the same session
+(:mod:`store.cube.inventory`, one batched read and one batched write), so one commit
+adds both.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -39,13 +41,18 @@ from zarr.core.sync import sync
 
 from store.cube import summaries
 from store.cube.bands import FAMILY_FLAGS, BandSpec, band_spec
+from store.cube.boxes import cast_values, check_tslots, chunk_boxes
 from store.cube.codec import ChunkCodec, check_box, get_many, is_contiguous, put_many
-from store.cube.inventory import INVENTORY_ARRAY, PartitionRows, write_partitions
+from store.cube.inventory import (
+    INVENTORY_ARRAY,
+    InventoryChunks,
+    PartitionRows,
+    write_partitions,
+)
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, LAYOUT_VERSION, ensure_layout
 from store.errors import (
     CommitConflict,
     InvalidWrite,
-    RegionOutOfBounds,
     StorageUnavailable,
     TransactionClosed,
 )
@@ -67,57 +74,19 @@ from store.snapshots import (
 __all__ = ["CubeTransaction", "CubeWriter", "migrate_inventory"]
 
 
-def _check_tslots(spec: BandSpec, tslots: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    t = np.asarray(tslots)
-    if t.ndim != 1 or t.size == 0 or t.dtype.kind not in "iu":
-        raise InvalidWrite("tslots must be a non-empty 1-D integer array")
-    t = t.astype(np.int64)
-    if np.any(np.diff(t) <= 0):
-        raise InvalidWrite("tslots must be strictly increasing")
-    if t[0] < 0 or t[-1] >= spec.time_size:
-        raise RegionOutOfBounds(
-            f"tslots {int(t[0])}..{int(t[-1])} outside [0, {spec.time_size}) for {spec.name}"
-        )
-    return t
-
-
-def _cast(spec: BandSpec, values: npt.ArrayLike) -> npt.NDArray[Any]:
-    arr = np.asarray(values)
-    target = np.dtype(spec.dtype)
-    if target.kind == "f":
-        if arr.dtype.kind not in "fiub":
-            raise InvalidWrite(f"{spec.name} takes numbers, got dtype {arr.dtype}")
-        return arr.astype(target, copy=False)
-    if arr.dtype.kind not in "iub":
-        raise InvalidWrite(f"{spec.name} takes integers, got dtype {arr.dtype}")
-    info = np.iinfo(target)
-    if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
-        raise InvalidWrite(f"{spec.name} values outside the {target} range")
-    return arr.astype(target, copy=False)
-
-
-def _chunk_boxes(
-    codec: ChunkCodec, start: tuple[int, ...], stop: tuple[int, ...]
-) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...], bool]]:
-    """Chunks meeting a box: (coords, slice inside the chunk, slice of the values, whole?)."""
-    ranges = [
-        range(a // c, (b - 1) // c + 1) for a, b, c in zip(start, stop, codec.chunks, strict=True)
-    ]
-    for coords in itertools.product(*ranges):
-        inner, outer, whole = [], [], True
-        for i, a, b, c in zip(coords, start, stop, codec.chunks, strict=True):
-            lo, hi = max(a, i * c), min(b, (i + 1) * c)
-            inner.append(slice(lo - i * c, hi - i * c))
-            outer.append(slice(lo - a, hi - a))
-            whole = whole and lo == i * c and hi == (i + 1) * c
-        yield coords, tuple(inner), tuple(outer), whole
+_Staged = tuple[
+    ChunkCodec,
+    npt.NDArray[Any],
+    list[tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...], bool]],
+]
+"""A held write: its array's codec, its values, the chunks its box meets (:func:`chunk_boxes`)."""
 
 
 class CubeTransaction:
     """Writes of one partition; committed once by :meth:`CubeWriter.transaction`.
 
-    Chunks written through the codec path are encoded at once and stored together
-    (one round trip) when the transaction ends normally, or before a write that
+    Writes through the codec path are held and encoded, then stored together (one
+    round trip each way), when the transaction ends normally, or before a write that
     goes through Zarr; a later write to the same chunk in the transaction sees them.
     """
 
@@ -126,11 +95,14 @@ class CubeTransaction:
         session: ic.Session,
         partition_key: str,
         codecs: dict[str, ChunkCodec] | None = None,
+        inventory: dict[str, InventoryChunks] | None = None,
     ) -> None:
         self._session = session
+        self._inventory_chunks = inventory if inventory is not None else {}
         self._arrays: dict[str, zarr.Array] = {}
         self._codecs = codecs if codecs is not None else {}
         self._pending: dict[str, Buffer | None] = {}
+        self._staged: list[_Staged] = []
         self._inventory: dict[str, PartitionRows] = {}
         self._decoded: dict[tuple[str, tuple[int, int, int]], npt.NDArray[Any] | None] = {}
         self._touched: set[tuple[str, tuple[int, int, int]]] = set()
@@ -166,44 +138,79 @@ class CubeTransaction:
             self._codecs[spec.array_path] = codec
         return codec
 
-    def _write_chunks(
-        self, codec: ChunkCodec, start: tuple[int, ...], data: npt.NDArray[Any]
-    ) -> None:
-        """Encode a contiguous box chunk by chunk into the pending set (read-modify-write for
-        partial chunks, reading pending ones first); a failure leaves the pending set as it was."""
+    def _stage(self, codec: ChunkCodec, start: tuple[int, ...], data: npt.NDArray[Any]) -> None:
+        """Hold a validated contiguous box until the chunks are encoded (:meth:`_encode_staged`).
+
+        Copied: the caller may reuse its array once ``write`` returns.
+        """
         stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
-        boxes = list(_chunk_boxes(codec, start, stop))
-        pending = self._pending
-        partial = [codec.key(c) for c, _, _, whole in boxes if not whole]
-        fetch = [k for k in partial if k not in pending]
-        found = {k: pending[k] for k in partial if k in pending}
-        if fetch:
-            got = sync(get_many(self._session.store, fetch, codec.prototype))
-            found.update(zip(fetch, got, strict=True))
-        encoded: dict[str, Buffer | None] = {}
-        decoded: dict[tuple[str, tuple[int, int, int]], npt.NDArray[Any] | None] = {}
-        for coords, inner, outer, whole in boxes:
-            key = codec.key(coords)
-            if whole:
-                chunk = np.ascontiguousarray(data[outer])
-            else:
-                old = found[key]
-                if old is None:
-                    chunk = np.full(codec.chunks, codec.fill_value, dtype=codec.dtype)
-                else:
-                    chunk = codec.decode(old)
-                chunk[inner] = data[outer]
-            fill = codec.is_fill(chunk)
-            encoded[key] = None if fill else codec.encode(chunk)
-            if codec.path in _SUMMARY_INPUTS:
-                decoded[(codec.path, (coords[0], coords[1], coords[2]))] = None if fill else chunk
-        pending.update(encoded)
+        boxes = list(chunk_boxes(codec, start, stop))
+        self._staged.append((codec, np.array(data, copy=True, order="C"), boxes))
         self._written.update((codec.path, tuple(c)) for c, _, _, _ in boxes)
-        self._decoded.update(decoded)
         self._touch(codec.path, [(c[0], c[1], c[2]) for c, _, _, _ in boxes])
 
+    def _encode_staged(self) -> None:
+        """Encode the staged boxes chunk by chunk into the pending set, in write order.
+
+        Partly covered chunks are read-modify-write: the stored versions of all of them
+        (those no earlier write of the transaction holds) are fetched in one round trip
+        for the whole transaction, not one per write. A failure leaves the pending set
+        and the held writes as they were.
+        """
+        staged, self._staged = self._staged, []
+        if not staged:
+            return
+        try:
+            self._encode(staged)
+        except BaseException:
+            self._staged = staged + self._staged  # nothing encoded: still held
+            raise
+
+    def _encode(self, staged: list[_Staged]) -> None:
+        fetch: dict[str, ChunkCodec] = {}
+        for codec, _, boxes in staged:
+            for c, _, _, whole in boxes:
+                key = codec.key(c)
+                if not whole and key not in self._pending:
+                    fetch[key] = codec
+        stored: dict[str, Buffer | None] = {}
+        if fetch:
+            keys = list(fetch)
+            got = sync(get_many(self._session.store, keys, next(iter(fetch.values())).prototype))
+            stored = dict(zip(keys, got, strict=True))
+        encoded: dict[str, Buffer | None] = {}
+        decoded: dict[tuple[str, tuple[int, int, int]], npt.NDArray[Any] | None] = {}
+        for codec, data, boxes in staged:
+            summarised = codec.path in _SUMMARY_INPUTS
+            for coords, inner, outer, whole in boxes:
+                key = codec.key(coords)
+                if whole:
+                    chunk = np.ascontiguousarray(data[outer])
+                else:
+                    if key in encoded:
+                        old = encoded[key]
+                    elif key in self._pending:
+                        old = self._pending[key]
+                    else:
+                        old = stored[key]
+                    if old is None:
+                        chunk = np.full(codec.chunks, codec.fill_value, dtype=codec.dtype)
+                    else:
+                        chunk = codec.decode(old)
+                    chunk[inner] = data[outer]
+                fill = codec.is_fill(chunk)
+                encoded[key] = None if fill else codec.encode(chunk)
+                if summarised:
+                    decoded[(codec.path, (coords[0], coords[1], coords[2]))] = (
+                        None if fill else chunk
+                    )
+        self._pending.update(encoded)
+        self._decoded.update(decoded)
+
     def _flush(self) -> None:
-        """Store the chunks encoded so far, all at once (one round trip to the store)."""
+        """Encode what is staged and store the chunks encoded so far, all at once (one round
+        trip to the store)."""
+        self._encode_staged()
         if self._pending:
             sync(put_many(self._session.store, list(self._pending.items())))
             self._pending = {}
@@ -238,8 +245,8 @@ class CubeTransaction:
         if not self._open:
             raise TransactionClosed(f"transaction {self.partition_key!r} is closed")
         spec = band_spec(band)
-        t = _check_tslots(spec, tslots)
-        data = _cast(spec, values)
+        t = check_tslots(spec, tslots)
+        data = cast_values(spec, values)
         extra = (spec.extra_dim[1],) if spec.extra_dim else ()
         if data.ndim != 3 + len(extra) or data.shape[0] != t.size or data.shape[3:] != extra:
             raise InvalidWrite(
@@ -253,7 +260,7 @@ class CubeTransaction:
         if contiguous:
             codec = self._codec(spec)
             if codec.supported:
-                self._write_chunks(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data)
+                self._stage(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data)
                 return
         self._flush()  # Zarr reads the store: it must see this transaction's chunks
         side = self._array(spec).chunks[1]
@@ -325,9 +332,10 @@ class CubeTransaction:
 
         They are stored with the chunks, so a snapshot's summaries always describe its chunks.
         """
+        self._encode_staged()
         if not self._touched:
             return
-        root = zarr.open_group(self._session.store, mode="r")
+        root: zarr.Group | None = None
         by_band: dict[str, list[tuple[int, int, int]]] = {}
         for band, c in sorted(self._touched):
             by_band.setdefault(band, []).append(c)
@@ -335,15 +343,17 @@ class CubeTransaction:
         for band, coords in by_band.items():
             spec = band_spec(band)
             path = summaries.summary_path(band)
-            if path not in root:  # a layout from before summaries: nothing to keep current
-                continue
+            codec = self._codecs.get(path)  # arrays are never removed: known once opened
+            if codec is None:
+                if root is None:
+                    root = zarr.open_group(self._session.store, mode="r")
+                if path not in root:  # a layout from before summaries: nothing to keep current
+                    continue
+                arr = zarr.open_array(self._session.store, path=path, mode="r+", zarr_format=3)
+                codec = self._codecs[path] = ChunkCodec(arr, path)
             flag_band, clear_value = FAMILY_FLAGS[spec.family]
             values = self._chunks_of(spec, coords)
             flags = self._chunks_of(band_spec(flag_band), coords)
-            codec = self._codecs.get(path)
-            if codec is None:
-                arr = zarr.open_array(self._session.store, path=path, mode="r+", zarr_format=3)
-                codec = self._codecs[path] = ChunkCodec(arr, path)
             grid = summaries.Grid.of(spec)
             side = self._codec(spec).chunks[1]
             sub = side // codec.chunks[1]
@@ -356,7 +366,12 @@ class CubeTransaction:
                 self._pending[codec.key((tc, cy, cx, 0))] = codec.encode(chunk)
 
     def _store_inventory(self) -> None:
-        write_partitions(self._session, self._inventory.values())
+        if not self._inventory:
+            return
+        chunks = self._inventory_chunks.get(INVENTORY_ARRAY)  # opened once per writer
+        if chunks is None:
+            chunks = self._inventory_chunks[INVENTORY_ARRAY] = InventoryChunks.open(self._session)
+        write_partitions(self._session, self._inventory.values(), chunks)
         self._inventory = {}
 
     def store_pending(self) -> None:
@@ -378,6 +393,7 @@ class CubeTransaction:
     def _close(self) -> None:
         self._open = False
         self._pending = {}
+        self._staged = []
         self._inventory = {}
         self._decoded = {}
         self._touched = set()
@@ -450,6 +466,7 @@ class CubeWriter:
             if stamp is not None:
                 _LAYOUT_CHECKED[stamp] = self.block_level
         self._codecs: dict[str, ChunkCodec] = {}
+        self._inventory_chunks: dict[str, InventoryChunks] = {}
 
     @contextmanager
     def transaction(
@@ -484,7 +501,7 @@ class CubeWriter:
             raise InvalidWrite("partition_key must be a non-empty string")
         with writer_presence(self.data_dir):  # garbage collection waits for the commit
             session = self.repo.writable_session(MAIN_BRANCH)
-            tx = CubeTransaction(session, partition_key, self._codecs)
+            tx = CubeTransaction(session, partition_key, self._codecs, self._inventory_chunks)
             try:
                 yield tx
                 tx.store_pending()

@@ -93,13 +93,13 @@ def test_chunk_path_stores_the_bytes_zarr_stores(
     writes = _writes(np.random.default_rng(3))
     fast, slow = tmp_path / "fast", tmp_path / "slow"
     calls: list[str] = []
-    chunked = cube.CubeTransaction._write_chunks
+    chunked = cube.CubeTransaction._stage
 
     def spy(self: Any, codec: Any, *args: Any) -> None:
         calls.append(codec.path)
         chunked(self, codec, *args)
 
-    monkeypatch.setattr(cube.CubeTransaction, "_write_chunks", spy)
+    monkeypatch.setattr(cube.CubeTransaction, "_stage", spy)
     _ingest(fast, writes, one_tx)
     assert len(calls) == len(writes)  # every write took the chunk path
     with monkeypatch.context() as m:  # zarr's own setitem for every write

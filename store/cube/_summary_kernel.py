@@ -1,0 +1,210 @@
+"""The fused block-summary pass (numba): one walk over a chunk's cells per summary block.
+
+:func:`store.cube.summaries.summarise_chunk` computes, per day slot and summary
+block, counts, weighted sums, extremes and a weighted histogram. The numpy form
+makes about twenty passes over the chunk (group reshapes, masks, products, one
+reduction each); this kernel reads each cell once into per-block scratch and
+sums the scratch with numpy's own pairwise summation (:func:`_pairwise`), so
+every stored number is bit for bit the numpy form's (the tests compare them).
+The histogram adds each cell's weight to its bin in cell order, as ``np.bincount``
+does.
+
+Compiled on first use and cached on disk (``cache=True``), like the k-NN kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+__all__ = ["fused_summaries"]
+
+_PW_BLOCK = 128  # numpy's PW_BLOCKSIZE
+_UNROLL = 8
+
+
+@njit(cache=True)
+def _block_sum(a: Any, lo: int, n: int) -> float:  # pragma: no cover - compiled
+    """numpy's pairwise sum of ``a[lo:lo + n]`` for ``n <= 128``: eight running sums."""
+    if n < _UNROLL:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = _UNROLL
+    stop = n - (n % _UNROLL)
+    while i < stop:
+        j = lo + i
+        r0 += a[j]
+        r1 += a[j + 1]
+        r2 += a[j + 2]
+        r3 += a[j + 3]
+        r4 += a[j + 4]
+        r5 += a[j + 5]
+        r6 += a[j + 6]
+        r7 += a[j + 7]
+        i += _UNROLL
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def _pairwise(a: Any, lo: int, n: int, stack: Any, vals: Any) -> float:  # pragma: no cover
+    """numpy's ``pairwise_sum`` of ``a[lo:lo + n]`` (what ``ndarray.sum`` does on a contiguous
+    row): halves (rounded down to a multiple of 8) until 128 or fewer, each half's sum added.
+
+    Iterative (an explicit stack; ``stack`` ``(k, 3)`` int64 and ``vals`` ``(k,)`` scratch):
+    numba's on-disk cache of a self-recursive function crashes on load.
+    """
+    if n <= _PW_BLOCK:
+        return _block_sum(a, lo, n)
+    sp = 0
+    vp = 0
+    stack[0, 0], stack[0, 1], stack[0, 2] = lo, n, 0
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        start, k, combine = stack[sp, 0], stack[sp, 1], stack[sp, 2]
+        if k <= _PW_BLOCK:
+            vals[vp] = _block_sum(a, start, k)
+            vp += 1
+        elif combine:
+            vals[vp - 2] = vals[vp - 2] + vals[vp - 1]
+            vp -= 1
+        else:
+            n2 = k // 2
+            n2 -= n2 % _UNROLL
+            stack[sp, 0], stack[sp, 1], stack[sp, 2] = start, k, 1
+            stack[sp + 1, 0], stack[sp + 1, 1], stack[sp + 1, 2] = start + n2, k - n2, 0
+            stack[sp + 2, 0], stack[sp + 2, 1], stack[sp + 2, 2] = start, n2, 0
+            sp += 3
+    return vals[0]
+
+
+@njit(cache=True)
+def _kernel(  # pragma: no cover - compiled
+    values: Any,
+    has_values: bool,
+    flags: Any,
+    has_flags: bool,
+    clear_value: int,
+    rw: Any,
+    sub: int,
+    lo: float,
+    hi: float,
+    width: float,
+    n_bins: int,
+    out: Any,
+) -> None:
+    t, ny, nx = out.shape[0], out.shape[1], out.shape[2]
+    m = sub * sub
+    ws = np.empty(m)
+    xs = np.empty(m)
+    scratch = np.empty(m)
+    sel = np.empty(m, np.bool_)
+    stack = np.empty((192, 3), np.int64)  # depth <= 64 halvings
+    vals = np.empty(64)
+    hist0 = 7  # summaries.HIST
+    for d in range(t):
+        for gy in range(ny):
+            for gx in range(nx):
+                row = out[d, gy, gx]
+                n_flag = 0
+                if has_flags:
+                    for r in range(sub):
+                        y = gy * sub + r
+                        for c in range(sub):
+                            if flags[d, y, gx * sub + c] == clear_value:
+                                n_flag += 1
+                row[0] = n_flag
+                if n_flag == 0 or not has_values:
+                    continue
+                n = 0
+                e = 0
+                for r in range(sub):
+                    y = gy * sub + r
+                    wy = rw[y]
+                    for c in range(sub):
+                        x = np.float64(values[d, y, gx * sub + c])
+                        s = flags[d, y, gx * sub + c] == clear_value and np.isfinite(x)
+                        sel[e] = s
+                        if s:
+                            ws[e] = wy
+                            xs[e] = x
+                            n += 1
+                        else:
+                            ws[e] = 0.0
+                            xs[e] = 0.0
+                        e += 1
+                total = _pairwise(ws, 0, m, stack, vals)
+                has = total > 0
+                for e in range(m):
+                    scratch[e] = xs[e] * ws[e]
+                mean = _pairwise(scratch, 0, m, stack, vals) / total if has else 0.0
+                for e in range(m):
+                    dv = xs[e] - mean
+                    scratch[e] = ws[e] * (dv * dv)
+                row[1] = n
+                row[2] = total
+                row[3] = mean
+                row[4] = _pairwise(scratch, 0, m, stack, vals)
+                if has:
+                    vmin, vmax = np.inf, -np.inf
+                    for e in range(m):
+                        if sel[e]:
+                            vmin = min(vmin, xs[e])
+                            vmax = max(vmax, xs[e])
+                    row[5], row[6] = vmin, vmax
+                for e in range(m):
+                    if sel[e]:
+                        v = xs[e]
+                        if v < lo:
+                            k = 0
+                        elif v >= hi:
+                            k = n_bins + 1
+                        else:
+                            k = int(np.floor((v - lo) / width)) + 1
+                            k = min(max(k, 0), n_bins + 1)
+                        row[hist0 + k] += ws[e]
+
+
+def fused_summaries(
+    values: np.ndarray[Any, Any] | None,
+    flags: np.ndarray[Any, Any] | None,
+    clear_value: int,
+    rw: np.ndarray[Any, Any],
+    sub: int,
+    grid_lo: float,
+    grid_hi: float,
+    width: float,
+    n_bins: int,
+    out: np.ndarray[Any, Any],
+) -> None:
+    """Fill ``out`` ``(t, ny, nx, fields)`` (holding empty summaries) from one chunk's cells.
+
+    ``rw`` is each row's weight; ``values`` / ``flags`` None stand for all fill / all 0.
+    """
+    ref = values if values is not None else flags
+    assert ref is not None
+    dummy = np.zeros((1, 1, 1), np.uint8)
+    _kernel(
+        np.ascontiguousarray(values) if values is not None else dummy.astype(np.float32),
+        values is not None,
+        np.ascontiguousarray(flags) if flags is not None else dummy,
+        flags is not None,
+        int(clear_value),
+        np.ascontiguousarray(rw, dtype=np.float64),
+        int(sub),
+        float(grid_lo),
+        float(grid_hi),
+        float(width),
+        int(n_bins),
+        out,
+    )
