@@ -31,6 +31,7 @@ from numba.extending import intrinsic
 
 __all__ = [
     "BLOCK",
+    "cosine_rows_normed",
     "cosine_scan",
     "cosine_scan_file",
     "cosine_scan_pruned",
@@ -40,6 +41,7 @@ __all__ = [
     "hamming_scan_rows",
     "hamming_scan_serial",
     "hamming_scan_split",
+    "merge_hamming",
     "popcount64",
     "pread_rows",
     "sys_madvise",
@@ -533,6 +535,78 @@ def hamming_scan_rows(codes, q, cand, exclude, k):  # type: ignore[no-untyped-de
     sizes = np.zeros(1, np.int64)
     sizes[0] = _hamming_rows_chunk(codes, q, cand, exclude, 0, cand.shape[0], out_k[0], out_r[0])
     return out_k, out_r, sizes
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def cosine_rows_normed(vec, qi, qf, use_float, k):  # type: ignore[no-untyped-def]
+    """Exact cosine top-k of rows read out of a table (a rerank's candidates), serial.
+
+    Computes each row's norm as :func:`store.knn.codes.int8_norms` does (integer sum of
+    squares, float64 sqrt, rounded to float32: equal to the stored norms) in the same
+    pass as its dot product, instead of a separate numpy pass. Keys and tie order as in
+    :func:`cosine_scan_rows` (local row = position in ``vec``).
+    """
+    n, d = vec.shape
+    out_k = np.empty((1, k), np.float64)
+    out_r = np.empty((1, k), np.int64)
+    sizes = np.zeros(1, np.int64)
+    keys = out_k[0]
+    rows = out_r[0]
+    size = 0
+    for r in range(n):
+        sq = np.int32(0)
+        for j in range(d):
+            x = np.int32(vec[r, j])
+            sq += x * x
+        norm = np.float32(np.sqrt(np.float64(sq)))
+        if use_float:
+            dot = _dot_f32(vec, r, qf)
+        elif d == 128:
+            dot = _dot_i8_128(vec, r, qi)
+        else:
+            dot = _dot_i8(vec, r, qi)
+        size = _heap_offer(keys, rows, size, k, _key(dot, norm), r)
+    sizes[0] = size
+    return out_k, out_r, sizes
+
+
+@njit(cache=True)
+def merge_hamming(keys, rows, sizes, n_keep, bits):  # type: ignore[no-untyped-def]
+    """The best ``n_keep`` of the Hamming scans' chunk buffers, best first, in O(entries).
+
+    For the outputs of :func:`hamming_scan`, :func:`hamming_scan_split` and
+    :func:`hamming_scan_serial` only: their chunks are ascending row ranges and each
+    buffer holds its rows in ascending order (appends in row order; compaction keeps
+    the order), so reading the buffers chunk by chunk visits rows in ascending order
+    and a stable counting sort by distance (0..``bits``) orders by (distance, row),
+    the kernels' total order, with no comparison sort.
+
+    Returns:
+        ``(keys, rows)``: -distance and row of at most ``n_keep`` entries, best first.
+    """
+    hist = np.zeros(bits + 2, np.int64)
+    total = 0
+    for c in range(sizes.shape[0]):
+        for i in range(sizes[c]):
+            hist[np.int64(-keys[c, i])] += 1
+        total += sizes[c]
+    n_out = min(n_keep, total)
+    start = np.zeros(bits + 2, np.int64)  # first output slot of each distance
+    acc = 0
+    for t in range(bits + 1):
+        start[t] = acc
+        acc += hist[t]
+    out_k = np.empty(n_out, np.float64)
+    out_r = np.empty(n_out, np.int64)
+    for c in range(sizes.shape[0]):
+        for i in range(sizes[c]):
+            dist = np.int64(-keys[c, i])
+            j = start[dist]
+            if j < n_out:
+                out_k[j] = keys[c, i]
+                out_r[j] = rows[c, i]
+            start[dist] = j + 1
+    return out_k, out_r
 
 
 # Scans of large tables never leave the table resident. The unpruned cosine scan

@@ -51,6 +51,7 @@ from store.knn.scan import (
     check_k,
     cosine_topk,
     hamming_candidates,
+    merge_hamming_topk,
     merge_topk,
     n_chunks,
     prep_mask,
@@ -312,11 +313,12 @@ class KnnTable:
         # hot file maps the whole (large) page-cache folio around it, so a few
         # thousand scattered rows would make most of the table resident.
         vectors = self._read_rows(cand)
-        norms = int8_norms(vectors)  # equal to the stored norms; avoids faulting those pages in
-        exact = cosine_topk(vectors, norms, q, k)
-        return KnnResult(
-            cand[exact.rows], exact.scores, scanned, "hamming_then_rerank", int(cand.size)
-        )
+        qi, qf, use_float, qnorm = prep_query(q, self.d)
+        # norms computed with the dot products (equal to the stored norms; reading those
+        # would fault their pages in)
+        out = _kernels.cosine_rows_normed(*map(read_only, (vectors, qi, qf, use_float, k)))
+        keys, top = merge_topk(out, k)
+        return KnnResult(cand[top], keys / qnorm, scanned, "hamming_then_rerank", int(cand.size))
 
     def _hamming_blockwise(
         self,
@@ -376,7 +378,7 @@ class KnnTable:
                 n_chunks(n),
                 file_mapped(self.bin128),
             )
-        keys, rows = merge_topk(out, n_keep)
+        keys, rows = merge_hamming_topk(out, n_keep, 8 * BIN_BYTES)
         return keys, rows, n
 
     def _check_errs(self, errs: npt.NDArray[np.int64], name: str) -> None:

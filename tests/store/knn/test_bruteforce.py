@@ -137,6 +137,42 @@ def test_cosine_table_paths_equal_brute_force_with_ties(tmp_path, monkeypatch) -
                             assert got.rows_read_whole is not None
 
 
+def test_rerank_table_paths_equal_brute_force_with_ties(tmp_path, monkeypatch) -> None:
+    """hamming_then_rerank on the table (Hamming candidates, counting-sort merge, rows read
+    by pread, norms computed beside the dots): with every eligible row a candidate it is the
+    exact cosine answer, ties by lower row; with fewer it is the exact cosine order of the
+    exact Hamming candidates."""
+    table, vecs = _tied_table(tmp_path)
+    codes = np.asarray(table.bin128)
+    monkeypatch.setattr(knn_scan, "_CHUNK_ROWS", 1000)  # many chunks
+    for big in (False, True):
+        monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0 if big else 8 << 20)
+        for row in (5, 18, N - 1):
+            for m in _masks(N):
+                for k in (1, 10, 50):
+                    got = table.search(
+                        vecs[row],
+                        k=k,
+                        mode="hamming_then_rerank",
+                        mask=m,
+                        exclude_row=row,
+                        rerank_multiple=N,
+                    )
+                    np.testing.assert_array_equal(got.rows, ref_cosine(vecs, vecs[row], k, m, row))
+                    _, cand = ref_hamming(codes, codes[row], 8 * k, m, row)
+                    got = table.search(
+                        vecs[row],
+                        k=k,
+                        mode="hamming_then_rerank",
+                        mask=m,
+                        exclude_row=row,
+                        rerank_multiple=8,
+                    )
+                    cand = np.sort(cand)  # the table reranks its candidates in row order
+                    want = cand[ref_cosine(vecs[cand], vecs[row], k)]
+                    np.testing.assert_array_equal(got.rows, want)
+
+
 def test_k_beyond_the_eligible_rows_and_empty_tables(tmp_path, monkeypatch) -> None:
     table, vecs = _tied_table(tmp_path)
     codes = np.asarray(table.bin128)

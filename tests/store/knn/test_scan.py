@@ -181,3 +181,24 @@ def test_kernels_get_their_arrays_read_only_whatever_the_caller_holds(monkeypatc
             arrays = [t for t in sig if hasattr(t, "mutable")]
             assert arrays
             assert not any(t.mutable for t in arrays), (kernel, sig)
+
+
+def test_hamming_merge_by_counting_equals_lexsort_merge() -> None:
+    """Buffers in the Hamming scans' shape (ascending chunks, ascending rows in each): the
+    counting-sort merge gives merge_topk's answer, ties by lower row, n_keep beyond the
+    entries included."""
+    rng = np.random.default_rng(4)
+    nchunk, cap = 5, 40
+    keys = np.full((nchunk, cap), np.nan)
+    rows = np.full((nchunk, cap), -1, np.int64)
+    sizes = rng.integers(0, cap + 1, nchunk)
+    for c in range(nchunk):
+        chunk_rows = np.sort(rng.choice(1000, sizes[c], replace=False)) + 1000 * c
+        rows[c, : sizes[c]] = chunk_rows
+        keys[c, : sizes[c]] = -rng.integers(0, 6, sizes[c]).astype(np.float64)  # many ties
+    out = (keys, rows, sizes)
+    for n_keep in (1, 7, 30, int(sizes.sum()), int(sizes.sum()) + 5):
+        want_k, want_r = knn_scan.merge_topk(out, n_keep)
+        got_k, got_r = knn_scan.merge_hamming_topk(out, n_keep, 128)
+        np.testing.assert_array_equal(got_r, want_r)
+        np.testing.assert_array_equal(got_k, want_k)
