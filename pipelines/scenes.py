@@ -164,7 +164,8 @@ class WriteBehind(Generic[T]):
     ``submit`` queues a week's write (a callable that commits it and returns
     what the caller wants back, e.g. the snapshot id) and returns at once, so the caller reads the next week
     while this one is compressed and committed. At most ``depth`` writes wait
-    or run at a time (memory stays bounded to ``depth + 1`` week stacks);
+    or run at a time (memory stays bounded to ``depth + 1`` week stacks, each with the copy
+    its open cube transaction holds until it is encoded);
     writes run one at a time, in submission order. A write that raised makes
     the next ``submit`` (or the exit of the ``with`` block) raise it, so a
     failing commit stops the range instead of being dropped. Leaving the block

@@ -182,8 +182,9 @@ def scenes_kernel(
     One pass per scene over ``(scenes, cells)`` arrays: the sort keys and their
     digit counts (:func:`scene_keys`), the radix sort (:func:`sort_keys`), the
     values and weights gathered in key order, the statistics. ``bits`` is the
-    uint32 view of ``values``; ``scratch`` ``(4, cells)`` float64 (two rows
-    viewed as uint64 for the keys); ``counts[s]`` gets the scene's clear finite
+    uint32 view of ``values``; ``scratch`` ``(3, cells)`` float64 (the gathered
+    values, weights and the quantiles' scratch; the keys are the kernel's own);
+    ``counts[s]`` gets the scene's clear finite
     values, ``res[s]`` its statistics when there is one.
     """
     cells = bits.shape[1]

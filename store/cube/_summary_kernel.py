@@ -25,7 +25,7 @@ _PW_BLOCK = 128  # numpy's PW_BLOCKSIZE
 _UNROLL = 8
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _block_sum(a: Any, lo: int, n: int) -> float:  # pragma: no cover - compiled
     """numpy's pairwise sum of ``a[lo:lo + n]`` for ``n <= 128``: eight running sums."""
     if n < _UNROLL:
@@ -55,7 +55,7 @@ def _block_sum(a: Any, lo: int, n: int) -> float:  # pragma: no cover - compiled
     return res
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pairwise(a: Any, lo: int, n: int, stack: Any, vals: Any) -> float:  # pragma: no cover
     """numpy's ``pairwise_sum`` of ``a[lo:lo + n]`` (what ``ndarray.sum`` does on a contiguous
     row): halves (rounded down to a multiple of 8) until 128 or fewer, each half's sum added.
@@ -88,7 +88,7 @@ def _pairwise(a: Any, lo: int, n: int, stack: Any, vals: Any) -> float:  # pragm
     return vals[0]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _kernel(  # pragma: no cover - compiled
     values: Any,
     has_values: bool,

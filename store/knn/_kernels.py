@@ -22,12 +22,27 @@ negated distance.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
+
+from store.knn._hamming import (
+    hamming_scan,
+    hamming_scan_rows,
+    hamming_scan_serial,
+    hamming_scan_split,
+    merge_hamming,
+)
+from store.knn._prims import (
+    _FASTMATH,
+    BLOCK,
+    REGION_ROWS,
+    _drop,
+    _heap_offer,
+    _read_full,
+    popcount64,
+    sys_madvise,
+    sys_pread,
+)
 
 __all__ = [
     "BLOCK",
@@ -47,160 +62,6 @@ __all__ = [
     "sys_madvise",
     "sys_pread",
 ]
-
-BLOCK = 32
-"""Rows per block: small enough for the block buffer to stay in L1."""
-
-HBLOCK = 256
-"""Rows per block of the Hamming scans (a 1 kB int32 distance buffer, in L1)."""
-
-SBLOCK = 64
-"""Rows per block of the word-major Hamming scan: a block whose first words pass reads its
-second words in one vectorised pass, so smaller blocks read fewer second words."""
-
-_FASTMATH = {"reassoc", "contract"}
-# Only reassociation (so float reductions vectorise) and FMA contraction: no
-# "nnan"/"ninf", because the kernels compare against -inf sentinels.
-
-
-@intrinsic
-def popcount64(typingctx, x):  # type: ignore[no-untyped-def]
-    """LLVM ``ctpop`` on a uint64 (vectorises to VPOPCNTQ where available)."""
-    sig = types.uint64(types.uint64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        fn = builder.module.declare_intrinsic("llvm.ctpop", [ir.IntType(64)])
-        return builder.call(fn, [args[0]])
-
-    return sig, codegen
-
-
-_popcnt: Any = popcount64  # untyped alias for mypy; numba resolves it to the intrinsic
-
-
-@intrinsic
-def sys_pread(typingctx, fd, ptr, count, offset):  # type: ignore[no-untyped-def]
-    """libc ``pread(fd, (void *) ptr, count, offset)``; returns bytes read or -1.
-
-    Declared by name in the generated code (resolved from the process's libc when
-    the code is loaded), so kernels calling it can be cached, unlike a ctypes
-    function pointer. The GIL is never held: kernels call it from any thread.
-    """
-    sig = types.int64(types.int64, types.uintp, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
-        fn = builder.module.globals.get("pread")
-        if fn is None:
-            fn = ir.Function(builder.module, ir.FunctionType(i64, [i32, i8p, i64, i64]), "pread")
-        return builder.call(
-            fn, [builder.trunc(args[0], i32), builder.inttoptr(args[1], i8p), args[2], args[3]]
-        )
-
-    return sig, codegen
-
-
-_pread: Any = sys_pread
-
-
-@intrinsic
-def sys_madvise(typingctx, ptr, length, advice):  # type: ignore[no-untyped-def]
-    """libc ``madvise((void *) ptr, length, advice)``; returns 0 or -1 (declared by name, cacheable)."""
-    sig = types.int64(types.uintp, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
-        fn = builder.module.globals.get("madvise")
-        if fn is None:
-            fn = ir.Function(builder.module, ir.FunctionType(i32, [i8p, i64, i32]), "madvise")
-        r = builder.call(fn, [builder.inttoptr(args[0], i8p), args[1], builder.trunc(args[2], i32)])
-        return builder.sext(r, i64)
-
-    return sig, codegen
-
-
-_madvise: Any = sys_madvise
-MADV_DONTNEED = 4
-"""Linux ``MADV_DONTNEED``: drop a range's pages from this process (they stay in the page cache)."""
-PAGE = 4096
-"""Page size the release ranges are aligned to (x86-64 / arm64 base pages)."""
-REGION_ROWS = 1 << 16
-"""Rows a mapped scan reads before releasing them (4 MB of 64-byte heads): releasing much
-smaller ranges costs more in madvise calls and refaults at region edges."""
-REGION_BYTES = 4 << 20
-"""Bytes of one mapped array a scan reads before releasing them (see :data:`REGION_ROWS`)."""
-
-
-@njit(inline="always")
-def _drop(arr, lo, hi):  # type: ignore[no-untyped-def]
-    """Release rows lo..hi of a C-contiguous mapped array from the resident set.
-
-    Rounded out to whole pages: a shared boundary page dropped while another thread
-    reads it is simply faulted in again (read-only file mapping).
-    """
-    if hi <= lo:
-        return
-    start = arr[lo:].ctypes.data
-    end = start + (hi - lo) * arr.strides[0]
-    p0 = start // PAGE * PAGE
-    _madvise(p0, end - p0, MADV_DONTNEED)
-
-
-@njit(inline="always")
-def _read_full(fd, ptr, count, offset):  # type: ignore[no-untyped-def]
-    """``pread`` until ``count`` bytes are in (short reads are legal); False at EOF or error."""
-    done = 0
-    while done < count:
-        got = _pread(fd, ptr + done, count - done, offset + done)
-        if got <= 0:
-            return False
-        done += got
-    return True
-
-
-# --------------------------------------------------------------------------- heap
-
-
-@njit(inline="always")
-def _worse(ka: float, ra: int, kb: float, rb: int) -> bool:
-    """True when (ka, ra) ranks below (kb, rb): lower key, or equal key and higher row."""
-    return ka < kb or (ka == kb and ra > rb)
-
-
-@njit(inline="always")
-def _heap_offer(keys, rows, size: int, k: int, key: float, row: int) -> int:  # type: ignore[no-untyped-def]
-    """Offer (key, row) to a min-heap of capacity k; returns the new size."""
-    if size < k:
-        i = size
-        keys[i] = key
-        rows[i] = row
-        while i > 0:
-            p = (i - 1) >> 1
-            if _worse(keys[i], rows[i], keys[p], rows[p]):
-                keys[i], keys[p] = keys[p], keys[i]
-                rows[i], rows[p] = rows[p], rows[i]
-                i = p
-            else:
-                break
-        return size + 1
-    if not _worse(keys[0], rows[0], key, row):
-        return size
-    keys[0] = key
-    rows[0] = row
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and _worse(keys[c + 1], rows[c + 1], keys[c], rows[c]):
-            c += 1
-        if _worse(keys[c], rows[c], keys[i], rows[i]):
-            keys[i], keys[c] = keys[c], keys[i]
-            rows[i], rows[c] = rows[c], rows[i]
-            i = c
-        else:
-            break
-    return size
 
 
 # --------------------------------------------------------------------------- dots
@@ -316,142 +177,6 @@ def _cosine_rows_chunk(vec, norms, qi, qf, use_float, cand, exclude, lo, hi, key
     return size
 
 
-@njit(inline="always", fastmath=_FASTMATH)
-def _hamming_chunk(codes, q, mask, use_mask, exclude, lo, hi, n_keep, keys, rows, shared):  # type: ignore[no-untyped-def]
-    """Hamming scan of rows lo..hi keeping the best ``n_keep``; returns the buffer length."""
-    st = _hamming_state(codes.shape[1])
-    hist = np.zeros(64 * codes.shape[1] + 2, np.int64)
-    _hamming_block_scan(
-        codes, q, mask, use_mask, exclude, lo, hi, 0, n_keep, keys, rows, st, hist, shared
-    )
-    return _hamming_finish(keys, rows, st)
-
-
-@njit(inline="always")
-def _hamming_state(w):  # type: ignore[no-untyped-def]
-    """Fresh scan state: [buffer length, limit, kept rows with distance <= limit]."""
-    st = np.zeros(3, np.int64)
-    st[1] = 64 * w + 1  # accept everything until n_keep rows are kept
-    return st
-
-
-@njit(inline="always")
-def _hamming_finish(keys, rows, st):  # type: ignore[no-untyped-def]
-    """Drop kept rows beyond the final limit; returns the buffer length."""
-    limit = st[1]
-    m = 0
-    for i in range(st[0]):
-        if -keys[i] <= limit:
-            keys[m] = keys[i]
-            rows[m] = rows[i]
-            m += 1
-    return m
-
-
-@njit(inline="always", fastmath=_FASTMATH)
-def _hamming_block_scan(  # type: ignore[no-untyped-def]
-    codes, q, mask, use_mask, exclude, lo, hi, base, n_keep, keys, rows, st, hist, shared
-):
-    """Hamming scan of local rows lo..hi (table row = ``base`` + local) into a kept buffer.
-
-    Distances are small integers, so instead of a heap this keeps an append-only
-    buffer and a histogram of the kept distances. ``limit`` is the smallest
-    distance t with at least ``n_keep`` kept rows at distance <= t: rows arrive in
-    increasing row order, so a later row at distance >= limit ranks below n_keep
-    kept rows and is rejected with one compare; accepted rows cost an append.
-    The buffer is compacted (rows with distance > limit dropped) when full; it
-    then holds at most 2 * n_keep rows. ``st`` and ``hist`` carry the state over
-    calls (the buffers of a file scan); :func:`_hamming_finish` ends a scan.
-    Output keys are -distance, unsorted.
-
-    ``shared[0]`` is a bound all chunks of one scan share: every chunk's limit
-    bounds the global ``n_keep``-th distance D* (that chunk alone holds n_keep rows
-    at distance <= its limit), so a row farther than the smallest limit published
-    so far cannot be in the answer, whichever chunk it is in. Ties at that bound
-    are kept (a row of an earlier chunk wins a tie). Chunks publish their limit
-    as it tightens; a stale read only means a looser bound. Without it every
-    chunk keeps ~n_keep * (1 + ln(rows / n_keep)) rows before its own limit settles.
-    """
-    w = codes.shape[1]
-    hblock = HBLOCK
-    buf = np.empty(hblock, np.int32)
-    flat = codes.reshape(-1)  # contiguous rows: word j of row r is flat[w * r + j]
-    q0 = q[0]
-    q1 = q[1 % w]
-    for b0 in range(lo, hi, hblock):
-        b1 = min(b0 + hblock, hi)
-        bound = min(st[1], shared[0] + 1)  # reject distances >= bound
-        best = np.int32(1 << 30)
-        if w == 2:
-            # flat int32 form: vectorises better than codes[r, j] with int64 sums
-            for r in range(b0, b1):
-                dist = np.int32(_popcnt(flat[2 * r] ^ q0)) + np.int32(_popcnt(flat[2 * r + 1] ^ q1))
-                buf[r - b0] = dist
-                best = min(best, dist)
-        else:
-            for r in range(b0, b1):
-                acc = np.int32(0)
-                for j in range(w):
-                    acc += np.int32(_popcnt(flat[w * r + j] ^ q[j]))
-                buf[r - b0] = acc
-                best = min(best, acc)
-        if best >= bound:
-            continue
-        for r in range(b0, b1):
-            dist = buf[r - b0]
-            g = base + r
-            if dist >= bound or dist >= st[1] or g == exclude or (use_mask and not mask[g]):
-                continue
-            _hamming_keep(dist, g, n_keep, keys, rows, st, hist, shared)
-
-
-@njit(inline="always")
-def _hamming_keep(dist, g, n_keep, keys, rows, st, hist, shared):  # type: ignore[no-untyped-def]
-    """Append row ``g`` at distance ``dist`` (< the limit) and tighten the limit."""
-    cap = keys.shape[0]
-    size = st[0]
-    limit = st[1]
-    kept_le_limit = st[2]
-    if size == cap:  # compact: drop rows now beyond the limit
-        m = 0
-        for i in range(size):
-            if -keys[i] <= limit:
-                keys[m] = keys[i]
-                rows[m] = rows[i]
-                m += 1
-        size = m
-    keys[size] = -np.float64(dist)
-    rows[size] = g
-    size += 1
-    hist[dist] += 1
-    kept_le_limit += 1
-    while limit > 0 and kept_le_limit - hist[limit] >= n_keep:
-        kept_le_limit -= hist[limit]
-        limit -= 1
-    if kept_le_limit >= n_keep and limit < shared[0]:
-        shared[0] = limit
-    st[0] = size
-    st[1] = limit
-    st[2] = kept_le_limit
-
-
-@njit(inline="always")
-def _hamming_rows_chunk(codes, q, cand, exclude, lo, hi, keys, rows):  # type: ignore[no-untyped-def]
-    """Hamming distance of the candidate rows cand[lo:hi] into the heap."""
-    k = keys.shape[0]
-    w = codes.shape[1]
-    size = 0
-    for i in range(lo, hi):
-        r = cand[i]
-        if r == exclude:
-            continue
-        dist = np.int64(0)
-        for j in range(w):
-            dist += np.int64(_popcnt(codes[r, j] ^ q[j]))
-        size = _heap_offer(keys, rows, size, k, -np.float64(dist), r)
-    return size
-
-
 # Each scan comes in a parallel form (nchunk contiguous chunks, one heap each,
 # prange over chunks) and a serial form (one chunk on the calling thread). The
 # serial form is used for small scans: a parallel region ends in a barrier, and on
@@ -514,30 +239,6 @@ def cosine_scan_rows(vec, norms, qi, qf, use_float, cand, exclude, k):  # type: 
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def hamming_scan_serial(codes, q, mask, use_mask, exclude, k):  # type: ignore[no-untyped-def]
-    """:func:`hamming_scan` on the calling thread (one chunk)."""
-    cap = 4 * k + 64
-    out_k = np.empty((1, cap), np.float64)
-    out_r = np.empty((1, cap), np.int64)
-    sizes = np.zeros(1, np.int64)
-    shared = np.full(1, 64 * codes.shape[1] + 1, np.int64)
-    sizes[0] = _hamming_chunk(
-        codes, q, mask, use_mask, exclude, 0, codes.shape[0], k, out_k[0], out_r[0], shared
-    )
-    return out_k, out_r, sizes
-
-
-@njit(cache=True)
-def hamming_scan_rows(codes, q, cand, exclude, k):  # type: ignore[no-untyped-def]
-    """Hamming top-k over the rows listed in ``cand`` (serial)."""
-    out_k = np.empty((1, k), np.float64)
-    out_r = np.empty((1, k), np.int64)
-    sizes = np.zeros(1, np.int64)
-    sizes[0] = _hamming_rows_chunk(codes, q, cand, exclude, 0, cand.shape[0], out_k[0], out_r[0])
-    return out_k, out_r, sizes
-
-
-@njit(cache=True, fastmath=_FASTMATH)
 def cosine_rows_normed(vec, qi, qf, use_float, k):  # type: ignore[no-untyped-def]
     """Exact cosine top-k of rows read out of a table (a rerank's candidates), serial.
 
@@ -568,45 +269,6 @@ def cosine_rows_normed(vec, qi, qf, use_float, k):  # type: ignore[no-untyped-de
         size = _heap_offer(keys, rows, size, k, _key(dot, norm), r)
     sizes[0] = size
     return out_k, out_r, sizes
-
-
-@njit(cache=True)
-def merge_hamming(keys, rows, sizes, n_keep, bits):  # type: ignore[no-untyped-def]
-    """The best ``n_keep`` of the Hamming scans' chunk buffers, best first, in O(entries).
-
-    For the outputs of :func:`hamming_scan`, :func:`hamming_scan_split` and
-    :func:`hamming_scan_serial` only: their chunks are ascending row ranges and each
-    buffer holds its rows in ascending order (appends in row order; compaction keeps
-    the order), so reading the buffers chunk by chunk visits rows in ascending order
-    and a stable counting sort by distance (0..``bits``) orders by (distance, row),
-    the kernels' total order, with no comparison sort.
-
-    Returns:
-        ``(keys, rows)``: -distance and row of at most ``n_keep`` entries, best first.
-    """
-    hist = np.zeros(bits + 2, np.int64)
-    total = 0
-    for c in range(sizes.shape[0]):
-        for i in range(sizes[c]):
-            hist[np.int64(-keys[c, i])] += 1
-        total += sizes[c]
-    n_out = min(n_keep, total)
-    start = np.zeros(bits + 2, np.int64)  # first output slot of each distance
-    acc = 0
-    for t in range(bits + 1):
-        start[t] = acc
-        acc += hist[t]
-    out_k = np.empty(n_out, np.float64)
-    out_r = np.empty(n_out, np.int64)
-    for c in range(sizes.shape[0]):
-        for i in range(sizes[c]):
-            dist = np.int64(-keys[c, i])
-            j = start[dist]
-            if j < n_out:
-                out_k[j] = keys[c, i]
-                out_r[j] = rows[c, i]
-            start[dist] = j + 1
-    return out_k, out_r
 
 
 # Scans of large tables never leave the table resident. The unpruned cosine scan
@@ -668,57 +330,6 @@ def cosine_scan_file(  # type: ignore[no-untyped-def]
             )
         sizes[c] = size
     return out_k, out_r, sizes, errs
-
-
-@njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk, release):  # type: ignore[no-untyped-def]
-    """Hamming top-k (key = -distance) over (N, W) uint64 codes, in ``nchunk`` chunks.
-
-    Each chunk scans its rows region by region (:data:`REGION_BYTES`); with
-    ``release`` a memory-mapped table drops each region after its scan, so the
-    codes never stay resident (read-only file mappings only, see
-    :func:`cosine_scan_pruned`).
-
-    Args:
-        codes: (N, W) uint64, the packed sign bits viewed as words.
-        q: (W,) uint64 query code.
-        mask, use_mask, exclude, k, nchunk: as in :func:`cosine_scan`.
-        release: drop scanned regions from the resident set.
-    """
-    n, w = codes.shape
-    cap = 4 * k + 64
-    out_k = np.empty((nchunk, cap), np.float64)
-    out_r = np.empty((nchunk, cap), np.int64)
-    sizes = np.zeros(nchunk, np.int64)
-    shared = np.full(1, 64 * w + 1, np.int64)
-    region_rows = max(HBLOCK, REGION_BYTES // (8 * w))
-    for c in prange(nchunk):
-        lo = n * c // nchunk
-        hi = n * (c + 1) // nchunk
-        st = _hamming_state(w)
-        hist = np.zeros(64 * w + 2, np.int64)
-        for a in range(lo, hi, region_rows):
-            m = min(region_rows, hi - a)
-            _hamming_block_scan(
-                codes[a : a + m],
-                q,
-                mask,
-                use_mask,
-                exclude,
-                0,
-                m,
-                a,
-                k,
-                out_k[c],
-                out_r[c],
-                st,
-                hist,
-                shared,
-            )
-            if release:
-                _drop(codes, a, a + m)
-        sizes[c] = _hamming_finish(out_k[c], out_r[c], st)
-    return out_k, out_r, sizes
 
 
 # Pruned exact cosine. A table may carry, beside its rows, a "head" copy of each
@@ -899,80 +510,3 @@ def pread_rows(fd, rows, d, base, out):  # type: ignore[no-untyped-def]
             return i
         i = j
     return -1
-
-
-@njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release):  # type: ignore[no-untyped-def]
-    """:func:`hamming_scan` over 128-bit codes stored word-major (two uint64 planes).
-
-    The distance over the first 64 bits bounds the full distance from below, so a
-    block of :data:`SBLOCK` rows whose first-word distances all reach the current
-    limit is rejected without its second words. A block with a passing row reads
-    its second words in one vectorised pass (full distances and their minimum),
-    and only a block whose best full distance passes is walked row by row. The
-    answer is the same as the row-major scan's (same keys, same order); for a
-    small ``k`` about half the bytes are read, and for a rerank's thousands of
-    candidates the unwalked blocks still save their second words.
-
-    Args:
-        planes: ``(2, N)`` uint64 codes word-major, memory-mapped: read in place, each
-            region (:data:`REGION_BYTES` over both planes) released after its scan when ``release``
-            (read-only file mappings only).
-        q: (2,) uint64 query code words.
-        Others as in :func:`hamming_scan`.
-    """
-    n = planes.shape[1]
-    cap = 4 * k + 64
-    out_k = np.empty((nchunk, cap), np.float64)
-    out_r = np.empty((nchunk, cap), np.int64)
-    sizes = np.zeros(nchunk, np.int64)
-    shared = np.full(1, 129, np.int64)  # 64 * 2 + 1: keep everything until a limit settles
-    region_rows = REGION_BYTES // 16  # both planes of a region: REGION_BYTES, as the row-major scan
-    q0 = q[0]
-    q1 = q[1]
-    p0 = planes[0]
-    p1 = planes[1]
-    for c in prange(nchunk):
-        lo = n * c // nchunk
-        hi = n * (c + 1) // nchunk
-        keys = out_k[c]
-        rows = out_r[c]
-        buf = np.empty(SBLOCK, np.int32)
-        st = _hamming_state(2)
-        hist = np.zeros(130, np.int64)
-        for a in range(lo, hi, region_rows):
-            m = min(region_rows, hi - a)
-            w0 = p0[a : a + m]
-            w1 = p1[a : a + m]
-            touched1 = False
-            for b0 in range(0, m, SBLOCK):
-                b1 = min(b0 + SBLOCK, m)
-                lim = np.int32(min(st[1], shared[0] + 1))  # reject distances >= lim
-                best = np.int32(1 << 30)
-                for r in range(b0, b1):
-                    d0 = np.int32(_popcnt(w0[r] ^ q0))
-                    buf[r - b0] = d0
-                    best = min(best, d0)
-                if best >= lim:
-                    continue
-                touched1 = True
-                best = np.int32(1 << 30)
-                for r in range(b0, b1):  # vectorised: no branch per row
-                    dist = buf[r - b0] + np.int32(_popcnt(w1[r] ^ q1))
-                    buf[r - b0] = dist
-                    best = min(best, dist)
-                if best >= lim:
-                    continue
-                for r in range(b0, b1):
-                    dist = buf[r - b0]
-                    g = a + r
-                    if dist >= lim or dist >= st[1] or g == exclude or (use_mask and not mask[g]):
-                        continue
-                    _hamming_keep(dist, g, k, keys, rows, st, hist, shared)
-                    lim = np.int32(min(st[1], shared[0] + 1))
-            if release:
-                _drop(p0, a, a + m)
-                if touched1:
-                    _drop(p1, a, a + m)
-        sizes[c] = _hamming_finish(keys, rows, st)
-    return out_k, out_r, sizes

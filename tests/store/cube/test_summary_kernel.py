@@ -103,3 +103,20 @@ def test_fused_summaries_take_float64_values() -> None:
     v64: Any = v.astype(np.float64) * 1.0000001
     got = sm.summarise_chunk(v64, f, 2, 5, GRID, 8)
     assert got.tobytes() == numpy_summarise_chunk(v64, f, 2, 5, GRID, 8).tobytes()
+
+
+@pytest.mark.parametrize("order", ["neg_first", "pos_first", "only_zeros"])
+def test_fused_summaries_keep_the_numpy_forms_signed_zero(order: str) -> None:
+    """MIN and MAX of a block holding both -0.0 and +0.0 are stored with numpy's sign."""
+    v = np.full((1, 8, 8), 0.5, np.float32)
+    if order == "only_zeros":
+        v[:] = 0.0
+        v[0, ::2] = -0.0
+    else:
+        first, second = (-0.0, 0.0) if order == "neg_first" else (0.0, -0.0)
+        v[0, 0, 0], v[0, 0, 1] = first, second
+        v[0, 1, :] = 0.75
+    f = np.full(v.shape, 2, np.uint8)
+    got = sm.summarise_chunk(v, f, 2, 5, GRID, 8)
+    want = numpy_summarise_chunk(v, f, 2, 5, GRID, 8)
+    assert got.tobytes() == want.tobytes()

@@ -206,3 +206,18 @@ def test_a_repository_recreated_at_the_same_path_gets_its_layout(tmp_path: Path)
         tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0, X0, 2 * values)
     got = CubeReader(data).read_region("indices.ndvi", Y0, Y0 + 4, X0, X0 + 4)
     np.testing.assert_array_equal(got.values, 2 * values)
+
+
+def test_a_held_write_is_the_values_at_the_call_not_at_the_commit(tmp_path: Path) -> None:
+    """Writes are encoded at the end of the transaction: a caller that reuses its buffer after
+    ``tx.write`` (as a week loop does) must not change what is stored."""
+    rng = np.random.default_rng(9)
+    values = rng.uniform(-1, 1, (7, 40, 40)).astype(np.float32)
+    stored = values.copy()
+    with CubeWriter(tmp_path).transaction("reuse") as tx:
+        tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0 + 5, X0 + 5, values)
+        values[:] = 0.25  # the caller's buffer, reused before the commit
+    got = CubeReader(tmp_path).read_region(
+        "indices.ndvi", Y0 + 5, Y0 + 45, X0 + 5, X0 + 45, T0, T0 + 7, drop_empty=False
+    )
+    np.testing.assert_array_equal(got.values, stored)
