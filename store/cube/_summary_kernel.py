@@ -5,7 +5,10 @@ block, counts, weighted sums, extremes and a weighted histogram. The numpy form
 makes about twenty passes over the chunk (group reshapes, masks, products, one
 reduction each); this kernel reads each cell once into per-block scratch and
 sums the scratch with numpy's own pairwise summation (:func:`_pairwise`), so
-every stored number is bit for bit the numpy form's (the tests compare them).
+every stored number is bit for bit the numpy form's (the tests compare them), except the sign
+of a zero extreme: where a block's smallest or largest value is both -0.0 and +0.0, numpy's
+SIMD reduction and this loop may keep different zeros (equal values; -0.0 does not arise
+from the index formulas, whose zero differences are +0.0).
 The histogram adds each cell's weight to its bin in cell order, as ``np.bincount``
 does.
 

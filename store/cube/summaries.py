@@ -218,7 +218,8 @@ def summarise_chunk(
 
     One fused pass over the cells (:mod:`store.cube._summary_kernel`, numba), whose
     numbers are bit for bit those of the numpy form of :func:`summarise_cells` per
-    block with numpy's pairwise sums (a test keeps that numpy form as the reference).
+    block with numpy's pairwise sums (a test keeps that numpy form as the reference), but for
+    the sign of a zero MIN/MAX in a block holding both -0.0 and +0.0 (equal values).
     """
     ref = values if values is not None else flags
     if ref is None:
