@@ -7,8 +7,8 @@ reduction each); this kernel reads each cell once into per-block scratch and
 sums the scratch with numpy's own pairwise summation (:func:`_pairwise`), so
 every stored number is bit for bit the numpy form's (the tests compare them), except the sign
 of a zero extreme: where a block's smallest or largest value is both -0.0 and +0.0, numpy's
-SIMD reduction and this loop may keep different zeros (equal values; -0.0 does not arise
-from the index formulas, whose zero differences are +0.0).
+SIMD reduction and this loop may keep different zeros (equal values; rare: a normalised
+difference is -0.0 only where its difference is zero and its sum negative).
 The histogram adds each cell's weight to its bin in cell order, as ``np.bincount``
 does.
 
