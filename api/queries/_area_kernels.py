@@ -1,5 +1,5 @@
-"""The compiled kernels of :mod:`api.queries.area_stats` (numba): numpy's pairwise summation,
-per-scene sort keys and the weighted statistics in key order.
+"""The compiled kernels of :mod:`api.queries.area_stats` (numba): per-scene sort keys and the
+weighted statistics in key order (summed as numpy sums: :mod:`store._pairwise`).
 
 A module of their own so that numba loads only when an area's statistics are computed, not
 with every process that imports the query modules (``tools/list``, a CLI start).
@@ -12,103 +12,11 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["pairwise", "scene_keys", "scenes_kernel", "sort_keys", "sorted_stats"]
+from store._pairwise import pairwise_terms
+
+__all__ = ["scene_keys", "scenes_kernel", "sort_keys", "sorted_stats"]
 
 _QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
-_PW_BLOCK = 128  # numpy's pairwise-summation block (PW_BLOCKSIZE)
-_PW_STACK = 256  # explicit recursion stack: 3 entries per level, ~log2(n / 128) levels
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _term(kind: int, xs: Any, ws: Any, mean: float, i: int) -> float:  # pragma: no cover - numba
-    """Term ``i`` of a sum: ``ws[i]`` (0), ``xs[i] * ws[i]`` (1), ``ws[i] * (xs[i] - mean) ** 2`` (2)."""
-    if kind == 0:
-        return ws[i]
-    if kind == 1:
-        return xs[i] * ws[i]
-    d = xs[i] - mean
-    return ws[i] * (d * d)
-
-
-@njit(cache=True, nogil=True)
-def _pairwise_leaf(
-    kind: int, xs: Any, ws: Any, mean: float, lo: int, n: int
-) -> float:  # pragma: no cover - numba
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += _term(kind, xs, ws, mean, i)
-        return res
-    r0, r1 = _term(kind, xs, ws, mean, lo), _term(kind, xs, ws, mean, lo + 1)
-    r2, r3 = _term(kind, xs, ws, mean, lo + 2), _term(kind, xs, ws, mean, lo + 3)
-    r4, r5 = _term(kind, xs, ws, mean, lo + 4), _term(kind, xs, ws, mean, lo + 5)
-    r6, r7 = _term(kind, xs, ws, mean, lo + 6), _term(kind, xs, ws, mean, lo + 7)
-    i = 8
-    m = n - n % 8
-    while i < m:
-        b = lo + i
-        r0 += _term(kind, xs, ws, mean, b)
-        r1 += _term(kind, xs, ws, mean, b + 1)
-        r2 += _term(kind, xs, ws, mean, b + 2)
-        r3 += _term(kind, xs, ws, mean, b + 3)
-        r4 += _term(kind, xs, ws, mean, b + 4)
-        r5 += _term(kind, xs, ws, mean, b + 5)
-        r6 += _term(kind, xs, ws, mean, b + 6)
-        r7 += _term(kind, xs, ws, mean, b + 7)
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += _term(kind, xs, ws, mean, lo + i)
-        i += 1
-    return res
-
-
-@njit(cache=True, nogil=True)
-def _pairwise_terms(
-    kind: int, xs: Any, ws: Any, mean: float, n: int
-) -> float:  # pragma: no cover - numba
-    """The sum of :func:`_term` over ``i < n`` exactly as numpy sums the array of the terms.
-
-    numpy's add.reduce sums by pairwise recursion (halves rounded down to
-    multiples of 8) down to blocks of at most 128 summed with 8 accumulators;
-    doing the same additions in the same order gives the same bits. Each term is
-    computed where numpy would read it (the same product, rounded the same way),
-    so no array of terms is written. The recursion runs on an explicit stack
-    (numba cannot cache recursive functions).
-    """
-    if n <= _PW_BLOCK:
-        return _pairwise_leaf(kind, xs, ws, mean, 0, n)
-    los = np.empty(_PW_STACK, np.int64)
-    ns = np.empty(_PW_STACK, np.int64)
-    done = np.zeros(_PW_STACK, np.bool_)
-    vals = np.empty(_PW_STACK, np.float64)
-    top, nv = 1, 0
-    los[0], ns[0], done[0] = 0, n, False
-    while top > 0:
-        top -= 1
-        lo, m = los[top], ns[top]
-        if m <= _PW_BLOCK:
-            vals[nv] = _pairwise_leaf(kind, xs, ws, mean, lo, m)
-            nv += 1
-        elif done[top]:
-            nv -= 1
-            vals[nv - 1] = vals[nv - 1] + vals[nv]
-        else:
-            m2 = m // 2
-            m2 -= m2 % 8
-            done[top] = True  # combine after both halves
-            los[top + 1], ns[top + 1], done[top + 1] = lo + m2, m - m2, False
-            los[top + 2], ns[top + 2], done[top + 2] = lo, m2, False
-            top += 3
-    return vals[0]
-
-
-@njit(cache=True, nogil=True)
-def pairwise(a: Any, n: int) -> float:  # pragma: no cover - numba
-    """``a[:n].sum()`` exactly as numpy sums a contiguous float64 array (:func:`_pairwise_terms`)."""
-    return _pairwise_terms(0, a, a, 0.0, n)
-
-
 _DIGIT = 11  # radix digit: three passes cover a value's 32 key bits
 _RADIX = 1 << _DIGIT
 
@@ -225,12 +133,12 @@ def _stats_core(xs: Any, ws: Any, t: Any, n: int, out: Any) -> None:  # pragma: 
 
     Reproduces the numpy expression order of the reference exactly: pairwise
     sums of ``ws``, ``xs * ws`` and ``ws * (xs - mean) ** 2`` (the products formed
-    inside the sums, :func:`_pairwise_terms`); a running sum for the cumulative
+    inside the sums, :func:`store._pairwise.pairwise_terms`); a running sum for the cumulative
     mid-point weights; ``np.interp``'s arithmetic. ``t``: float64 scratch of at least n.
     """
-    total = _pairwise_terms(0, xs, ws, 0.0, n)
-    mean = _pairwise_terms(1, xs, ws, 0.0, n) / total
-    var = _pairwise_terms(2, xs, ws, mean, n) / total
+    total = pairwise_terms(0, xs, ws, 0.0, n)
+    mean = pairwise_terms(1, xs, ws, 0.0, n) / total
+    var = pairwise_terms(2, xs, ws, mean, n) / total
     out[0] = mean
     out[1] = np.sqrt(max(0.0, var))
     c = 0.0

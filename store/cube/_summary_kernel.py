@@ -4,7 +4,7 @@
 block, counts, weighted sums, extremes and a weighted histogram. The numpy form
 makes about twenty passes over the chunk (group reshapes, masks, products, one
 reduction each); this kernel reads each cell once into per-block scratch and
-sums the scratch with numpy's own pairwise summation (:func:`_pairwise`), so
+sums its terms with numpy's own pairwise summation (:mod:`store._pairwise`), so
 every stored number is bit for bit the numpy form's (the tests compare them), except the sign
 of a zero extreme: where a block's smallest or largest value is both -0.0 and +0.0, numpy's
 SIMD reduction and this loop may keep different zeros (equal values; rare: a normalised
@@ -22,73 +22,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from store._pairwise import STACK_ROWS, pairwise_terms_into
+
 __all__ = ["fused_summaries"]
-
-_PW_BLOCK = 128  # numpy's PW_BLOCKSIZE
-_UNROLL = 8
-
-
-@njit(cache=True, nogil=True)
-def _block_sum(a: Any, lo: int, n: int) -> float:  # pragma: no cover - compiled
-    """numpy's pairwise sum of ``a[lo:lo + n]`` for ``n <= 128``: eight running sums."""
-    if n < _UNROLL:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = _UNROLL
-    stop = n - (n % _UNROLL)
-    while i < stop:
-        j = lo + i
-        r0 += a[j]
-        r1 += a[j + 1]
-        r2 += a[j + 2]
-        r3 += a[j + 3]
-        r4 += a[j + 4]
-        r5 += a[j + 5]
-        r6 += a[j + 6]
-        r7 += a[j + 7]
-        i += _UNROLL
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[lo + i]
-        i += 1
-    return res
-
-
-@njit(cache=True, nogil=True)
-def _pairwise(a: Any, lo: int, n: int, stack: Any, vals: Any) -> float:  # pragma: no cover
-    """numpy's ``pairwise_sum`` of ``a[lo:lo + n]`` (what ``ndarray.sum`` does on a contiguous
-    row): halves (rounded down to a multiple of 8) until 128 or fewer, each half's sum added.
-
-    Iterative (an explicit stack; ``stack`` ``(k, 3)`` int64 and ``vals`` ``(k,)`` scratch):
-    numba's on-disk cache of a self-recursive function crashes on load.
-    """
-    if n <= _PW_BLOCK:
-        return _block_sum(a, lo, n)
-    sp = 0
-    vp = 0
-    stack[0, 0], stack[0, 1], stack[0, 2] = lo, n, 0
-    sp = 1
-    while sp > 0:
-        sp -= 1
-        start, k, combine = stack[sp, 0], stack[sp, 1], stack[sp, 2]
-        if k <= _PW_BLOCK:
-            vals[vp] = _block_sum(a, start, k)
-            vp += 1
-        elif combine:
-            vals[vp - 2] = vals[vp - 2] + vals[vp - 1]
-            vp -= 1
-        else:
-            n2 = k // 2
-            n2 -= n2 % _UNROLL
-            stack[sp, 0], stack[sp, 1], stack[sp, 2] = start, k, 1
-            stack[sp + 1, 0], stack[sp + 1, 1], stack[sp + 1, 2] = start + n2, k - n2, 0
-            stack[sp + 2, 0], stack[sp + 2, 1], stack[sp + 2, 2] = start, n2, 0
-            sp += 3
-    return vals[0]
 
 
 @njit(cache=True, nogil=True)
@@ -110,11 +46,10 @@ def _kernel(  # pragma: no cover - compiled
     m = sub * sub
     ws = np.empty(m)
     xs = np.empty(m)
-    scratch = np.empty(m)
     sel = np.empty(m, np.bool_)
-    stack = np.empty((192, 3), np.int64)  # depth <= 64 halvings
-    vals = np.empty(64)
-    hist0 = 7  # summaries.HIST
+    hist0 = 7  # summaries.HIST (the field layout is pinned by the bit-for-bit tests)
+    stack = np.empty((STACK_ROWS, 3), np.int64)
+    vals = np.empty(STACK_ROWS)
     for d in range(t):
         for gy in range(ny):
             for gx in range(nx):
@@ -146,18 +81,13 @@ def _kernel(  # pragma: no cover - compiled
                             ws[e] = 0.0
                             xs[e] = 0.0
                         e += 1
-                total = _pairwise(ws, 0, m, stack, vals)
+                total = pairwise_terms_into(0, xs, ws, 0.0, m, stack, vals)
                 has = total > 0
-                for e in range(m):
-                    scratch[e] = xs[e] * ws[e]
-                mean = _pairwise(scratch, 0, m, stack, vals) / total if has else 0.0
-                for e in range(m):
-                    dv = xs[e] - mean
-                    scratch[e] = ws[e] * (dv * dv)
+                mean = pairwise_terms_into(1, xs, ws, 0.0, m, stack, vals) / total if has else 0.0
                 row[1] = n
                 row[2] = total
                 row[3] = mean
-                row[4] = _pairwise(scratch, 0, m, stack, vals)
+                row[4] = pairwise_terms_into(2, xs, ws, mean, m, stack, vals)
                 if has:
                     vmin, vmax = np.inf, -np.inf
                     for e in range(m):

@@ -326,11 +326,9 @@ def _write_direct(session: ic.Session, parts: list[PartitionRows], chunks: Inven
     store = session.store
     pos = [chunk_position(p.key) for p in parts]
     keys = [chunks.key(y, x) for y, x in pos]
-    got = sync(get_many(store, list(dict.fromkeys(keys)), chunks.prototype))
-    current: dict[str, str] = {
-        k: ("" if b is None else chunks.decode(b))
-        for k, b in zip(dict.fromkeys(keys), got, strict=True)
-    }
+    unique = list(dict.fromkeys(keys))  # partitions sharing a position are read once
+    got = sync(get_many(store, unique, chunks.prototype))
+    current = {k: ("" if b is None else chunks.decode(b)) for k, b in zip(unique, got, strict=True)}
     puts: dict[str, Buffer | None] = {}
     for part, (y, x), key in zip(parts, pos, keys, strict=True):
         old = current[key]

@@ -163,7 +163,7 @@ class CubeTransaction:
         try:
             self._encode(staged)
         except BaseException:
-            self._staged = staged + self._staged  # nothing encoded: still held
+            self._staged = staged  # nothing encoded: still held
             raise
 
     def _encode(self, staged: list[_Staged]) -> None:
@@ -187,12 +187,10 @@ class CubeTransaction:
                 if whole:
                     chunk = np.ascontiguousarray(data[outer])
                 else:
-                    if key in encoded:
-                        old = encoded[key]
-                    elif key in self._pending:
-                        old = self._pending[key]
-                    else:
-                        old = stored[key]
+                    # newest first: this encoding, earlier ones of the transaction, the store
+                    old = (
+                        encoded[key] if key in encoded else self._pending.get(key, stored.get(key))
+                    )
                     if old is None:
                         chunk = np.full(codec.chunks, codec.fill_value, dtype=codec.dtype)
                     else:

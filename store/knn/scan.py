@@ -359,18 +359,16 @@ def hamming_candidates(
     if m is not None and m.mean() < SPARSE_MASK:
         cand = np.flatnonzero(m).astype(np.int64)
         out = _kernels.hamming_scan_rows(*map(read_only, (words, qw, cand, exclude, n_keep)))
-        scanned = int(cand.size)
+        keys, rows = merge_topk(out, n_keep)  # a heap per chunk, not the full scans' buffers
+        return keys, rows, int(cand.size)
+    marr = m if m is not None else np.ones(1, np.bool_)
+    args = (words, qw, marr, m is not None, exclude, n_keep)
+    if n * nbytes <= _SERIAL_BYTES:
+        out = _kernels.hamming_scan_serial(*map(read_only, args))
     else:
-        marr = m if m is not None else np.ones(1, np.bool_)
-        args = (words, qw, marr, m is not None, exclude, n_keep)
-        if n * nbytes <= _SERIAL_BYTES:
-            out = _kernels.hamming_scan_serial(*map(read_only, args))
-        else:
-            out = run_parallel(_kernels.hamming_scan, *args, n_chunks(n), False)
-        keys, rows = merge_hamming_topk(out, n_keep, 8 * nbytes)
-        return keys, rows, int(n)
-    keys, rows = merge_topk(out, n_keep)
-    return keys, rows, scanned
+        out = run_parallel(_kernels.hamming_scan, *args, n_chunks(n), False)
+    keys, rows = merge_hamming_topk(out, n_keep, 8 * nbytes)
+    return keys, rows, int(n)
 
 
 def hamming_topk(

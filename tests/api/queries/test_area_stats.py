@@ -10,19 +10,12 @@ import numpy as np
 import pytest
 
 from api.queries import area_stats as stats_mod
-from api.queries._area_kernels import pairwise, scene_keys, sort_keys
+from api.queries._area_kernels import scene_keys, sort_keys
 from api.queries.area_geometry import parse_area
 from api.queries.area_stats import theil_sen, weighted_stats
 from tests.api.queries.area_reference import reference_stats as _reference_stats
 
 SIZES = [1, 2, 3, 7, 8, 9, 15, 16, 17, 127, 128, 129, 255, 256, 257, 1000, 8191, 8193, 12_345]
-
-
-@pytest.mark.parametrize("n", [*SIZES, 0, 100_003])
-def test_pairwise_sum_has_numpys_bits(n: int) -> None:
-    rng = np.random.default_rng(n)
-    a = rng.standard_normal(n) * 10 ** rng.uniform(-4, 4, n)
-    assert pairwise(a, n) == a.sum()
 
 
 @pytest.mark.parametrize("kind", ["float32", "ties", "float64"])
