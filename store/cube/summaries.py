@@ -57,7 +57,7 @@ import numpy as np
 import numpy.typing as npt
 
 from store import address
-from store.cube.bands import BANDS, FAMILY_FLAGS, BandSpec
+from store.cube.bands import BANDS, FAMILY_FLAGS, BandSpec, band_spec
 
 __all__ = [
     "HIST_BINS",
@@ -75,6 +75,7 @@ __all__ = [
     "summarise_cells",
     "summarise_chunk",
     "summarised_bands",
+    "summary_inputs",
     "summary_level",
     "summary_path",
     "weighted_moments",
@@ -102,6 +103,16 @@ def summarised_bands() -> tuple[BandSpec, ...]:
         and s.value_range is not None
         and s.family in FAMILY_FLAGS
     )
+
+
+def summary_inputs() -> dict[str, tuple[str, ...]]:
+    """Array path -> the summarised bands whose summaries depend on it (the band, its flag)."""
+    out: dict[str, list[str]] = {}
+    for spec in summarised_bands():
+        out.setdefault(spec.array_path, []).append(spec.name)
+        flag = band_spec(FAMILY_FLAGS[spec.family][0]).array_path
+        out.setdefault(flag, []).append(spec.name)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def summary_path(band: str) -> str:

@@ -398,17 +398,8 @@ class CubeTransaction:
         self._arrays.clear()
 
 
-def _summary_inputs() -> dict[str, tuple[str, ...]]:
-    """Array path -> the summarised bands whose summaries depend on it (the band, its flag)."""
-    out: dict[str, list[str]] = {}
-    for spec in summaries.summarised_bands():
-        out.setdefault(spec.array_path, []).append(spec.name)
-        flag = band_spec(FAMILY_FLAGS[spec.family][0]).array_path
-        out.setdefault(flag, []).append(spec.name)
-    return {k: tuple(v) for k, v in out.items()}
-
-
-_SUMMARY_INPUTS = _summary_inputs()
+_SUMMARY_INPUTS = summaries.summary_inputs()
+"""Array path -> the summarised bands whose summaries depend on it."""
 _ABSENT: Any = object()
 
 _LAYOUT_CHECKED: dict[tuple[str, int, int], int] = {}
