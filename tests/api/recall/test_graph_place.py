@@ -75,7 +75,7 @@ def test_near_filters_every_lane_not_only_the_top_text_hits(mem: Memory) -> None
 
     from store.memory.interface import WriteMeta
     from store.memory.model import Anchor
-    from tests.store.memory.conformance import new_item
+    from tests.store.memory.items import new_item
 
     local = mem.write("bank", "a river")  # the oldest local item, a weak text match
     store = mem.ctx.memory()

@@ -17,7 +17,7 @@ from store.memory import open_store, textsearch
 from store.memory import sqlite as sqlite_backend
 from store.memory.interface import MemoryStore
 from store.memory.model import Anchor, ItemFilter
-from tests.store.memory.conformance import T0, meta, new_item
+from tests.store.memory.items import T0, meta, new_item
 
 H = dt.timedelta(hours=1)
 

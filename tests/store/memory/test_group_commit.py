@@ -25,7 +25,7 @@ from store.memory import open_store
 from store.memory.chain import verify_chain
 from store.memory.model import ItemFilter, ProjectHead, Token, WriteResult
 from store.memory.sql import SqlMemoryStore
-from tests.store.memory.conformance import T0, meta, new_item, sign, verify
+from tests.store.memory.items import T0, meta, new_item, sign, verify
 
 
 class SignerDown(Exception):

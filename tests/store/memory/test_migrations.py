@@ -17,7 +17,7 @@ from store.memory.chain import verify_chain
 from store.memory.interface import WriteMeta
 from store.memory.model import Anchor, ItemFilter, Token
 from store.memory.sql import SqlMemoryStore
-from tests.store.memory.conformance import T0, new_item, sign, verify
+from tests.store.memory.items import T0, new_item, sign, verify
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -9,7 +9,8 @@ import pytest
 from store.memory import open_store
 from store.memory.interface import WriteMeta
 from store.memory.postgres import PostgresMemoryStore
-from tests.store.memory.conformance import T0, MemoryStoreConformance, new_item
+from tests.store.memory.conformance import MemoryStoreConformance
+from tests.store.memory.items import T0, new_item
 
 
 class TestPostgres(MemoryStoreConformance):

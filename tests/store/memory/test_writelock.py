@@ -17,7 +17,7 @@ from store.errors import MemoryBackendUnavailable
 from store.memory.chain import verify_chain
 from store.memory.model import ItemFilter
 from store.memory.sqlite import SqliteMemoryStore
-from tests.store.memory.conformance import meta, new_item, sign, verify
+from tests.store.memory.items import meta, new_item, sign, verify
 
 
 def _store(path: Path, timeout_s: float = 30.0) -> SqliteMemoryStore:

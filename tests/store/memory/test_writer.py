@@ -13,7 +13,7 @@ from store.memory import writer as writer_module
 from store.memory.chain import verify_chain
 from store.memory.prepared import RawTx
 from store.memory.sql import SqlMemoryStore
-from tests.store.memory.conformance import meta, new_item, sign, verify
+from tests.store.memory.items import meta, new_item, sign, verify
 
 
 def _store(url: str) -> Iterator[SqlMemoryStore]:
