@@ -162,7 +162,7 @@ def _write(ctx: ServiceContext, caller: Caller, args: MemoryCreateIn, name: str)
         ),
         verdict=check.verdict if check else None,
         verdict_facts=tuple(f["fact_id"] for f in check.facts) if check else (),
-        embedding=embed_item(ctx, draft),
+        embedding=embed_item(ctx.embedder(), draft),
     )
     meta = WriteMeta(
         actor=item.actor,

@@ -40,15 +40,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from api.errors import Unavailable
-
-if TYPE_CHECKING:
-    from api.context import ServiceContext
 
 _LOG = logging.getLogger("earthmem.embedder")
 
@@ -344,18 +341,16 @@ def item_text(title: str, statement: str, details: str | None, tags: Sequence[st
     return "\n".join(p for p in (title, statement, details or "", " ".join(tags)) if p)
 
 
-def embed_item(ctx: ServiceContext, draft: Any) -> tuple[float, ...] | None:
+def embed_item(embedder: Embedder | None, draft: Any) -> tuple[float, ...] | None:
     """The embedding a memory write stores with its item (None: no embedder configured).
 
-    ``draft`` is the write's :class:`api.memory.rules.Draft` (its ``fields`` hold the
+    ``embedder`` is the server's (:meth:`api.context.ServiceContext.embedder`, which raises
+    :class:`EmbedderMisconfigured` when ``EARTHMEM_EMBEDDER`` names no usable model, so
+    nothing is written then). ``draft`` is the write's :class:`api.memory.rules.Draft` (its ``fields`` hold the
     title, statement, details and tags). An embedder that fails or misses
     :data:`WRITE_DEADLINE_S` does not fail the write: the item is stored without an
     embedding (logged; recall's vector lane counts such items in its note).
-
-    Raises:
-        EmbedderMisconfigured: ``EARTHMEM_EMBEDDER`` names no usable model (nothing is written).
     """
-    embedder = ctx.embedder()
     if embedder is None:
         return None
     f = draft.fields
