@@ -57,7 +57,7 @@ from bench.queries.worst_case import bench_worst_case
 
 __all__ = ["main"]
 
-LOOP_ROUNDS = 300
+LOOP_ROUNDS = 100
 """Paired rounds of each agent's-loop row (each round pays a ~100 ms Zarr baseline read)."""
 AREA_ROUNDS = 11
 """Paired rounds of the area_over_time rows (each round pays a 1-3 s rioxarray baseline load)."""
