@@ -23,17 +23,6 @@ def _slot(day: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def ctx(tiny_store: Any) -> ServiceContext:
-    return ServiceContext(tiny_store.data, signer=Signer.generate())
-
-
-@pytest.fixture(scope="module")
-def clearing_cell(tiny_store: Any) -> str:
-    c = tiny_store.event("forest_clearing")["centre"]
-    return address.encode(c["lat"], c["lng"])
-
-
-@pytest.fixture(scope="module")
 def forest_cells(tiny_store: Any) -> list[str]:
     """Cells deep inside the 2023 landcover forest (3x3 of forest pixels), outside the clearing."""
     import rasterio

@@ -11,19 +11,6 @@ import pytest
 from api.context import ServiceContext
 from api.dispatch import run
 from api.errors import ApiError
-from api.receipts import Signer
-from store import address
-
-
-@pytest.fixture(scope="module")
-def ctx(tiny_store: Any) -> ServiceContext:
-    return ServiceContext(tiny_store.data, signer=Signer.generate())
-
-
-@pytest.fixture(scope="module")
-def clearing_cell(tiny_store: Any) -> str:
-    c = tiny_store.event("forest_clearing")["centre"]
-    return address.encode(c["lat"], c["lng"])
 
 
 def _poly(n: int) -> dict[str, Any]:

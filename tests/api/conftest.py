@@ -1,4 +1,7 @@
-"""Fixtures of the agent-loop primitives' tests: a service context on the tiny sample."""
+"""Fixtures of the service-layer tests: a service context on the tiny sample and its clearing cell.
+
+Modules and folders that need another context (a memory database, a model) define their own ``ctx``.
+"""
 
 from __future__ import annotations
 
