@@ -15,9 +15,11 @@ PYTEST_WORKERS ?= auto
 PYTEST_DIST := --dist loadscope --no-loadscope-reorder
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) $(PYTEST_DIST)
 
-$(BIN)/earthmem: pyproject.toml requirements.lock
+$(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
+
+$(BIN)/earthmem: pyproject.toml requirements.lock $(BIN)/uv
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $(BIN)/earthmem
@@ -38,7 +40,7 @@ test: setup  ## lint, type-check and run the test suite (offline; outside client
 	$(BIN)/mypy
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not bench_smoke"
 
-pytest: setup  ## the test suite without the outside clients (CI runs those as their own stage)
+pytest: setup  ## the test suite without the outside clients (make clients-test runs those; make ci-tests both)
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=15 -m "not clients and not fuzz and not bench_smoke"
 
 CLIENTS := tests/clients
@@ -86,7 +88,7 @@ bench-prepare: setup  ## build what the default bench caches (demo area, the ing
 bench-large: setup  ## the large benches (recall at 10^6 items on SQLite) -> bench/RESULTS-large.md
 	$(BIN)/python -m bench.run --large
 
-lock:  ## re-resolve requirements.lock from pyproject.toml
+lock: $(BIN)/uv  ## re-resolve requirements.lock from pyproject.toml
 	$(BIN)/uv pip compile pyproject.toml --extra dev --extra bench --python-version 3.11 -o requirements.lock
 
 serve: setup

@@ -8,7 +8,7 @@ signed answer (``model_dump(mode="json")``). Tools:
 
 * ``earthmem_<name>`` for every registered primitive (so ``earthmem_find_similar``
   carries the full find_similar parameter set);
-* ``earthmem_intent``: the intent router (:func:`api.intent.run_intent`).
+* ``earthmem_intent``: the intent router (:func:`api.dispatch.run_intent`).
 
 ``tools/list`` is lean: it shows the intent router and the core set
 (:data:`api.dispatch.CORE_PRIMITIVES`); every other primitive is called by name

@@ -7,8 +7,9 @@ environment variables read when Dagster builds resources at run time
 - ``EARTHMEM_DATA``: data directory (cube with its inventory, k-NN tables).
 - ``EARTHMEM_AREA``: an area JSON (``{"name", "bbox": [min_lng, min_lat, max_lng, max_lat]}``;
   the sample manifest is one).
-- ``EARTHMEM_CATALOG``: a static STAC catalog path, or ``EARTHMEM_STAC_URL`` / a preset
-  (``earth-search``, ``planetary-computer``) for a live STAC API.
+- ``EARTHMEM_CATALOG``: a static STAC catalog path (a live STAC API, e.g. the
+  ``earth-search`` or ``planetary-computer`` preset: ``SceneSourceResource(kind=..., url=... or
+  preset=...)`` in code).
 - ``EARTHMEM_INGEST_EXECUTOR`` / ``EARTHMEM_DASK_SCHEDULER`` / ``EARTHMEM_DASK_WORKERS``:
   where the scene work runs (:mod:`pipelines.cluster`).
 """

@@ -1,7 +1,7 @@
 """Retention of the pipeline's history: old cube snapshots and old Dagster runs.
 
-One documented policy, applied by ``earthmem gc`` and by the weekly ``gc`` job
-(:data:`pipelines.automation.gc_schedule`), with one window ``keep_days``:
+One documented policy, applied by ``earthmem gc`` and by the ``gc_job`` job on its weekly schedule
+(:data:`pipelines.automation.weekly_gc`), with one window ``keep_days``:
 
 * the cube: :func:`store.retention.collect_cube` (snapshots younger than the window, the
   snapshots memories cite (tagged ``earthmem-cited-<id>`` first: :func:`pin_cited_snapshots`),

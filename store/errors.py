@@ -82,7 +82,7 @@ class InvalidTempo(AddressError):
     code = "invalid_tempo"
 
 
-# --- cube and inventory (store/cube.py, store/snapshots.py, store/inventory.py) ---
+# --- cube and inventory (store/cube/, store/snapshots.py, store/inventory.py) ---
 
 
 class UnknownBand(StoreError, KeyError):

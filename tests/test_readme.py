@@ -109,7 +109,7 @@ SUBSTITUTIONS: dict[str, Run | Skip | Background] = {
     # ------------------------------------------------------------- "Development"
     "make lint typecheck": Skip(
         "`make test` runs these targets' commands before the suite and CI runs the targets "
-        "themselves as a stage of their own (checked by "
+        "beside the suite (checked by "
         "test_lint_and_types_run_beside_the_suite); running them again inside the suite "
         "doubled their cost"
     ),

@@ -12,6 +12,8 @@ One icechunk repository (``<data_dir>/cube.icechunk`` by default, or any
     geotessera/scale                        float32 (tslot, y, x)   NaN water, +inf no data
     geotessera/bin128                       uint8   (tslot, y, x, byte=16)
     inventory/partitions                    string  one chunk per partition: its inventory rows
+    summaries/<band, . as _>                float64 (tslot, block row, block col, field)
+                                                    per-block summaries (store.cube.summaries)
 
 ``y`` is ``lat_q`` (row, increasing northward, length 2**21) and ``x`` is
 ``lng_q`` (column, length 2**22): the cube grid *is* the cell64 lattice, so a

@@ -1,4 +1,4 @@
-"""The service layer on the tiny sample: planted events found, receipts verify, bad input typed."""
+"""The service layer on the tiny sample: planted events found, receipts verify (bad input: test_service_bad_input.py)."""
 
 from __future__ import annotations
 

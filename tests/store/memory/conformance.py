@@ -1,6 +1,8 @@
 """The memory store's conformance suite: one class, run against every backend.
 
-A backend's test module subclasses :class:`MemoryStoreConformance` and
+The suite is :class:`MemoryStoreConformance` with the :class:`~tests.store.memory.conformance_ops.OperationsConformance`
+mixin (tokens, export/import, concurrent writers); the items they write come from
+:mod:`tests.store.memory.items`. A backend's test module subclasses :class:`MemoryStoreConformance` and
 overrides the ``url`` fixture (a fresh, empty database per test). Every test
 goes through the public :class:`~store.memory.interface.MemoryStore`
 interface, except the tamper test, which rewrites rows behind the store's back
