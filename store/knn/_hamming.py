@@ -10,6 +10,8 @@ then lower row). Re-exported by :mod:`store.knn._kernels`, which callers import.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit, prange
 
@@ -22,6 +24,9 @@ from store.knn._prims import (
     _heap_offer,
     _popcnt,
 )
+from store.knn._simd import PREFETCH_BYTES, prefetch
+
+_prefetch: Any = prefetch  # untyped alias for mypy; numba resolves it to the intrinsic
 
 __all__ = [
     "hamming_scan",
@@ -333,6 +338,9 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release): 
                 # zero-based indices into block slices: LLVM then knows no index is
                 # negative (numba's wraparound) and loads words as vectors, not gathers
                 x0 = w0[b0:b1]
+                pf = x0.ctypes.data + PREFETCH_BYTES  # the first words 4 kB ahead (8 lines)
+                for line in range(0, 8 * SBLOCK, 64):
+                    _prefetch(pf + line)
                 lim = np.int32(min(st[1], shared[0] + 1))  # reject distances >= lim
                 best = np.int32(1 << 30)
                 for i in range(b1 - b0):
