@@ -31,6 +31,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from store.knn._simd import PREFETCH_BYTES, prefetch
 from store.knn.mapped import release
 from store.knn.scan import run_parallel
 
@@ -39,6 +40,7 @@ __all__ = ["BUF_BYTES", "mapped_pass", "pread_pass", "words_of"]
 BUF_BYTES = 1 << 18
 """Bytes per pread of :func:`pread_pass` (the file scans' buffer size)."""
 
+_prefetch: Any = prefetch  # untyped alias for mypy; numba resolves it to the intrinsic
 _libc = ctypes.CDLL(None, use_errno=True)
 _pread = _libc.pread
 _pread.restype = ctypes.c_ssize_t
@@ -47,16 +49,25 @@ _pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ssiz
 
 @numba.njit(inline="always")
 def _xor_range(a, lo, hi):  # type: ignore[no-untyped-def]
-    acc = np.zeros(8, np.uint64)
-    i = lo
-    while i + 8 <= hi:
-        for j in range(8):
-            acc[j] ^= a[i + j]
-        i += 8
-    while i < hi:
-        acc[0] ^= a[i]
-        i += 1
-    return acc.sum()
+    """XOR of the words ``a[lo:hi]``, read 4 kB at a time, the next 4 kB prefetched.
+
+    Indices are zero-based into a slice (LLVM then knows none is negative, so numba's
+    wraparound does not turn the loads into scalar or gathered ones): the reduction
+    vectorises, and the pass is limited by the reads, not by its own instructions.
+    The scans prefetch :data:`store.knn._simd.PREFETCH_BYTES` ahead; so does the limit.
+    """
+    x = a[lo:hi]
+    n = x.shape[0]
+    base = x.ctypes.data
+    acc = np.uint64(0)
+    step = PREFETCH_BYTES // 8
+    for p in range(0, n, step):
+        for line in range(0, PREFETCH_BYTES, 64):
+            _prefetch(base + 8 * p + PREFETCH_BYTES + line)
+        y = x[p : min(p + step, n)]
+        for i in range(y.shape[0]):
+            acc ^= y[i]
+    return acc
 
 
 @numba.njit(parallel=True, cache=True)

@@ -10,6 +10,8 @@ then lower row). Re-exported by :mod:`store.knn._kernels`, which callers import.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit, prange
 
@@ -22,6 +24,9 @@ from store.knn._prims import (
     _heap_offer,
     _popcnt,
 )
+from store.knn._simd import PREFETCH_BYTES, prefetch
+
+_prefetch: Any = prefetch  # untyped alias for mypy; numba resolves it to the intrinsic
 
 __all__ = [
     "hamming_scan",
@@ -98,18 +103,20 @@ def _hamming_block_scan(  # type: ignore[no-untyped-def]
         b1 = min(b0 + hblock, hi)
         bound = min(st[1], shared[0] + 1)  # reject distances >= bound
         best = np.int32(1 << 30)
+        # zero-based indices into the block's words: no wraparound, vector loads
+        fb = flat[w * b0 : w * b1]
         if w == 2:
             # flat int32 form: vectorises better than codes[r, j] with int64 sums
-            for r in range(b0, b1):
-                dist = np.int32(_popcnt(flat[2 * r] ^ q0)) + np.int32(_popcnt(flat[2 * r + 1] ^ q1))
-                buf[r - b0] = dist
+            for i in range(b1 - b0):
+                dist = np.int32(_popcnt(fb[2 * i] ^ q0)) + np.int32(_popcnt(fb[2 * i + 1] ^ q1))
+                buf[i] = dist
                 best = min(best, dist)
         else:
-            for r in range(b0, b1):
+            for i in range(b1 - b0):
                 acc = np.int32(0)
                 for j in range(w):
-                    acc += np.int32(_popcnt(flat[w * r + j] ^ q[j]))
-                buf[r - b0] = acc
+                    acc += np.int32(_popcnt(fb[w * i + j] ^ q[j]))
+                buf[i] = acc
                 best = min(best, acc)
         if best >= bound:
             continue
@@ -328,25 +335,32 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release): 
             touched1 = False
             for b0 in range(0, m, SBLOCK):
                 b1 = min(b0 + SBLOCK, m)
+                # zero-based indices into block slices: LLVM then knows no index is
+                # negative (numba's wraparound) and loads words as vectors, not gathers
+                x0 = w0[b0:b1]
+                pf = x0.ctypes.data + PREFETCH_BYTES  # the first words 4 kB ahead (8 lines)
+                for line in range(0, 8 * SBLOCK, 64):
+                    _prefetch(pf + line)
                 lim = np.int32(min(st[1], shared[0] + 1))  # reject distances >= lim
                 best = np.int32(1 << 30)
-                for r in range(b0, b1):
-                    d0 = np.int32(_popcnt(w0[r] ^ q0))
-                    buf[r - b0] = d0
+                for i in range(b1 - b0):
+                    d0 = np.int32(_popcnt(x0[i] ^ q0))
+                    buf[i] = d0
                     best = min(best, d0)
                 if best >= lim:
                     continue
                 touched1 = True
+                x1 = w1[b0:b1]
                 best = np.int32(1 << 30)
-                for r in range(b0, b1):  # vectorised: no branch per row
-                    dist = buf[r - b0] + np.int32(_popcnt(w1[r] ^ q1))
-                    buf[r - b0] = dist
+                for i in range(b1 - b0):  # vectorised: no branch per row
+                    dist = buf[i] + np.int32(_popcnt(x1[i] ^ q1))
+                    buf[i] = dist
                     best = min(best, dist)
                 if best >= lim:
                     continue
-                for r in range(b0, b1):
-                    dist = buf[r - b0]
-                    g = a + r
+                for i in range(b1 - b0):
+                    dist = buf[i]
+                    g = a + b0 + i
                     if dist >= lim or dist >= st[1] or g == exclude or (use_mask and not mask[g]):
                         continue
                     _hamming_keep(dist, g, k, keys, rows, st, hist, shared)

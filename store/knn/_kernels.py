@@ -22,6 +22,8 @@ negated distance.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit, prange
 
@@ -43,6 +45,9 @@ from store.knn._prims import (
     sys_madvise,
     sys_pread,
 )
+from store.knn._simd import dot16x64
+
+_dot16: Any = dot16x64  # untyped alias for mypy; numba resolves it to the intrinsic
 
 __all__ = [
     "BLOCK",
@@ -411,6 +416,13 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
         cand = np.empty(step, np.int64)
         part = np.empty(BLOCK, np.float64)
         flag = np.empty(BLOCK, np.bool_)
+        q8 = np.zeros(64, np.int8)  # the head query as bytes (int8 values: the int8 path)
+        qsum = np.int32(0)
+        if h == 64:
+            for j in range(64):
+                q8[j] = np.int8(qh[j])
+                qsum += np.int32(qh[j])
+        corr = np.int32(-128) * qsum
         size = 0
         region = lo
         for a in range(lo, hi, step):
@@ -430,7 +442,13 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
             nc = 0
             for b0 in range(0, m, BLOCK):
                 b1 = min(b0 + BLOCK, m)
-                if h == 64:
+                if h == 64 and b1 - b0 == BLOCK:
+                    # 16 rows per SIMD block (store.knn._simd): exact dots, as float64
+                    for o in range(0, BLOCK, 16):
+                        _dot16(
+                            hbuf[b0 + o :].ctypes.data, q8.ctypes.data, corr, part[o:].ctypes.data
+                        )
+                elif h == 64:
                     for r in range(b0, b1):
                         part[r - b0] = _dot_i8_64(hbuf, r, qh)
                 else:
@@ -445,11 +463,15 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
                         flag[r - b0] = True
                     npass = np.int64(b1 - b0)
                 else:
-                    for r in range(b0, b1):
-                        ok = part[r - b0] + qtn * np.float64(tbuf[r]) + BOUND_SLACK >= thr * (
-                            np.float64(nbuf[r])
+                    # zero-based indices into block slices: LLVM then knows no index is
+                    # negative (numba's wraparound) and loads the norms as vectors, not gathers
+                    tb = tbuf[b0:b1]
+                    nv = nbuf[b0:b1]
+                    for i in range(b1 - b0):
+                        ok = part[i] + qtn * np.float64(tb[i]) + BOUND_SLACK >= thr * (
+                            np.float64(nv[i])
                         )
-                        flag[r - b0] = ok
+                        flag[i] = ok
                         npass += np.int64(ok)  # a sum, not a short-circuit: stays vectorised
                 if npass == 0:
                     continue
