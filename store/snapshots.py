@@ -217,14 +217,25 @@ def repository_config() -> ic.RepositoryConfig:
     batched read (:func:`store.cube.codec.get_stored`, :data:`READ_BATCH_CONCURRENCY` keys)
     keeps in flight: at 10, a batch of 32 chunks on object storage waits four request
     latencies instead of one.
+
+    Manifest preloading is off. icechunk's default preloads the manifests of coordinate-like
+    arrays (``time``, ``lat``, ``x`` ...) when a session opens; the cube has none, but deciding
+    so costs six regex compilations per manifest of each of the first 50 arrays, on every
+    session (icechunk 1.1 compiles them anew each time, on its tokio threads). With manifests
+    split by time that grows with the store's span: in a probe of the flatness batch (16
+    partitions) icechunk's threads spent ~4.5 s in the 1,000-scene store and ~2 s in the
+    12-scene one, ~0.7 s in both without it (bench/HISTORY.md, session 13).
     """
     cond, dim = ic.ManifestSplitCondition, ic.ManifestSplitDimCondition
     config = ic.RepositoryConfig.default()
     config.get_partial_values_concurrency = READ_BATCH_CONCURRENCY
     config.manifest = ic.ManifestConfig(
+        preload=ic.ManifestPreloadConfig(
+            max_total_refs=0, preload_if=ic.ManifestPreloadCondition.false()
+        ),
         splitting=ic.ManifestSplittingConfig.from_dict(
             {cond.path_matches(_SPLIT_ARRAYS): {dim.Axis(0): MANIFEST_SPLIT_TIME_CHUNKS}}
-        )
+        ),
     )
     return config
 
