@@ -40,6 +40,7 @@ from store.errors import (
 __all__ = [
     "CUBE_DIRNAME",
     "EXPIRED_TAG_PREFIX",
+    "INVENTORY_MANIFEST_SPLITS",
     "LOCK_FILENAME",
     "MAIN_BRANCH",
     "MANIFEST_SPLIT_TIME_CHUNKS",
@@ -86,14 +87,33 @@ the store (9.4 -> 65.1 ms of CPU per commit over 200 weeks of 8 arrays in a prob
 14 ms split; bench/HISTORY.md, session 11). Split along
 ``tslot`` (axis 0), a commit rewrites only the manifests of the half-year it writes. Only
 axis 0 is split, and only for the arrays whose axis 0 is ``tslot``: icechunk enumerates a
-split array's splits, and splitting the lattice's spatial axes (16,384 x 32,768 chunks) or
-the inventory array (2**31 chunks a side) runs out of memory."""
+split array's splits, and splitting the lattice's spatial axes (16,384 x 32,768 chunks) in
+chunks runs out of memory; the inventory array (2**31 chunks a side) is split in a few wide
+ranges instead (:data:`INVENTORY_MANIFEST_SPLITS`)."""
 
 READ_BATCH_CONCURRENCY = 32
 """Requests in flight per batched chunk read: :data:`store.cube.codec.FETCH_GROUP` keys."""
 
 _SPLIT_ARRAYS = r"^/(indices|s1|s2|geotessera|summaries)/[^/]+$"
 """Arrays whose axis 0 is the time slot (the bands and their summaries)."""
+
+INVENTORY_MANIFEST_SPLITS = 64
+"""Manifest splits of the inventory array (``inventory/partitions``) along its axis 0.
+
+Each partition's rows are one chunk at a hashed position (:func:`store.cube.inventory.
+chunk_position`, uniform over 2**31 x 2**31), and every commit that ingests a partition
+rewrites the manifest holding its chunk. Unsplit, that manifest lists every partition ever
+written (1,600 inlined refs, 293 KB, in the 1,000-scene bench store) and each commit rewrote
+it whole. Cut into 64 ranges of axis 0, a commit rewrites ~1/64 of it. Few and wide: icechunk
+enumerates the splits of an axis (a split of 26 chunks of this 2**31-chunk axis ran it out of
+memory), and the snapshot lists one manifest per split. A repository written before is split
+by its next commit that touches the inventory (a one-off rewrite of its rows' refs)."""
+
+_INVENTORY_SPLIT_CHUNKS = (1 << 31) // INVENTORY_MANIFEST_SPLITS
+"""Chunks of the inventory's axis 0 (2**31 of them) per manifest split."""
+
+_INVENTORY_PATH = r"^/inventory/partitions$"
+"""The inventory array (:data:`store.cube.inventory.INVENTORY_ARRAY`)."""
 
 EXPIRED_TAG_PREFIX = "earthmem-expired-before-"
 """Tags on the repository's root snapshot recording that history was expired (retention):
@@ -204,8 +224,9 @@ def open_storage(url_or_path: str | os.PathLike[str]) -> ic.Storage:
 
 
 def repository_config() -> ic.RepositoryConfig:
-    """The repository configuration every open uses: manifests split by time, and batched
-    chunk reads with as many requests in flight as a batch holds.
+    """The repository configuration every open uses: manifests split by time (the inventory's
+    by hashed position, :data:`INVENTORY_MANIFEST_SPLITS`), no manifest preloading, and
+    batched chunk reads with as many requests in flight as a batch holds.
 
     A new repository stores it (icechunk writes ``config.yaml`` on creation); it is also
     given on every open, so a repository created before it (one manifest per array) is split
@@ -217,14 +238,28 @@ def repository_config() -> ic.RepositoryConfig:
     batched read (:func:`store.cube.codec.get_stored`, :data:`READ_BATCH_CONCURRENCY` keys)
     keeps in flight: at 10, a batch of 32 chunks on object storage waits four request
     latencies instead of one.
+
+    Manifest preloading is off. icechunk's default preloads the manifests of coordinate-like
+    arrays (``time``, ``lat``, ``x`` ...) when a session opens; the cube has none, but deciding
+    so costs six regex compilations per manifest of each of the first 50 arrays, on every
+    session (icechunk 1.1 compiles them anew each time, on its tokio threads). With manifests
+    split by time that grows with the store's span: in a probe of the flatness batch (16
+    partitions) icechunk's threads spent ~4.5 s in the 1,000-scene store and ~2 s in the
+    12-scene one, ~0.7 s in both without it (bench/HISTORY.md, session 13).
     """
     cond, dim = ic.ManifestSplitCondition, ic.ManifestSplitDimCondition
     config = ic.RepositoryConfig.default()
     config.get_partial_values_concurrency = READ_BATCH_CONCURRENCY
     config.manifest = ic.ManifestConfig(
+        preload=ic.ManifestPreloadConfig(
+            max_total_refs=0, preload_if=ic.ManifestPreloadCondition.false()
+        ),
         splitting=ic.ManifestSplittingConfig.from_dict(
-            {cond.path_matches(_SPLIT_ARRAYS): {dim.Axis(0): MANIFEST_SPLIT_TIME_CHUNKS}}
-        )
+            {
+                cond.path_matches(_SPLIT_ARRAYS): {dim.Axis(0): MANIFEST_SPLIT_TIME_CHUNKS},
+                cond.path_matches(_INVENTORY_PATH): {dim.Axis(0): _INVENTORY_SPLIT_CHUNKS},
+            }
+        ),
     )
     return config
 

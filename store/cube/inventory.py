@@ -467,7 +467,8 @@ class SnapshotInventory:
                     del parts[k]
             parts.update(found)
             return cls(snap, parts, versioned=True)
-        rows = _read_chunks(arr, sync(_coords(session)))
+        # sorted: the same order whatever manifests (splits) list the chunks
+        rows = _read_chunks(arr, sorted(sync(_coords(session))))
         return cls(snap, {p.key: p for p in rows}, versioned=True)
 
     @classmethod

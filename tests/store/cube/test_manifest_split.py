@@ -6,6 +6,7 @@ keeps every chunk, and is split from its next commit on.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import icechunk as ic
@@ -14,6 +15,8 @@ import pytest
 
 import store.snapshots as snapshots
 from store.cube import CubeReader, CubeWriter
+from store.cube.inventory import INVENTORY_ARRAY
+from store.inventory import InventoryRow
 from store.snapshots import MANIFEST_SPLIT_TIME_CHUNKS, open_storage
 
 Y0, X0 = 13_000 * 128, 22_000 * 128
@@ -72,3 +75,87 @@ def test_a_batched_read_keeps_a_whole_batch_in_flight() -> None:
     from store.snapshots import repository_config
 
     assert repository_config().get_partial_values_concurrency == FETCH_GROUP
+
+
+def _old_config() -> ic.RepositoryConfig:
+    """The configuration before the inventory was split (bands split by time only)."""
+    cond, dim = ic.ManifestSplitCondition, ic.ManifestSplitDimCondition
+    config = ic.RepositoryConfig.default()
+    config.manifest = ic.ManifestConfig(
+        splitting=ic.ManifestSplittingConfig.from_dict(
+            {cond.path_matches(snapshots._SPLIT_ARRAYS): {dim.Axis(0): MANIFEST_SPLIT_TIME_CHUNKS}}
+        )
+    )
+    return config
+
+
+def _inventory_manifests(data: Path) -> list[int]:
+    """Chunk refs of each manifest of the tip's inventory array, ascending."""
+    repo = ic.Repository.open(open_storage(data / "cube.icechunk"))
+    info = json.loads(repo.inspect_snapshot(repo.lookup_branch("main"), pretty=False))
+    refs = {m["id"]: m["num_chunk_refs"] for m in info["manifests"]}
+    path = "/" + INVENTORY_ARRAY
+    return sorted(
+        refs[m["id"]] for n in info["nodes"] if n["path"] == path for m in n["manifest_refs"]
+    )
+
+
+def _ingest_rows(writer: CubeWriter, keys: list[str]) -> None:
+    for i, key in enumerate(keys):
+        with writer.transaction(key) as tx:
+            tx.write_inventory(key, [_row(i)])
+
+
+def _row(i: int) -> InventoryRow:
+    return InventoryRow(
+        band="s2",
+        tslot=3000 + i,
+        block="b8.1.1",
+        item_ids=(f"item{i}",),
+        clear_cells=1,
+        total_cells=2,
+        cloud_fraction=0.5,
+    )
+
+
+def test_the_inventory_is_split_by_position_so_a_commit_rewrites_a_part_of_it(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    keys = [f"s2|2024-01-04|b8.{i}.1" for i in range(40)]
+    _ingest_rows(CubeWriter(data), keys)
+    counts = _inventory_manifests(data)
+    # 40 partitions at hashed positions over 64 splits: several manifests, none holding all
+    assert sum(counts) == 40
+    assert len(counts) > 10
+    assert max(counts) < 40
+    assert set(CubeReader(data).inventory.partitions) == set(keys)
+
+
+def test_an_unsplit_inventory_is_split_by_its_next_commit_and_keeps_every_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    old_keys = [f"s2|2024-01-04|b8.{i}.1" for i in range(20)]
+    with monkeypatch.context() as m:  # a repository as the code before the split wrote it
+        m.setattr(snapshots, "repository_config", _old_config)
+        _ingest_rows(CubeWriter(data), old_keys)
+    assert _inventory_manifests(data) == [20]
+
+    _ingest_rows(CubeWriter(data), ["s2|2024-01-11|b8.0.1"])  # today's open
+    counts = _inventory_manifests(data)
+    assert sum(counts) == 21
+    assert len(counts) > 1
+    inv = CubeReader(data).inventory
+    assert set(inv.partitions) == {*old_keys, "s2|2024-01-11|b8.0.1"}
+    assert inv.partition_item_ids(old_keys[3]) == frozenset({"item3"})
+
+
+def test_manifests_are_not_preloaded() -> None:
+    # the cube has no coordinate arrays to preload, and deciding so cost icechunk six regex
+    # compilations per manifest on every session open (bench/HISTORY.md, session 13)
+    from store.snapshots import repository_config
+
+    preload = repository_config().manifest.preload
+    assert preload is not None
+    assert preload.max_total_refs == 0
