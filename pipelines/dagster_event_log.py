@@ -17,6 +17,9 @@ process's CPU. :class:`PooledSqliteEventLogStorage` writes the same rows into th
   statements that run per event take bound parameters, so SQLAlchemy compiles each once;
 * the schema facts Dagster asks per event (a table or column exists) are remembered once
   true (tables are added by migrations, never dropped while a process runs);
+* a new run's file is created as Dagster creates it (its tables, WAL, the alembic revision
+  stamped), with the migration scripts read once per process rather than once per run
+  (alembic's ``stamp`` command loads them all each time);
 * Dagster's batched event writes are switched on for the process (:data:`BATCH_SIZE_ENV`,
   unless already set): a run's planned events and the materialisations Dagster derives from
   a step's output (``add_asset_metadata`` per partition) then reach
@@ -32,7 +35,9 @@ connections closed after use, as before. Dagster's own classes read everything b
 
 from __future__ import annotations
 
+import functools
 import os
+import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -41,6 +46,8 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import sqlalchemy as sa
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from dagster._core.errors import DagsterInvariantViolationError
 from dagster._core.events import (
     ASSET_CHECK_EVENTS,
@@ -54,8 +61,11 @@ from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.event_log.schema import (
     AssetCheckExecutionsTable,
     AssetKeyTable,
+    SqlEventLogStorageMetadata,
     SqlEventLogStorageTable,
 )
+from dagster._core.storage.event_log.sqlite import sqlite_event_log
+from dagster._core.storage.sql import get_alembic_config
 from dagster_shared.serdes import serialize_value
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
@@ -149,6 +159,12 @@ _UPDATE_ASSET = AssetKeyTable.update().where(
 )
 
 
+@functools.cache
+def _migration_scripts() -> ScriptDirectory:
+    """Dagster's event log migration scripts (the SQLite event log's alembic directory)."""
+    return ScriptDirectory.from_config(get_alembic_config(sqlite_event_log.__file__))
+
+
 def _naive_utc(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, UTC).replace(tzinfo=None)
 
@@ -232,6 +248,23 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
     def dispose(self) -> None:
         super().dispose()
         self._dispose_engines()
+
+    def _initdb(self, engine: Engine, for_index_shard: bool = False) -> None:
+        """Dagster's ``_initdb`` for a run's file, with the migration scripts read once."""
+        if for_index_shard:
+            super()._initdb(engine, for_index_shard)
+            return
+        try:
+            with engine.connect() as conn:
+                context = MigrationContext.configure(conn)
+                if context.get_current_revision():
+                    return  # created before (Dagster's test: a revision is stamped)
+                SqlEventLogStorageMetadata.create_all(conn)
+                conn.execute(sa.text("PRAGMA journal_mode=WAL;"))
+                context.stamp(_migration_scripts(), "head")
+                conn.commit()
+        except (sa.exc.DatabaseError, sqlite3.DatabaseError):
+            super()._initdb(engine)  # e.g. another process creating it: Dagster's retries
 
     # ------------------------------------------------------------------ writes
 
