@@ -56,15 +56,21 @@ def _log(msg: str) -> None:
 
 
 def _ingest_child(data: str, sample: str) -> int:
-    """In the child process: ingest the area into ``data``; print seconds and failures."""
-    from dagster import DagsterInstance
+    """In the child process: ingest the area into ``data``; print seconds and failures.
 
+    The Dagster instance is the one ``earthmem ingest`` opens (``<data>/dagster_home`` with
+    the repo's ``deploy/dagster.yaml``: its SQLite storage, ``pipelines.dagster_event_log``),
+    so the coordinator's Dagster cost is the deployed one (before session 13: Dagster's
+    in-memory instance).
+    """
+    from pipelines.instance import open_instance
     from pipelines.run import ingest_area
 
     commits = _time_commits()
     t0 = time.perf_counter()
     cpu0 = _cpu_self()
-    with DagsterInstance.ephemeral() as instance:
+    home = Path(data) / "dagster_home"
+    with open_instance(home, REPO / "deploy" / "dagster.yaml") as instance:
         report = ingest_area(
             Path(data),
             Path(sample) / "catalog.json",

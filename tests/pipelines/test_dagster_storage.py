@@ -1,9 +1,8 @@
 """The instance's pooled SQLite storage (deploy/dagster.yaml): same files, history kept, and the
 cross-run databases' connections reused instead of remade per statement."""
 
-from __future__ import annotations
-
 import sqlite3
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import sqlalchemy as sa
 from dagster import (
     AssetCheckResult,
     AssetCheckSpec,
+    AssetExecutionContext,
     AssetKey,
     DagsterInstance,
     MaterializeResult,
@@ -100,7 +100,37 @@ def test_runs_reuse_the_connections_of_the_cross_run_databases(
         assert connects["index.db"] <= 3
         assert connects["runs.db"] <= 3
         for run_id in runs:
-            # a run's own event file is closed after each write (the UI watches it change):
-            # with WAL, the last close checkpoints it and removes the write-ahead log
+            # a run's own event file keeps one connection while the run lives, closed with the
+            # run's last event: with WAL, that last close checkpoints the file and removes the
+            # write-ahead log
             assert connects[f"{run_id}.db"] >= 1
             assert not (home / "history" / "runs" / f"{run_id}.db-wal").exists()
+
+
+@asset
+def followed(context: AssetExecutionContext) -> MaterializeResult:
+    """Logs a line, then waits (up to 20 s) until a watcher of its run's file has seen it."""
+    seen = threading.Event()
+
+    def on_event(event: Any, _cursor: str) -> None:
+        if event.user_message == "followed: hello":
+            seen.set()
+
+    storage = context.instance.event_log_storage
+    storage.watch(context.run_id, None, on_event)
+    try:
+        context.log.info("followed: hello")
+        return MaterializeResult(metadata={"seen_live": seen.wait(20)})
+    finally:
+        storage.end_watch(context.run_id, on_event)
+
+
+def test_a_watcher_follows_a_live_run(tmp_path: Path, monkeypatch) -> None:
+    """The UI follows a live run by watching its event file change on disk: each write must
+    reach the file while the run goes on, not only when the run ends."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    with open_instance(tmp_path / "dagster_home", CONFIG) as instance:
+        result = materialize([followed], instance=instance)
+        assert result.success
+        meta = result.asset_materializations_for_node("followed")[0].metadata
+        assert meta["seen_live"].value is True
