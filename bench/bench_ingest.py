@@ -3,8 +3,8 @@
 For growing prefixes of the demo period (about 10, 40 and 160 S2 + S1 scenes)
 the scene partitions (week x block) are materialised through Dagster exactly
 as :func:`pipelines.run.ingest_area` does (one run per block and range of up to
-``RANGE_WEEKS`` weeks, the four scene assets, one cube commit per week, an
-ephemeral instance, a fresh data directory), and timed. Baseline in the same run: the same partitions' scenes found, read and
+``RANGE_WEEKS`` weeks, the four scene assets, one cube commit per week, the
+persistent instance ``earthmem ingest`` opens, fresh in a fresh data directory), and timed. Baseline in the same run: the same partitions' scenes found, read and
 reprojected onto the lattice and turned into indices by the pipeline's own
 plain functions (:func:`pipelines.sentinel2.ingest.stack_week` and
 :func:`pipelines.sentinel1.ingest.stack_week`) without writing and without

@@ -45,6 +45,7 @@ import yaml
 
 from bench.common import CACHE_DIR, REPO, DemoArea
 from bench.ingest.passes import (
+    DAGSTER_YAML,
     Plan,
     blocks_with_data,
     local_executor,
@@ -61,8 +62,6 @@ FLAT_CACHE_VERSION = 2
 
 2: built with manifests split by time (:func:`store.snapshots.repository_config`); a v1 store
 would be split by its first batch, a one-off rewrite the rounds must not pay."""
-DAGSTER_YAML = REPO / "deploy" / "dagster.yaml"
-"""The instance configuration ``earthmem ingest`` writes into its Dagster home."""
 
 
 @dataclass(frozen=True)
