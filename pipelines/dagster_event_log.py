@@ -7,7 +7,8 @@ then one to three more transactions on the index, each statement built anew, the
 serialised up to three times. Profiled on the demo's ingest, that was ~70 % of a run
 process's CPU. :class:`PooledSqliteEventLogStorage` writes the same rows into the same files:
 
-* a live run's file keeps one connection, closed with the run's last event (success,
+* a live run's file keeps one connection in the process that runs it (from its start
+  event), closed with the run's last event (success,
   failure, cancellation) or when more than :data:`RUN_WRITERS` runs are live; each write is
   checkpointed (:data:`CHECKPOINT`), so the file changes after every write as before;
 * an event's (or a batch's, :meth:`~PooledSqliteEventLogStorage.store_event_batch`) index
@@ -272,27 +273,73 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         self.store_event_batch([event])
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
-        """Store events in order: their run files' rows, then their index rows in one transaction."""
+        """Store events in order: their run files' rows, then their index rows in one transaction.
+
+        When a batch's index rows fail after its run rows were committed, Dagster stores the
+        batch again event by event (``handle_new_event``'s fallback): those retries write only
+        the index rows, so the run's file does not hold the batch twice. The batch's events
+        are remembered (this thread, by identity, the objects held) until the next batch.
+        """
+        written = self._run_rows_written()
+        if len(events) > 1:
+            written.clear()
         rows = [self._event_to_row(e) for e in events]
         by_run: dict[str, list[dict[str, Any]]] = {}
         ends: set[str] = set()
+        starts: set[str] = set()
         for event, row in zip(events, rows, strict=True):
-            by_run.setdefault(event.run_id, []).append(row)
             if event.is_dagster_event and event.dagster_event_type in _RUN_ENDS:
                 ends.add(event.run_id)
+            elif event.is_dagster_event and event.dagster_event_type == DagsterEventType.RUN_START:
+                starts.add(event.run_id)
+            if written.pop(id(event), None) is event:
+                continue  # a fallback retry: its run row is in the run's file already
+            by_run.setdefault(event.run_id, []).append(row)
         for run_id, run_rows in by_run.items():
-            self._write_run_rows(run_id, run_rows, run_id in ends)
+            self._write_run_rows(run_id, run_rows, run_id in ends, run_id in starts)
+        for run_id in ends - by_run.keys():
+            self._close_writer(run_id)
         mirrored = [
             (e, r)
             for e, r in zip(events, rows, strict=True)
             if e.is_dagster_event and e.dagster_event_type in _MIRRORED
         ]
-        if mirrored:
+        if not mirrored:
+            return
+        try:
             self._write_index_rows(mirrored)
+        except Exception:
+            if len(events) > 1:
+                written.update({id(e): e for e in events})
+            raise
 
-    def _write_run_rows(self, run_id: str, rows: list[dict[str, Any]], ends: bool) -> None:
-        """Insert rows into a run's file over its kept connection, then checkpoint it."""
+    def _run_rows_written(self) -> dict[int, EventLogEntry]:
+        """This thread's events of a failed batch whose run rows are committed (by id)."""
+        written: dict[int, EventLogEntry] | None = getattr(self._batch, "written", None)
+        if written is None:
+            written = self._batch.written = {}
+        return written
+
+    def _close_writer(self, run_id: str) -> None:
+        """Close a run's kept connection (its last event was written)."""
         with self._db_lock:
+            conn = self._writers.pop(run_id, None)
+        if conn is not None:
+            conn.close()
+
+    def _write_run_rows(
+        self, run_id: str, rows: list[dict[str, Any]], ends: bool, starts: bool
+    ) -> None:
+        """Insert rows into a run's file, then checkpoint it.
+
+        The connection is kept from the run's start (``starts``: this process runs it) until
+        its last event; a process that only writes some of a run's events (the daemon's
+        queue and launch events, the webserver's) closes it after each write, as Dagster
+        does, so it holds no run file (and no write-ahead log beside it) open.
+        """
+        with self._db_lock:
+            if not (starts or run_id in self._writers):
+                ends = True  # not this process's live run: do not keep the connection
             conn = self._writer(run_id)
             try:
                 with conn.begin():

@@ -113,7 +113,8 @@ _INVENTORY_SPLIT_CHUNKS = (1 << 31) // INVENTORY_MANIFEST_SPLITS
 """Chunks of the inventory's axis 0 (2**31 of them) per manifest split."""
 
 _INVENTORY_PATH = r"^/inventory/partitions$"
-"""The inventory array (:data:`store.cube.inventory.INVENTORY_ARRAY`)."""
+"""The inventory array (:data:`store.cube.inventory.INVENTORY_ARRAY`, which imports this
+module: the path is repeated here, and a test checks that the two agree)."""
 
 EXPIRED_TAG_PREFIX = "earthmem-expired-before-"
 """Tags on the repository's root snapshot recording that history was expired (retention):

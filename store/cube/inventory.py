@@ -466,7 +466,9 @@ class SnapshotInventory:
                 for k in gone:
                     del parts[k]
             parts.update(found)
-            return cls(snap, parts, versioned=True)
+            # in chunk position order, as a whole load lists them
+            ordered = sorted(parts.items(), key=lambda kv: chunk_position(kv[0]))
+            return cls(snap, dict(ordered), versioned=True)
         # sorted: the same order whatever manifests (splits) list the chunks
         rows = _read_chunks(arr, sorted(sync(_coords(session))))
         return cls(snap, {p.key: p for p in rows}, versioned=True)

@@ -407,6 +407,8 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
     full_reads = np.zeros(nchunk, np.int64)
     shared = np.full(1, seed)  # max over chunks of a full heap's root: <= the k-th best key
     step = max(BLOCK, FILE_BUF_BYTES // (d + 8) // BLOCK * BLOCK)  # vbuf: rows of a bulk read
+    # the SIMD block reads 16 heads 64 bytes apart: only for a C-contiguous (N, 64) head
+    simd = h == 64 and head.strides[0] == 64 and head.strides[1] == 1
     for c in prange(nchunk):
         lo = n * c // nchunk
         hi = n * (c + 1) // nchunk
@@ -442,7 +444,7 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
             nc = 0
             for b0 in range(0, m, BLOCK):
                 b1 = min(b0 + BLOCK, m)
-                if h == 64 and b1 - b0 == BLOCK:
+                if simd and b1 - b0 == BLOCK:
                     # 16 rows per SIMD block (store.knn._simd): exact dots, as float64
                     for o in range(0, BLOCK, 16):
                         _dot16(

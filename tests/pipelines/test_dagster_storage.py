@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import dagster
 import pytest
 import sqlalchemy as sa
 from dagster import (
@@ -14,16 +15,32 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
+    DagsterEventType,
     DagsterInstance,
     MaterializeResult,
     asset,
     materialize,
 )
 
+from pipelines.dagster_event_log import BATCH_SIZE, BATCH_SIZE_ENV
 from pipelines.dagster_storage import PooledSqliteEventLogStorage, PooledSqliteRunStorage
 from pipelines.instance import open_instance
 
 CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "dagster.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _batch_size_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pooled storage switches on Dagster's batched writes for its process (an
+    environment variable): restored after each test, so other tests do not inherit it."""
+    monkeypatch.setenv(BATCH_SIZE_ENV, str(BATCH_SIZE))
+
+
+def test_the_event_log_copies_the_pinned_dagster() -> None:
+    """pipelines/dagster_event_log.py re-implements Dagster 1.13.27's per-event writes (its
+    asset row, check execution rows and run files): a Dagster upgrade must re-check it
+    against the new version's sql_event_log.py / sqlite_event_log.py, then update this pin."""
+    assert dagster.__version__ == "1.13.27"
 
 
 @asset(check_specs=[AssetCheckSpec("non_empty", asset="thing")])
@@ -134,3 +151,64 @@ def test_a_watcher_follows_a_live_run(tmp_path: Path, monkeypatch) -> None:
         assert result.success
         meta = result.asset_materializations_for_node("followed")[0].metadata
         assert meta["seen_live"].value is True
+
+
+def test_a_batch_retried_event_by_event_is_stored_once(tmp_path: Path, monkeypatch) -> None:
+    """When a batch's index rows fail after its run rows were written, Dagster stores the
+    batch again event by event; the run's file must not then hold the batch twice."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    with open_instance(tmp_path / "first", CONFIG) as instance:
+        run_id = _run(instance)
+        events = [r.event_log_entry for r in instance.get_records_for_run(run_id).records]
+    assert any(e.is_dagster_event and e.dagster_event.is_step_materialization for e in events)
+    with open_instance(tmp_path / "second", CONFIG) as instance:
+        storage = instance.event_log_storage
+        assert isinstance(storage, PooledSqliteEventLogStorage)
+        real = storage._write_index_rows
+        calls = {"n": 0}
+
+        def fail_once(mirrored: Any) -> None:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise sa.exc.OperationalError("INSERT", {}, Exception("database is locked"))
+            real(mirrored)
+
+        monkeypatch.setattr(storage, "_write_index_rows", fail_once)
+        with pytest.raises(sa.exc.OperationalError):
+            storage.store_event_batch(events)
+        for event in events:  # what DagsterInstance.handle_new_event does after a failed batch
+            storage.store_event(event)
+        stored = instance.get_records_for_run(run_id).records
+        assert len(stored) == len(events)
+        assert [r.event_log_entry.message for r in stored] == [e.message for e in events]
+        assert _materialised_runs(instance) == [run_id]
+        # a later batch is written whole again (the retried events are forgotten)
+        storage.store_event_batch(events[:2])
+        assert len(instance.get_records_for_run(run_id).records) == len(events) + 2
+
+
+def test_only_the_process_running_a_run_keeps_its_file_open(tmp_path: Path, monkeypatch) -> None:
+    """A process that writes some of a run's events without running it (the daemon's queue
+    and launch events) closes the run's file after each write, leaving no write-ahead log."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    with open_instance(tmp_path / "first", CONFIG) as instance:
+        run_id = _run(instance)
+        events = [r.event_log_entry for r in instance.get_records_for_run(run_id).records]
+    kinds = [e.dagster_event_type for e in events]
+    start = kinds.index(DagsterEventType.RUN_START)
+    home = tmp_path / "second"
+    with open_instance(home, CONFIG) as instance:
+        storage = instance.event_log_storage
+        assert isinstance(storage, PooledSqliteEventLogStorage)
+        wal = home / "history" / "runs" / f"{run_id}.db-wal"
+        for event in events[:start]:  # before the run starts here
+            storage.store_event(event)
+            assert run_id not in storage._writers
+            assert not wal.exists()
+        storage.store_event(events[start])
+        assert run_id in storage._writers  # this process runs it: the file stays open
+        for event in events[start + 1 :]:
+            storage.store_event(event)
+        assert run_id not in storage._writers  # closed with the run's last event
+        assert not wal.exists()
+        assert len(instance.get_records_for_run(run_id).records) == len(events)

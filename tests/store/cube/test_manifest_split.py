@@ -159,3 +159,10 @@ def test_manifests_are_not_preloaded() -> None:
     preload = repository_config().manifest.preload
     assert preload is not None
     assert preload.max_total_refs == 0
+
+
+def test_the_inventory_split_names_the_inventory_array() -> None:
+    """store.snapshots repeats the inventory's path (store.cube.inventory imports it)."""
+    import re
+
+    assert re.fullmatch(snapshots._INVENTORY_PATH, "/" + INVENTORY_ARRAY)
