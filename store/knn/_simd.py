@@ -89,6 +89,18 @@ def _tree_sum(builder: ir.IRBuilder, accs: list[Any]) -> Any:
     return builder.shuffle_vector(v, v, _mask([lay.index(r) for r in range(16)]))
 
 
+def _prefetch_line(builder: ir.IRBuilder, ptr: Any) -> None:
+    """``llvm.prefetch`` of the cache line at ``ptr``: read, high locality, data cache."""
+    pf = builder.module.globals.get(_PREFETCH)
+    if pf is None:
+        pf = ir.Function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]),
+            _PREFETCH,
+        )
+    builder.call(pf, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+
+
 def _dot_block(builder: ir.IRBuilder, args: Any, vnni: bool) -> None:
     rows_p = builder.inttoptr(args[0], _V64B.as_pointer())
     q = builder.load(builder.inttoptr(args[1], _V64B.as_pointer()), align=1)
@@ -121,17 +133,9 @@ def _dot_block(builder: ir.IRBuilder, args: Any, vnni: bool) -> None:
                 )
             )
     v16d = ir.VectorType(ir.DoubleType(), 16)
-    pf = builder.module.globals.get(_PREFETCH)
-    if pf is None:
-        pf = ir.Function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]),
-            _PREFETCH,
-        )
     base = builder.bitcast(rows_p, _I8.as_pointer())
-    for line in range(16):  # read, high locality, data cache
-        addr = builder.gep(base, [ir.Constant(_I32, PREFETCH_BYTES + 64 * line)])
-        builder.call(pf, [addr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+    for line in range(16):
+        _prefetch_line(builder, builder.gep(base, [ir.Constant(_I32, PREFETCH_BYTES + 64 * line)]))
     out_p = builder.inttoptr(args[3], v16d.as_pointer())
     builder.store(builder.sitofp(_tree_sum(builder, accs), v16d), out_p, align=1)
 
@@ -173,15 +177,7 @@ def prefetch(typingctx, addr):  # type: ignore[no-untyped-def]
     """Prefetch the cache line at the raw address ``addr`` for reading (never faults)."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        pf = builder.module.globals.get(_PREFETCH)
-        if pf is None:
-            pf = ir.Function(
-                builder.module,
-                ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]),
-                _PREFETCH,
-            )
-        ptr = builder.inttoptr(args[0], _I8.as_pointer())
-        builder.call(pf, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        _prefetch_line(builder, builder.inttoptr(args[0], _I8.as_pointer()))
         return context.get_dummy_value()
 
     return types.void(types.uintp), codegen
