@@ -22,15 +22,17 @@ def _rows_address(doc: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         med = r["median_s"] * 1e3
         half = r.get("spread_s", 0.0) * 1e3
+        unit_n = r.get("unit_n", "points")
+        rate = r.get("rate_per_s", 0)
         row = {
             "case": r["case"],
-            "data": f"{r['n']:,} points",
+            "data": f"{r['n']:,} {unit_n}",
             "median": med,
             "unit": "ms",
             "spread_note": f"max-min {half:.3g} ms",
-            "target": "(info)",
-            "met": None,
-            "rate": f"{r.get('rate_per_s', 0) / 1e6:.1f} M/s",
+            "target": r.get("target", "(info)"),
+            "met": r.get("met"),
+            "rate": f"{rate / 1e6:.1f} M/s" if unit_n == "points" else f"{rate:,.0f} /s",
         }
         if base is not None and "ratio_vs_baseline" in r:
             row.update(
