@@ -15,7 +15,14 @@ from typing import Any
 
 from api.errors import InvalidArgument
 
-__all__ = ["MAX_JSON_DEPTH", "TooDeep", "check_depth", "json_depth", "load_json"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "TooDeep",
+    "check_depth",
+    "dump_json",
+    "json_depth",
+    "load_json",
+]
 
 MAX_JSON_DEPTH = 32
 """Deepest nesting of arrays and objects accepted in a request body or tool arguments."""
@@ -83,3 +90,18 @@ def load_json(body: bytes | str) -> Any:
     if openers <= MAX_JSON_DEPTH:  # cannot be deeper than the brackets it holds
         return payload
     return check_depth(payload)
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def dump_json(value: Any) -> bytes:
+    """The bytes Starlette's ``JSONResponse`` renders for ``value`` (compact, UTF-8, no NaN).
+
+    The same ``json.dumps`` options, with one encoder made once instead of one per
+    response (``json.dumps`` with options builds a new :class:`json.JSONEncoder` each call).
+
+    Raises:
+        ValueError: NaN or infinity; TypeError: a value JSON has no form for.
+    """
+    return _ENCODER.encode(value).encode("utf-8")

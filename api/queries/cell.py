@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from api.queries._common import (
 from api.registry import primitive
 from store import address
 from store.claims import evaluate, parse_claim
+from store.memo import BoundedMemo
 from store.tslot import nearest_slots
 
 if TYPE_CHECKING:
@@ -144,6 +146,59 @@ def _align(
     return t, values, flag
 
 
+class SlotAlignment:
+    """Where a band's and its flag's block slots sit in their union (what :func:`_align` does
+    per cell, done once per pair of block columns: both are the same for every cell of a block).
+    """
+
+    __slots__ = ("a_at", "a_t", "b_at", "b_t", "same", "t")
+
+    def __init__(self, a_t: npt.NDArray[np.int64], b_t: npt.NDArray[np.int64]) -> None:
+        self.a_t = a_t
+        """The band's slots (the column's own array: the memo checks it is the same object)."""
+        self.b_t = b_t
+        """The flag's slots."""
+        self.same = a_t.size == b_t.size and bool(np.array_equal(a_t, b_t))
+        """Both have the same slots (no union needed)."""
+        self.t = a_t if self.same else _union_sorted(a_t, b_t)
+        """The union of both, ascending."""
+        self.a_at = np.searchsorted(self.t, a_t)
+        """Index in ``t`` of each band slot."""
+        self.b_at = np.searchsorted(self.t, b_t)
+        """Index in ``t`` of each flag slot."""
+        for arr in (self.t, self.a_at, self.b_at):
+            arr.flags.writeable = False
+
+    def place(
+        self, a_v: npt.NDArray[np.float64], b_v: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+        """``_align(a_t, a_v, b_t, b_v)`` with the slot work already done."""
+        values = np.full(self.t.size, np.nan)
+        flag = np.zeros(self.t.size, np.int64)
+        if self.a_t.size:
+            values[self.a_at] = a_v
+        if self.b_t.size:
+            flag[self.b_at] = b_v
+        return self.t, values, flag
+
+
+def slot_alignment(
+    memo: BoundedMemo, key: Hashable, a_t: npt.NDArray[np.int64], b_t: npt.NDArray[np.int64]
+) -> SlotAlignment:
+    """The :class:`SlotAlignment` of two block columns' slots, remembered under ``key``.
+
+    ``key`` names the snapshot, the bands and the blocks; a remembered entry is used only
+    when it was made from these very arrays (a column dropped from the cache and read
+    again is a new array: its alignment is made again).
+    """
+    got: SlotAlignment = memo.get(key, lambda: SlotAlignment(a_t, b_t))
+    if got.a_t is a_t and got.b_t is b_t:
+        return got
+    got = SlotAlignment(a_t, b_t)
+    memo.put(key, got)
+    return got
+
+
 def read_cell(
     ctx: ServiceContext, reader: CubeReader, band: str, lat_q: int, lng_q: int
 ) -> CellSeries:
@@ -170,17 +225,21 @@ def _read_cell(
     ctx: ServiceContext, reader: CubeReader, band: str, lat_q: int, lng_q: int
 ) -> CellSeries:
     flag_band, clear_value = clear_info(band)
-    ft, fv = ctx.cell_series(reader, flag_band, lat_q, lng_q)
+    fcol = ctx.column(reader, flag_band, lat_q, lng_q)
+    ft, fv = fcol.tslots, fcol.cell(lat_q, lng_q)
     if band == flag_band:
         fv64 = fv.astype(np.int64)
         vals = np.where(fv64 > 0, fv64.astype(np.float64), np.nan)
         keep = fv64 > 0
         return CellSeries(ft[keep], vals[keep], fv64[keep], clear_value)
-    vt, vv = ctx.cell_series(reader, band, lat_q, lng_q)
-    if vt.size == ft.size and np.array_equal(vt, ft):  # usual: the band and its flag share slots
+    vcol = ctx.column(reader, band, lat_q, lng_q)
+    vt, vv = vcol.tslots, vcol.cell(lat_q, lng_q)
+    key = (reader.snapshot_id, band, flag_band, vcol.lat_q0, vcol.lng_q0, fcol.lat_q0, fcol.lng_q0)
+    slots = slot_alignment(ctx.alignments, key, vt, ft)
+    if slots.same:  # usual on most stores: the band and its flag share slots
         t, values, flag = vt, vv.astype(np.float64), fv.astype(np.int64)
     else:
-        t, values, flag = _align(vt, vv.astype(np.float64), ft, fv.astype(np.int64))
+        t, values, flag = slots.place(vv.astype(np.float64), fv.astype(np.int64))
     keep = (flag > 0) | np.isfinite(values)
     if not keep.all():
         t, values, flag = t[keep], values[keep], flag[keep]
