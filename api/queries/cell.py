@@ -336,33 +336,8 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
         c0, c1 = bool(series.clear[i0]), bool(series.clear[i1])
         significant = c0 and c1 and abs(z) >= Z_THRESHOLD
         # context: the 8 surrounding cells' deltas over the same window
-        neighbour_deltas: list[float] = []
-        cells_read = [cell.cell]
-        window = np.array([t0, t1], np.int64)
-        col = None  # the block column of the last neighbour (most share the cell's block)
-        hit: tuple[int, int] | None = None  # where t0 and t1 sit in its tslots
-        for dy in (-1, 0, 1):
-            for dx in (-1, 0, 1):
-                if dy == 0 and dx == 0:
-                    continue
-                la, ln = cell.lat_q + dy, cell.lng_q + dx
-                if not (0 < la < address.LAT_MAX_Q and 0 <= ln < address.LNG_MAX_Q):
-                    continue
-                if col is None or not (
-                    0 <= la - col.lat_q0 < col.values.shape[1]
-                    and 0 <= ln - col.lng_q0 < col.values.shape[2]
-                ):
-                    col = ctx.column(reader, band, la, ln)
-                    nt = col.tslots
-                    j0, j1 = np.searchsorted(nt, window).tolist()
-                    found = j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1
-                    hit = (j0, j1) if found else None
-                if hit is not None:
-                    y, x = la - col.lat_q0, ln - col.lng_q0
-                    a, b = float(col.values[hit[0], y, x]), float(col.values[hit[1], y, x])
-                    if math.isfinite(a) and math.isfinite(b):
-                        neighbour_deltas.append(b - a)
-                        cells_read.append(_cell_text(la, ln))
+        neighbour_deltas, around = neighbour_deltas_of(ctx, reader, band, cell, t0, t1)
+        cells_read = [cell.cell, *around]
         flag_band, _clear_value = clear_info(band)
         facts = [
             make_fact(ctx, reader, cell.cell, band, t0, v0, lat_q=cell.lat_q, lng_q=cell.lng_q),
@@ -423,6 +398,78 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
         cells_read,
         snapshot_id,
     )
+
+
+_AROUND = tuple((dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx)
+"""The 8 neighbours of a cell, row by row."""
+
+
+def neighbour_deltas_of(
+    ctx: ServiceContext, reader: CubeReader, band: str, cell: CellRef, t0: int, t1: int
+) -> tuple[list[float], list[str]]:
+    """The deltas ``value(t1) - value(t0)`` of the cell's 8 neighbours that have both values,
+    and those neighbours' cell64 texts, in :data:`_AROUND` order.
+
+    A cell inside its block (all 8 neighbours in the same block column, the usual case)
+    reads the 3 x 3 patch at both slots in one step; any other cell takes
+    :func:`_neighbour_deltas_loop`, one neighbour at a time. Both give the same lists.
+    """
+    lat_q, lng_q = cell.lat_q, cell.lng_q
+    col = ctx.column(reader, band, lat_q, lng_q)
+    y, x = lat_q - col.lat_q0, lng_q - col.lng_q0
+    if not (
+        1 <= y < col.values.shape[1] - 1
+        and 1 <= x < col.values.shape[2] - 1
+        and 1 < lat_q < address.LAT_MAX_Q - 1
+        and 1 <= lng_q < address.LNG_MAX_Q - 1
+    ):
+        return _neighbour_deltas_loop(ctx, reader, band, cell, t0, t1)
+    nt = col.tslots
+    j0, j1 = np.searchsorted(nt, np.array([t0, t1], np.int64)).tolist()
+    if not (j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1):
+        return [], []
+    # float(np.float32) and float64 conversion give the same doubles
+    before, after = col.values[[j0, j1], y - 1 : y + 2, x - 1 : x + 2].astype(np.float64).tolist()
+    deltas: list[float] = []
+    cells: list[str] = []
+    for dy, dx in _AROUND:
+        a, b = before[dy + 1][dx + 1], after[dy + 1][dx + 1]
+        if math.isfinite(a) and math.isfinite(b):
+            deltas.append(b - a)
+            cells.append(_cell_text(lat_q + dy, lng_q + dx))
+    return deltas, cells
+
+
+def _neighbour_deltas_loop(
+    ctx: ServiceContext, reader: CubeReader, band: str, cell: CellRef, t0: int, t1: int
+) -> tuple[list[float], list[str]]:
+    """:func:`neighbour_deltas_of`, one neighbour at a time (any cell: block edges, the
+    lattice's edges)."""
+    neighbour_deltas: list[float] = []
+    cells_read: list[str] = []
+    window = np.array([t0, t1], np.int64)
+    col = None  # the block column of the last neighbour (most share the cell's block)
+    hit: tuple[int, int] | None = None  # where t0 and t1 sit in its tslots
+    for dy, dx in _AROUND:
+        la, ln = cell.lat_q + dy, cell.lng_q + dx
+        if not (0 < la < address.LAT_MAX_Q and 0 <= ln < address.LNG_MAX_Q):
+            continue
+        if col is None or not (
+            0 <= la - col.lat_q0 < col.values.shape[1]
+            and 0 <= ln - col.lng_q0 < col.values.shape[2]
+        ):
+            col = ctx.column(reader, band, la, ln)
+            nt = col.tslots
+            j0, j1 = np.searchsorted(nt, window).tolist()
+            found = j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1
+            hit = (j0, j1) if found else None
+        if hit is not None:
+            y, x = la - col.lat_q0, ln - col.lng_q0
+            a, b = float(col.values[hit[0], y, x]), float(col.values[hit[1], y, x])
+            if math.isfinite(a) and math.isfinite(b):
+                neighbour_deltas.append(b - a)
+                cells_read.append(_cell_text(la, ln))
+    return neighbour_deltas, cells_read
 
 
 @primitive(
