@@ -206,9 +206,7 @@ def _signed_model(answer_model: type[M], checked: BaseModel, signed: dict[str, A
     if set(fields) != {*type(checked).model_fields, "receipt"}:
         return answer_model.model_validate(signed)
     values = {name: getattr(checked, name) for name in type(checked).model_fields}
-    # the receipt sign_answer just built from checked parts (its exact field types): not
-    # validated again (its dump is the signed dict's receipt, as a validated one's is)
-    values["receipt"] = Receipt.model_construct(**signed["receipt"])
+    values["receipt"] = Receipt.model_validate(signed["receipt"])
     return answer_model.model_construct(**values)
 
 

@@ -92,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--sort", default="tottime")
     ap.add_argument("--lines", type=int, default=45)
+    ap.add_argument(
+        "--stdin",
+        action="store_true",
+        help="after the warm-up print 'ready', then per line N on stdin run N requests and "
+        "print their CPU us per request (a paired driver alternates two such processes)",
+    )
     args = ap.parse_args(argv)
     bodies = [json.dumps(b).encode() for b in json.loads(Path(args.bodies).read_text())]
     app = make_app(Path(args.data))
@@ -100,6 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     async def go() -> None:
         got = await drive(app, path, bodies, 400)  # warm: context, settled, memo of nothing
         assert all(s == 200 for s, _ in got), got[:2]
+        if args.stdin:
+            import sys
+
+            print("ready", flush=True)
+            k = 400
+            for line in sys.stdin:
+                n = int(line)
+                c0 = time.process_time()
+                await drive(app, path, bodies, n, k)
+                k += n
+                print(f"{1e6 * (time.process_time() - c0) / n:.1f}", flush=True)
+            return
         if args.profile:
             prof = cProfile.Profile(time.process_time)
             prof.enable()
