@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from api.context import ServiceContext
 from api.dispatch import run
-from api.jsonbody import dump_json
+from api.jsonbody import dump_json, dump_plain_json
 from api.queries._common import parse_cell_arg
 from api.queries.cell import (
     SlotAlignment,
@@ -195,3 +197,43 @@ def test_request_ids_are_uuid4_hex() -> None:
         assert len(rid) == 32
         assert u.version == 4
         assert u.variant == uuid.RFC_4122
+
+
+# --------------------------------------------------------------------------- plain JSON
+
+
+_json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats(min_value=-1e-3, max_value=1e-3, allow_nan=False)
+    | st.text(max_size=12)
+    | st.sampled_from(["1e-7", "0.00001", "NaN", "f2:3e4a:x", "\u2028", '\x1f\\"'])
+)
+_json_doc = st.recursive(
+    _json_leaf,
+    lambda kids: (
+        st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=6), kids, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_json_doc)
+def test_dump_plain_json_is_dump_json(doc: Any) -> None:
+    assert dump_plain_json(doc) == dump_json(doc)
+
+
+@pytest.mark.parametrize("x", [1e-7, 1e-5, 2.5e-5, 9.99e-5, 1e-4, 1e16, -3e-9, 5e-324, -0.0])
+def test_dump_plain_json_floats_near_the_notation_switches(x: float) -> None:
+    assert dump_plain_json({"v": [x]}) == dump_json({"v": [x]})
+
+
+def test_dump_plain_json_refuses_what_dump_json_refuses() -> None:
+    for bad in ({"x": float("nan")}, {"x": float("inf")}):
+        with pytest.raises(ValueError, match="JSON compliant"):
+            dump_plain_json(bad)
+    with pytest.raises(UnicodeEncodeError):
+        dump_plain_json({"x": "\ud800"})
