@@ -418,7 +418,8 @@ def neighbour_deltas_of(
     col = ctx.column(reader, band, lat_q, lng_q)
     y, x = lat_q - col.lat_q0, lng_q - col.lng_q0
     if not (
-        1 <= y < col.values.shape[1] - 1
+        col.values.dtype.kind == "f"  # float32/64: tolist() gives what float() gives
+        and 1 <= y < col.values.shape[1] - 1
         and 1 <= x < col.values.shape[2] - 1
         and 1 < lat_q < address.LAT_MAX_Q - 1
         and 1 <= lng_q < address.LNG_MAX_Q - 1
@@ -428,8 +429,8 @@ def neighbour_deltas_of(
     j0, j1 = np.searchsorted(nt, np.array([t0, t1], np.int64)).tolist()
     if not (j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1):
         return [], []
-    # float(np.float32) and float64 conversion give the same doubles
-    before, after = col.values[[j0, j1], y - 1 : y + 2, x - 1 : x + 2].astype(np.float64).tolist()
+    before = col.values[j0, y - 1 : y + 2, x - 1 : x + 2].tolist()
+    after = col.values[j1, y - 1 : y + 2, x - 1 : x + 2].tolist()
     deltas: list[float] = []
     cells: list[str] = []
     for dy, dx in _AROUND:

@@ -65,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {r}: a {got['a'][-1]:.0f} us, b {got['b'][-1]:.0f} us", flush=True)
         ratio = ratio_stats(got["b"], got["a"])
         med = {s: sorted(v)[len(v) // 2] for s, v in got.items()}
+        low = {s: min(v) for s, v in got.items()}
         print(
-            f"CPU us per request: a {med['a']:.0f}, b {med['b']:.0f}; per-round b/a "
+            f"CPU us per request: median a {med['a']:.0f}, b {med['b']:.0f}; lowest turn "
+            f"a {low['a']:.0f}, b {low['b']:.0f}; per-round b/a "
             f"{ratio.median:.3f} [{ratio.p10:.3f}-{ratio.p90:.3f}] over {args.rounds} rounds"
         )
     finally:
