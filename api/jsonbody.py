@@ -131,6 +131,9 @@ def dump_plain_json(value: Any) -> bytes:
         out = pydantic_core.to_json(value, inf_nan_mode="constants")
     except Exception:  # dump_json decides (and raises its own error)
         return dump_json(value)
-    if _DIFFERS.search(out) is not None:
+    # substring tests first (a regex over a few KB costs more than the encoding saves)
+    if (
+        b"e-" in out or b"0.0000" in out or b"NaN" in out or b"Infinity" in out
+    ) and _DIFFERS.search(out) is not None:
         return dump_json(value)
     return out
