@@ -121,6 +121,8 @@ def refresh_seconds(value: str | float | None = None) -> float:
 
 CELL_MEMO_ENTRIES = 1024
 """Cell series a context remembers (a few KB each)."""
+ALIGNMENT_MEMO_ENTRIES = 512
+"""Slot alignments of block column pairs a context remembers (index arrays, a few KB each)."""
 AREA_MEMO_ENTRIES = 16
 """Parsed areas a context remembers (each at most ``api.queries.area.AREA_MEMO_CELLS`` cells,
 ~72 bytes a cell with its block groupings: at most ~19 MB)."""
@@ -208,6 +210,9 @@ class ServiceContext:
         """Per-cell series of a snapshot (:func:`api.queries.cell.read_cell`), least recent dropped."""
         self.areas = BoundedMemo(AREA_MEMO_ENTRIES)
         """Parsed small areas of area_over_time calls (:mod:`api.queries.area`), least recent dropped."""
+        self.alignments = BoundedMemo(ALIGNMENT_MEMO_ENTRIES)
+        """Slot alignments of a band's and its flag's block columns
+        (:func:`api.queries.cell.slot_alignment`), keyed by snapshot, bands and blocks."""
 
     # ------------------------------------------------------------------ places
 

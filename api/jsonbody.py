@@ -11,11 +11,22 @@ MultiPolygon inside an intent is seven), so every client document is held to
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+import pydantic_core
 
 from api.errors import InvalidArgument
 
-__all__ = ["MAX_JSON_DEPTH", "TooDeep", "check_depth", "json_depth", "load_json"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "TooDeep",
+    "check_depth",
+    "dump_json",
+    "dump_plain_json",
+    "json_depth",
+    "load_json",
+]
 
 MAX_JSON_DEPTH = 32
 """Deepest nesting of arrays and objects accepted in a request body or tool arguments."""
@@ -83,3 +94,46 @@ def load_json(body: bytes | str) -> Any:
     if openers <= MAX_JSON_DEPTH:  # cannot be deeper than the brackets it holds
         return payload
     return check_depth(payload)
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def dump_json(value: Any) -> bytes:
+    """The bytes Starlette's ``JSONResponse`` renders for ``value`` (compact, UTF-8, no NaN).
+
+    The same ``json.dumps`` options, with one encoder made once instead of one per
+    response (``json.dumps`` with options builds a new :class:`json.JSONEncoder` each call).
+
+    Raises:
+        ValueError: NaN or infinity; TypeError: a value JSON has no form for.
+    """
+    return _ENCODER.encode(value).encode("utf-8")
+
+
+_DIFFERS = re.compile(rb"[0-9]e-[0-9](?![0-9])|0\.0000|NaN|Infinity")
+"""Where pydantic-core's JSON may differ from :func:`dump_json`'s: a float below 1e-4 (it
+writes ``1e-7`` and ``0.00001`` where Python writes ``1e-07`` and ``1e-05``) and the
+non-finite constants (refused by :func:`dump_json`). Also matches such text inside strings:
+those documents simply take :func:`dump_json`."""
+
+
+def dump_plain_json(value: Any) -> bytes:
+    """:func:`dump_json` of a document of plain JSON values, written by pydantic-core.
+
+    For documents ``json.dumps`` accepts as they are (dicts, lists, tuples, str, int,
+    float, bool, None: a signed answer, whose body its digest has checked and whose
+    receipt is built of those): the same bytes, about four times faster. A document whose
+    pydantic-core text may differ (:data:`_DIFFERS`) or that it cannot write is written by
+    :func:`dump_json` (which raises what it raises for it).
+    """
+    try:
+        out = pydantic_core.to_json(value, inf_nan_mode="constants")
+    except Exception:  # dump_json decides (and raises its own error)
+        return dump_json(value)
+    # substring tests first (a regex over a few KB costs more than the encoding saves)
+    if (
+        b"e-" in out or b"0.0000" in out or b"NaN" in out or b"Infinity" in out
+    ) and _DIFFERS.search(out) is not None:
+        return dump_json(value)
+    return out

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Self
 
 import blake3
+from nacl.bindings import crypto_sign, crypto_sign_BYTES, crypto_sign_seed_keypair
 from nacl.signing import SigningKey
 
 from store.errors import SigningKeyError
@@ -94,9 +95,18 @@ class Ed25519Key:
         """First 16 hex characters of blake3(public key)."""
         return key_id_of(self.public_key)
 
+    @cached_property
+    def _secret(self) -> bytes:
+        """libsodium's 64-byte secret key (seed and public key) of the signing key."""
+        return crypto_sign_seed_keypair(bytes(self.signing_key))[1]
+
     def sign(self, message: bytes) -> bytes:
-        """Raw 64-byte ed25519 signature of ``message``."""
-        return self.signing_key.sign(message).signature
+        """Raw 64-byte ed25519 signature of ``message``.
+
+        ``self.signing_key.sign(message).signature``, through the binding directly (no
+        ``SignedMessage`` object per call); ed25519 is deterministic, so the same bytes.
+        """
+        return crypto_sign(message, self._secret)[:crypto_sign_BYTES]
 
 
 def _create_key_file(path: Path) -> None:

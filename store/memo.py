@@ -51,6 +51,14 @@ class BoundedMemo:
                 self._entries.popitem(last=False)
         return value
 
+    def put(self, key: Hashable, value: Any) -> None:
+        """Remember ``value`` under ``key`` (replacing what was there)."""
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from api.queries._common import (
 from api.registry import primitive
 from store import address
 from store.claims import evaluate, parse_claim
+from store.memo import BoundedMemo
 from store.tslot import nearest_slots
 
 if TYPE_CHECKING:
@@ -144,6 +146,59 @@ def _align(
     return t, values, flag
 
 
+class SlotAlignment:
+    """Where a band's and its flag's block slots sit in their union (what :func:`_align` does
+    per cell, done once per pair of block columns: both are the same for every cell of a block).
+    """
+
+    __slots__ = ("a_at", "a_t", "b_at", "b_t", "same", "t")
+
+    def __init__(self, a_t: npt.NDArray[np.int64], b_t: npt.NDArray[np.int64]) -> None:
+        self.a_t = a_t
+        """The band's slots (the column's own array: the memo checks it is the same object)."""
+        self.b_t = b_t
+        """The flag's slots."""
+        self.same = a_t.size == b_t.size and bool(np.array_equal(a_t, b_t))
+        """Both have the same slots (no union needed)."""
+        self.t = a_t if self.same else _union_sorted(a_t, b_t)
+        """The union of both, ascending."""
+        self.a_at = np.searchsorted(self.t, a_t)
+        """Index in ``t`` of each band slot."""
+        self.b_at = np.searchsorted(self.t, b_t)
+        """Index in ``t`` of each flag slot."""
+        for arr in (self.t, self.a_at, self.b_at):
+            arr.flags.writeable = False
+
+    def place(
+        self, a_v: npt.NDArray[np.float64], b_v: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+        """``_align(a_t, a_v, b_t, b_v)`` with the slot work already done."""
+        values = np.full(self.t.size, np.nan)
+        flag = np.zeros(self.t.size, np.int64)
+        if self.a_t.size:
+            values[self.a_at] = a_v
+        if self.b_t.size:
+            flag[self.b_at] = b_v
+        return self.t, values, flag
+
+
+def slot_alignment(
+    memo: BoundedMemo, key: Hashable, a_t: npt.NDArray[np.int64], b_t: npt.NDArray[np.int64]
+) -> SlotAlignment:
+    """The :class:`SlotAlignment` of two block columns' slots, remembered under ``key``.
+
+    ``key`` names the snapshot, the bands and the blocks; a remembered entry is used only
+    when it was made from these very arrays (a column dropped from the cache and read
+    again is a new array: its alignment is made again).
+    """
+    got: SlotAlignment = memo.get(key, lambda: SlotAlignment(a_t, b_t))
+    if got.a_t is a_t and got.b_t is b_t:
+        return got
+    got = SlotAlignment(a_t, b_t)
+    memo.put(key, got)
+    return got
+
+
 def read_cell(
     ctx: ServiceContext, reader: CubeReader, band: str, lat_q: int, lng_q: int
 ) -> CellSeries:
@@ -170,17 +225,21 @@ def _read_cell(
     ctx: ServiceContext, reader: CubeReader, band: str, lat_q: int, lng_q: int
 ) -> CellSeries:
     flag_band, clear_value = clear_info(band)
-    ft, fv = ctx.cell_series(reader, flag_band, lat_q, lng_q)
+    fcol = ctx.column(reader, flag_band, lat_q, lng_q)
+    ft, fv = fcol.tslots, fcol.cell(lat_q, lng_q)
     if band == flag_band:
         fv64 = fv.astype(np.int64)
         vals = np.where(fv64 > 0, fv64.astype(np.float64), np.nan)
         keep = fv64 > 0
         return CellSeries(ft[keep], vals[keep], fv64[keep], clear_value)
-    vt, vv = ctx.cell_series(reader, band, lat_q, lng_q)
-    if vt.size == ft.size and np.array_equal(vt, ft):  # usual: the band and its flag share slots
+    vcol = ctx.column(reader, band, lat_q, lng_q)
+    vt, vv = vcol.tslots, vcol.cell(lat_q, lng_q)
+    key = (reader.snapshot_id, band, flag_band, vcol.lat_q0, vcol.lng_q0, fcol.lat_q0, fcol.lng_q0)
+    slots = slot_alignment(ctx.alignments, key, vt, ft)
+    if slots.same:  # usual on most stores: the band and its flag share slots
         t, values, flag = vt, vv.astype(np.float64), fv.astype(np.int64)
     else:
-        t, values, flag = _align(vt, vv.astype(np.float64), ft, fv.astype(np.int64))
+        t, values, flag = slots.place(vv.astype(np.float64), fv.astype(np.int64))
     keep = (flag > 0) | np.isfinite(values)
     if not keep.all():
         t, values, flag = t[keep], values[keep], flag[keep]
@@ -277,33 +336,8 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
         c0, c1 = bool(series.clear[i0]), bool(series.clear[i1])
         significant = c0 and c1 and abs(z) >= Z_THRESHOLD
         # context: the 8 surrounding cells' deltas over the same window
-        neighbour_deltas: list[float] = []
-        cells_read = [cell.cell]
-        window = np.array([t0, t1], np.int64)
-        col = None  # the block column of the last neighbour (most share the cell's block)
-        hit: tuple[int, int] | None = None  # where t0 and t1 sit in its tslots
-        for dy in (-1, 0, 1):
-            for dx in (-1, 0, 1):
-                if dy == 0 and dx == 0:
-                    continue
-                la, ln = cell.lat_q + dy, cell.lng_q + dx
-                if not (0 < la < address.LAT_MAX_Q and 0 <= ln < address.LNG_MAX_Q):
-                    continue
-                if col is None or not (
-                    0 <= la - col.lat_q0 < col.values.shape[1]
-                    and 0 <= ln - col.lng_q0 < col.values.shape[2]
-                ):
-                    col = ctx.column(reader, band, la, ln)
-                    nt = col.tslots
-                    j0, j1 = np.searchsorted(nt, window).tolist()
-                    found = j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1
-                    hit = (j0, j1) if found else None
-                if hit is not None:
-                    y, x = la - col.lat_q0, ln - col.lng_q0
-                    a, b = float(col.values[hit[0], y, x]), float(col.values[hit[1], y, x])
-                    if math.isfinite(a) and math.isfinite(b):
-                        neighbour_deltas.append(b - a)
-                        cells_read.append(_cell_text(la, ln))
+        neighbour_deltas, around = neighbour_deltas_of(ctx, reader, band, cell, t0, t1)
+        cells_read = [cell.cell, *around]
         flag_band, _clear_value = clear_info(band)
         facts = [
             make_fact(ctx, reader, cell.cell, band, t0, v0, lat_q=cell.lat_q, lng_q=cell.lng_q),
@@ -364,6 +398,79 @@ def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
         cells_read,
         snapshot_id,
     )
+
+
+_AROUND = tuple((dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx)
+"""The 8 neighbours of a cell, row by row."""
+
+
+def neighbour_deltas_of(
+    ctx: ServiceContext, reader: CubeReader, band: str, cell: CellRef, t0: int, t1: int
+) -> tuple[list[float], list[str]]:
+    """The deltas ``value(t1) - value(t0)`` of the cell's 8 neighbours that have both values,
+    and those neighbours' cell64 texts, in :data:`_AROUND` order.
+
+    A cell inside its block (all 8 neighbours in the same block column, the usual case)
+    reads the 3 x 3 patch at both slots in one step; any other cell takes
+    :func:`_neighbour_deltas_loop`, one neighbour at a time. Both give the same lists.
+    """
+    lat_q, lng_q = cell.lat_q, cell.lng_q
+    col = ctx.column(reader, band, lat_q, lng_q)
+    y, x = lat_q - col.lat_q0, lng_q - col.lng_q0
+    if not (
+        col.values.dtype.kind == "f"  # float32/64: tolist() gives what float() gives
+        and 1 <= y < col.values.shape[1] - 1
+        and 1 <= x < col.values.shape[2] - 1
+        and 1 < lat_q < address.LAT_MAX_Q - 1
+        and 1 <= lng_q < address.LNG_MAX_Q - 1
+    ):
+        return _neighbour_deltas_loop(ctx, reader, band, cell, t0, t1)
+    nt = col.tslots
+    j0, j1 = np.searchsorted(nt, np.array([t0, t1], np.int64)).tolist()
+    if not (j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1):
+        return [], []
+    before = col.values[j0, y - 1 : y + 2, x - 1 : x + 2].tolist()
+    after = col.values[j1, y - 1 : y + 2, x - 1 : x + 2].tolist()
+    deltas: list[float] = []
+    cells: list[str] = []
+    for dy, dx in _AROUND:
+        a, b = before[dy + 1][dx + 1], after[dy + 1][dx + 1]
+        if math.isfinite(a) and math.isfinite(b):
+            deltas.append(b - a)
+            cells.append(_cell_text(lat_q + dy, lng_q + dx))
+    return deltas, cells
+
+
+def _neighbour_deltas_loop(
+    ctx: ServiceContext, reader: CubeReader, band: str, cell: CellRef, t0: int, t1: int
+) -> tuple[list[float], list[str]]:
+    """:func:`neighbour_deltas_of`, one neighbour at a time (any cell: block edges, the
+    lattice's edges)."""
+    neighbour_deltas: list[float] = []
+    cells_read: list[str] = []
+    window = np.array([t0, t1], np.int64)
+    col = None  # the block column of the last neighbour (most share the cell's block)
+    hit: tuple[int, int] | None = None  # where t0 and t1 sit in its tslots
+    for dy, dx in _AROUND:
+        la, ln = cell.lat_q + dy, cell.lng_q + dx
+        if not (0 < la < address.LAT_MAX_Q and 0 <= ln < address.LNG_MAX_Q):
+            continue
+        if col is None or not (
+            0 <= la - col.lat_q0 < col.values.shape[1]
+            and 0 <= ln - col.lng_q0 < col.values.shape[2]
+        ):
+            col = ctx.column(reader, band, la, ln)
+            nt = col.tslots
+            j0, j1 = np.searchsorted(nt, window).tolist()
+            found = j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1
+            hit = (j0, j1) if found else None
+        if hit is not None:
+            y, x = la - col.lat_q0, ln - col.lng_q0
+            a, b = float(col.values[hit[0], y, x]), float(col.values[hit[1], y, x])
+            if math.isfinite(a) and math.isfinite(b):
+                neighbour_deltas.append(b - a)
+                cells_read.append(_cell_text(la, ln))
+    return neighbour_deltas, cells_read
 
 
 @primitive(

@@ -49,3 +49,14 @@ def test_memo_does_not_remember_what_remember_refuses() -> None:
     assert memo.get(50, lambda: make(50), remember=small) == 50  # made again
     assert made == [1, 50, 50]
     assert len(memo) == 1
+
+
+def test_memo_put_replaces_and_keeps_the_bound() -> None:
+    memo = BoundedMemo(2)
+    memo.put("a", 1)
+    memo.put("b", 2)
+    memo.put("a", 3)  # replaced, and now the most recent
+    assert memo.get("a", lambda: 0) == 3
+    memo.put("c", 4)  # drops b, the least recent
+    assert len(memo) == 2
+    assert memo.get("b", lambda: 5) == 5

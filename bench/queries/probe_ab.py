@@ -1,0 +1,83 @@
+"""Paired A/B of two source trees' CPU per did_change request, in process, in short turns.
+
+Starts :mod:`bench.queries.asgi_probe` ``--stdin`` from each tree (same data, same
+rotating bodies), then alternates them turn by turn (``--turn`` requests each, the order
+alternating by round), so both sides of a round see the same load; reports the median of
+the per-round CPU ratios B/A with p10-p90.
+
+    python -m bench.queries.probe_ab --a-tree OLD --b-tree NEW --data DIR --bodies FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.paired import ratio_stats
+
+__all__ = ["main"]
+
+
+def _start(tree: Path, data: Path, bodies: Path) -> subprocess.Popen[str]:
+    probe = Path(__file__).resolve().parent / "asgi_probe.py"
+    cmd = [sys.executable, str(probe), "--data", str(data), "--bodies", str(bodies), "--stdin"]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.Popen(
+        cmd, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"the probe of {tree} did not start")
+    return proc
+
+
+def _turn(proc: subprocess.Popen[str], n: int) -> float:
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(f"{n}\n")
+    proc.stdin.flush()
+    return float(proc.stdout.readline())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--a-tree", required=True, type=Path)
+    ap.add_argument("--b-tree", required=True, type=Path)
+    ap.add_argument("--data", required=True, type=Path)
+    ap.add_argument("--bodies", required=True, type=Path)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--turn", type=int, default=600)
+    args = ap.parse_args(argv)
+    procs = {
+        side: _start(tree.resolve(), args.data.resolve(), args.bodies.resolve())
+        for side, tree in (("a", args.a_tree), ("b", args.b_tree))
+    }
+    try:
+        for side in ("a", "b"):
+            _turn(procs[side], 4096)  # every body once: the column cache and memos as in use
+        got: dict[str, list[float]] = {"a": [], "b": []}
+        for r in range(args.rounds):
+            for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
+                got[side].append(_turn(procs[side], args.turn))
+            print(f"round {r}: a {got['a'][-1]:.0f} us, b {got['b'][-1]:.0f} us", flush=True)
+        ratio = ratio_stats(got["b"], got["a"])
+        med = {s: sorted(v)[len(v) // 2] for s, v in got.items()}
+        low = {s: min(v) for s, v in got.items()}
+        print(
+            f"CPU us per request: median a {med['a']:.0f}, b {med['b']:.0f}; lowest turn "
+            f"a {low['a']:.0f}, b {low['b']:.0f}; per-round b/a "
+            f"{ratio.median:.3f} [{ratio.p10:.3f}-{ratio.p90:.3f}] over {args.rounds} rounds"
+        )
+    finally:
+        for proc in procs.values():
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
