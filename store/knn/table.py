@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from store.errors import InvalidVectorQuery, VectorTableError
 from store.knn import _kernels
-from store.knn._rerank import NO_SEED, hamming_seed, rescore_rows
+from store.knn._seed import NO_SEED, hamming_seed
 from store.knn.codes import BIN_BYTES, binarize, int8_norms
 from store.knn.mapped import check_mapped, data_offset, file_mapped, open_ro, read_meta, release
 from store.knn.scan import (
@@ -85,7 +85,7 @@ _SEED_RUN_ROWS = 256  # rows per run of the pruned cosine scan's seed sample (32
 _GATHER_ROWS = 1 << 16  # a sparse mask with at most this many rows is gathered by pread
 _SEED_MIN_KEEP = 256
 """Hamming scans keeping at least this many rows (a rerank's candidates) start from a sampled
-bound (:func:`store.knn._rerank.hamming_seed`) and prefetch the second words too."""
+bound (:func:`store.knn._seed.hamming_seed`) and prefetch the second words too."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -313,10 +313,15 @@ class KnnTable:
         if cand.size == 0:
             return KnnResult(np.empty(0, np.int64), np.empty(0), scanned, "hamming_then_rerank", 0)
         cand = np.sort(cand)
+        # Read the candidates with pread, not through the mapping: a page fault on a
+        # hot file maps the whole (large) page-cache folio around it, so a few
+        # thousand scattered rows would make most of the table resident.
+        vectors = self._read_rows(cand)
         qi, qf, use_float, qnorm = prep_query(q, self.d)
-        keys, top = rescore_rows(
-            self.path / "vectors.npy", data_offset(self.vectors), self.d, cand, qi, qf, use_float, k
-        )
+        # norms computed with the dot products (equal to the stored norms; reading those
+        # would fault their pages in)
+        out = _kernels.cosine_rows_normed(*map(read_only, (vectors, qi, qf, use_float, k)))
+        keys, top = merge_topk(out, k)
         return KnnResult(cand[top], keys / qnorm, scanned, "hamming_then_rerank", int(cand.size))
 
     def _hamming_blockwise(
