@@ -83,9 +83,11 @@ scan's CPU time; for k = 10 it reads about half the bytes."""
 _SAMPLE_RUNS = 32
 _SEED_RUN_ROWS = 256  # rows per run of the pruned cosine scan's seed sample (32 x 256 rows, 1 MB)
 _GATHER_ROWS = 1 << 16  # a sparse mask with at most this many rows is gathered by pread
-_SEED_MIN_KEEP = 256
+_SEED_MIN_KEEP = 1024
 """Hamming scans keeping at least this many rows (a rerank's candidates) start from a sampled
-bound (:func:`store.knn._seed.hamming_seed`) and prefetch the second words too."""
+bound (:func:`store.knn._seed.hamming_seed`) and prefetch the second words too. 10^7 rows,
+1 thread, CPU vs neither, 40 paired queries (load 5-6): n_keep 256 1.016 [0.84-1.34],
+1,000 0.919 [0.86-1.25], 5,120 0.863 [0.80-0.92] (bench/HISTORY.md, session 14)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -338,6 +340,10 @@ class KnnTable:
         4 MB region after its scan (:func:`store.knn._kernels.hamming_scan`, or
         :func:`store.knn._kernels.hamming_scan_split` over the word-major planes for
         small ``n_keep``), so the codes never become resident in this process.
+        A split scan keeping :data:`_SEED_MIN_KEEP` rows or more (a rerank's
+        candidates) starts from a sampled bound (:func:`store.knn._seed.hamming_seed`)
+        and is run again without it if it kept fewer than ``n_keep`` rows; the answer
+        is the same either way.
         """
         assert self.bin128 is not None
         n = self.n
