@@ -33,6 +33,7 @@ __all__ = [
     "hamming_scan_rows",
     "hamming_scan_serial",
     "hamming_scan_split",
+    "hamming_seed_counts",
     "merge_hamming",
 ]
 
@@ -290,7 +291,7 @@ def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk, release):  # type
 
 
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
-def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release):  # type: ignore[no-untyped-def]
+def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release, seed, prefetch1):  # type: ignore[no-untyped-def]
     """:func:`hamming_scan` over 128-bit codes stored word-major (two uint64 planes).
 
     The distance over the first 64 bits bounds the full distance from below, so a
@@ -307,6 +308,13 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release): 
             region (:data:`REGION_BYTES` over both planes) released after its scan when ``release``
             (read-only file mappings only).
         q: (2,) uint64 query code words.
+        seed: a distance bound T (129: none). Only rows at distance <= T are kept, as if a
+            chunk had proven T: the answer is exact (the same as with no seed) when the
+            chunks keep at least ``k`` rows in all (``sizes.sum() >= k``: then the k-th
+            distance is <= T); otherwise the caller must scan again without it
+            (:meth:`store.knn.table.KnnTable._hamming_blockwise` estimates T from a sample).
+        prefetch1: also prefetch every block's second words 4 kB ahead: for a large ``k``,
+            where most blocks read them, demand misses cost more than the extra bytes.
         Others as in :func:`hamming_scan`.
     """
     n = planes.shape[1]
@@ -314,7 +322,8 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release): 
     out_k = np.empty((nchunk, cap), np.float64)
     out_r = np.empty((nchunk, cap), np.int64)
     sizes = np.zeros(nchunk, np.int64)
-    shared = np.full(1, 129, np.int64)  # 64 * 2 + 1: keep everything until a limit settles
+    # 129 = 64 * 2 + 1: keep everything until a limit settles
+    shared = np.full(1, min(np.int64(seed), np.int64(129)), np.int64)
     region_rows = REGION_BYTES // 16  # both planes of a region: REGION_BYTES, as the row-major scan
     q0 = q[0]
     q1 = q[1]
@@ -341,6 +350,10 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release): 
                 pf = x0.ctypes.data + PREFETCH_BYTES  # the first words 4 kB ahead (8 lines)
                 for line in range(0, 8 * SBLOCK, 64):
                     _prefetch(pf + line)
+                if prefetch1:
+                    pf1 = w1[b0:b1].ctypes.data + PREFETCH_BYTES
+                    for line in range(0, 8 * SBLOCK, 64):
+                        _prefetch(pf1 + line)
                 lim = np.int32(min(st[1], shared[0] + 1))  # reject distances >= lim
                 best = np.int32(1 << 30)
                 for i in range(b1 - b0):
@@ -371,3 +384,32 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release): 
                     _drop(p1, a, a + m)
         sizes[c] = _hamming_finish(keys, rows, st)
     return out_k, out_r, sizes
+
+
+@njit(cache=True)
+def hamming_seed_counts(planes, q, starts, run, mask, use_mask, exclude, release):  # type: ignore[no-untyped-def]
+    """Histogram of the distances of the rows ``start .. start + run`` for each start (a sample).
+
+    Rows excluded or outside the mask are not counted. Returns ``(counts (130,), rows counted)``.
+    With ``release`` each run's words are dropped from the resident set after (as the scans do).
+    """
+    hist = np.zeros(130, np.int64)
+    total = 0
+    q0 = q[0]
+    q1 = q[1]
+    p0 = planes[0]
+    p1 = planes[1]
+    for s in range(starts.shape[0]):
+        a = starts[s]
+        w0 = p0[a : a + run]
+        w1 = p1[a : a + run]
+        for i in range(w0.shape[0]):
+            g = a + i
+            if g == exclude or (use_mask and not mask[g]):
+                continue
+            hist[_popcnt(w0[i] ^ q0) + _popcnt(w1[i] ^ q1)] += 1
+            total += 1
+        if release:
+            _drop(p0, a, a + w0.shape[0])
+            _drop(p1, a, a + w1.shape[0])
+    return hist, total

@@ -32,6 +32,7 @@ from store.knn._hamming import (
     hamming_scan_rows,
     hamming_scan_serial,
     hamming_scan_split,
+    hamming_seed_counts,
     merge_hamming,
 )
 from store.knn._prims import (
@@ -61,6 +62,7 @@ __all__ = [
     "hamming_scan_rows",
     "hamming_scan_serial",
     "hamming_scan_split",
+    "hamming_seed_counts",
     "merge_hamming",
     "popcount64",
     "pread_rows",

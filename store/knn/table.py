@@ -40,6 +40,7 @@ import numpy.typing as npt
 
 from store.errors import InvalidVectorQuery, VectorTableError
 from store.knn import _kernels
+from store.knn._seed import NO_SEED, hamming_seed
 from store.knn.codes import BIN_BYTES, binarize, int8_norms
 from store.knn.mapped import check_mapped, data_offset, file_mapped, open_ro, read_meta, release
 from store.knn.scan import (
@@ -82,6 +83,11 @@ scan's CPU time; for k = 10 it reads about half the bytes."""
 _SAMPLE_RUNS = 32
 _SEED_RUN_ROWS = 256  # rows per run of the pruned cosine scan's seed sample (32 x 256 rows, 1 MB)
 _GATHER_ROWS = 1 << 16  # a sparse mask with at most this many rows is gathered by pread
+_SEED_MIN_KEEP = 1024
+"""Hamming scans keeping at least this many rows (a rerank's candidates) start from a sampled
+bound (:func:`store.knn._seed.hamming_seed`) and prefetch the second words too. 10^7 rows,
+1 thread, CPU vs neither, 40 paired queries (load 5-6): n_keep 256 1.016 [0.84-1.34],
+1,000 0.919 [0.86-1.25], 5,120 0.863 [0.80-0.92] (bench/HISTORY.md, session 14)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -334,6 +340,10 @@ class KnnTable:
         4 MB region after its scan (:func:`store.knn._kernels.hamming_scan`, or
         :func:`store.knn._kernels.hamming_scan_split` over the word-major planes for
         small ``n_keep``), so the codes never become resident in this process.
+        A split scan keeping :data:`_SEED_MIN_KEEP` rows or more (a rerank's
+        candidates) starts from a sampled bound (:func:`store.knn._seed.hamming_seed`)
+        and is run again without it if it kept fewer than ``n_keep`` rows; the answer
+        is the same either way.
         """
         assert self.bin128 is not None
         n = self.n
@@ -355,17 +365,25 @@ class KnnTable:
             self.path, {"bin128w": planes} if planes is not None else {"bin128": self.bin128}
         )
         if planes is not None:
-            out = run_parallel(
-                _kernels.hamming_scan_split,
-                planes,
-                q.view("<u8"),
-                marr,
-                m is not None,
-                exclude,
-                n_keep,
-                n_chunks(n),
-                file_mapped(planes),
-            )
+            many = n_keep >= _SEED_MIN_KEEP
+            seed = hamming_seed(planes, q.view("<u8"), n_keep, m, exclude) if many else NO_SEED
+            while True:
+                out = run_parallel(
+                    _kernels.hamming_scan_split,
+                    planes,
+                    q.view("<u8"),
+                    marr,
+                    m is not None,
+                    exclude,
+                    n_keep,
+                    n_chunks(n),
+                    file_mapped(planes),
+                    seed,
+                    many,
+                )
+                if seed >= NO_SEED or int(out[2].sum()) >= n_keep:
+                    break
+                seed = NO_SEED  # the sample's bound kept too few rows: scan without it
         else:
             out = run_parallel(
                 _kernels.hamming_scan,

@@ -1,0 +1,106 @@
+"""The rerank's candidate scan from a sampled distance bound (store.knn._seed)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.data import tessera_like
+from store import knn as V
+from store.knn import _kernels, _seed
+from store.knn import scan as knn_scan
+from store.knn import table as knn_table
+from store.knn.scan import read_only
+
+META = {"band": "geotessera", "tslot": 54}
+
+
+def test_seeded_candidate_scan_is_exact_or_scans_again(tmp_path, monkeypatch) -> None:
+    """The word-major scan from a sampled bound: with a bound at or above the exact n-th
+    distance the answer is the unbounded scan's; below it the scan keeps fewer than n rows
+    (the caller's signal) and the table scans again, with the same answer. Table level:
+    a sample that guesses far too low (or gives no bound) changes nothing."""
+    cells, vecs, scales = tessera_like(60_000, 128, 12, seed=5)
+    V.write_table(tmp_path / "t", cells, vecs, scales, META, calibrate=False)
+    table = V.KnnTable.open(tmp_path / "t")
+    planes = table.bin128w
+    assert planes is not None
+    mask = np.ones(table.n, bool)
+    mask[::3] = False
+    for row in (4, 44_444):
+        q = np.ascontiguousarray(table.bin128[row]).view("<u8")
+        for m in (None, mask):
+            marr = m if m is not None else np.ones(1, np.bool_)
+            for keep in (300, 3_000):
+                ref = knn_scan.hamming_candidates(table.bin128, table.bin128[row], keep, m, row)
+                nth = int(-ref[0][-1])  # the exact keep-th distance
+                for seed, exact in (
+                    (_seed.NO_SEED, True),
+                    (nth, True),
+                    (nth + 2, True),
+                    (nth - 1, False),
+                ):
+                    for prefetch1 in (False, True):
+                        args = (
+                            planes,
+                            q,
+                            marr,
+                            m is not None,
+                            row,
+                            keep,
+                            6,
+                            False,
+                            seed,
+                            prefetch1,
+                        )
+                        out = _kernels.hamming_scan_split(*map(read_only, args))
+                        assert (int(out[2].sum()) >= keep) == exact
+                        if exact:
+                            got = _kernels.merge_hamming(*out, keep, 128)
+                            np.testing.assert_array_equal(got[1], ref[1])
+                            np.testing.assert_array_equal(got[0], ref[0])
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    seeds: list[int] = []
+    launch = knn_table.run_parallel
+
+    def record(fn, *args):  # the bound each split scan ran with
+        if fn is _kernels.hamming_scan_split:
+            seeds.append(int(args[8]))
+        return launch(fn, *args)
+
+    monkeypatch.setattr(knn_table, "run_parallel", record)
+    # a bound far too low (scanned again without it); the default; no bound at all
+    for factor, runs in ((1e-4, 2), (2.0, 1), (1e9, 1)):
+        monkeypatch.setattr(_seed, "SEED_FACTOR", factor)
+        for m in (None, mask):
+            seeds.clear()
+            got = table._hamming_blockwise(table.bin128[4], 3_000, m, 4)
+            ref = knn_scan.hamming_candidates(table.bin128, table.bin128[4], 3_000, m, 4)
+            np.testing.assert_array_equal(got[1], ref[1])
+            np.testing.assert_array_equal(got[0], ref[0])
+            assert len(seeds) == runs
+            assert seeds[-1] == _seed.NO_SEED if factor != 2.0 else seeds[0] < _seed.NO_SEED
+
+
+def test_hamming_seed_counts_only_eligible_rows(tmp_path) -> None:
+    cells, vecs, scales = tessera_like(10_000, 128, 6, seed=2)
+    V.write_table(tmp_path / "t", cells, vecs, scales, META, calibrate=False)
+    table = V.KnnTable.open(tmp_path / "t")
+    planes = np.asarray(table.bin128w)
+    q = np.ascontiguousarray(table.bin128[10]).view("<u8")
+    dist = np.bitwise_count(planes[0] ^ q[0]) + np.bitwise_count(planes[1] ^ q[1])
+    mask = np.arange(10_000) % 2 == 0
+    starts = np.array([0, 500, 9_990], np.int64)
+    rows = np.concatenate([np.arange(0, 100), np.arange(500, 600), np.arange(9_990, 10_000)])
+    for m in (None, mask):
+        marr = m if m is not None else np.ones(1, np.bool_)
+        hist, counted = _kernels.hamming_seed_counts(
+            planes, q, starts, 100, marr, m is not None, 10, False
+        )
+        ok = rows[(rows != 10) & (m[rows] if m is not None else True)]
+        assert counted == ok.size
+        np.testing.assert_array_equal(hist, np.bincount(dist[ok], minlength=130))
+    # the bound holds SEED_FACTOR x n_keep rows scaled from the sample; none when all rows are kept
+    assert _seed.hamming_seed(table.bin128w, q, 10_000, None, 10) == _seed.NO_SEED
+    seed = _seed.hamming_seed(table.bin128w, q, 50, None, 10)
+    assert seed < _seed.NO_SEED
+    assert np.count_nonzero(np.delete(dist, 10) <= seed) >= 50
