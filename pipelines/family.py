@@ -467,7 +467,5 @@ def fill_week(
         # the week's arrays are not changed once stacked: the transaction holds them, no copy
         for key, band in family.bands:
             tx.write(band, tslots, win.lat_q0, win.lng_q0, week.values[key], copy=False)
-        tx.write(
-            family.flag_band, tslots, win.lat_q0, win.lng_q0, family.flags(week), copy=False
-        )
+        tx.write(family.flag_band, tslots, win.lat_q0, win.lng_q0, family.flags(week), copy=False)
     tx.write_inventory(f"{family.name}|{part.key}", rows)
