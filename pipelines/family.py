@@ -464,7 +464,8 @@ def fill_week(
         win = part.window
         assert win is not None
         tslots = np.arange(part.t0, part.t0 + 7)
+        # the week's arrays are not changed once stacked: the transaction holds them, no copy
         for key, band in family.bands:
-            tx.write(band, tslots, win.lat_q0, win.lng_q0, week.values[key])
-        tx.write(family.flag_band, tslots, win.lat_q0, win.lng_q0, family.flags(week))
+            tx.write(band, tslots, win.lat_q0, win.lng_q0, week.values[key], copy=False)
+        tx.write(family.flag_band, tslots, win.lat_q0, win.lng_q0, family.flags(week), copy=False)
     tx.write_inventory(f"{family.name}|{part.key}", rows)

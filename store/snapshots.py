@@ -95,7 +95,15 @@ READ_BATCH_CONCURRENCY = 32
 """Requests in flight per batched chunk read: :data:`store.cube.codec.FETCH_GROUP` keys."""
 
 _SPLIT_ARRAYS = r"^/(indices|s1|s2|geotessera|summaries)/[^/]+$"
-"""Arrays whose axis 0 is the time slot (the bands and their summaries)."""
+"""Arrays whose axis 0 is the time slot (the bands and their summaries): every array of the
+layout but the inventory's.
+
+:func:`repository_config` no longer names them by this pattern (a test checks that the layout
+has no other arrays): icechunk 1.1 compiles every ``path_matches`` condition's regex anew each
+time it works out an array's splits, i.e. for every array a session writes to, and evaluates
+every condition (the first that matches decides an axis). With the inventory's literal path
+first and ``AnyArray`` for the rest, each check compiles one short literal pattern instead of
+this alternation and the literal; the splits are the same for every array of the layout."""
 
 INVENTORY_MANIFEST_SPLITS = 64
 """Manifest splits of the inventory array (``inventory/partitions``) along its axis 0.
@@ -257,8 +265,10 @@ def repository_config() -> ic.RepositoryConfig:
         ),
         splitting=ic.ManifestSplittingConfig.from_dict(
             {
-                cond.path_matches(_SPLIT_ARRAYS): {dim.Axis(0): MANIFEST_SPLIT_TIME_CHUNKS},
+                # in this order: the inventory's split first (a literal path), then every other
+                # array by time, with no pattern (:data:`_SPLIT_ARRAYS` names the same arrays)
                 cond.path_matches(_INVENTORY_PATH): {dim.Axis(0): _INVENTORY_SPLIT_CHUNKS},
+                cond.AnyArray(): {dim.Axis(0): MANIFEST_SPLIT_TIME_CHUNKS},
             }
         ),
     )

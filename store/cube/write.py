@@ -138,14 +138,17 @@ class CubeTransaction:
             self._codecs[spec.array_path] = codec
         return codec
 
-    def _stage(self, codec: ChunkCodec, start: tuple[int, ...], data: npt.NDArray[Any]) -> None:
+    def _stage(
+        self, codec: ChunkCodec, start: tuple[int, ...], data: npt.NDArray[Any], copy: bool
+    ) -> None:
         """Hold a validated contiguous box until the chunks are encoded (:meth:`_encode_staged`).
 
-        Copied: the caller may reuse its array once ``write`` returns.
+        Copied unless ``copy`` is false: the caller may reuse its array once ``write`` returns.
         """
         stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
         boxes = list(chunk_boxes(codec, start, stop))
-        self._staged.append((codec, np.array(data, copy=True, order="C"), boxes))
+        held = np.array(data, copy=True, order="C") if copy else data
+        self._staged.append((codec, held, boxes))
         self._written.update((codec.path, tuple(c)) for c, _, _, _ in boxes)
         self._touch(codec.path, [(c[0], c[1], c[2]) for c, _, _, _ in boxes])
 
@@ -220,6 +223,8 @@ class CubeTransaction:
         lat_q0: int,
         lng_q0: int,
         values: npt.ArrayLike,
+        *,
+        copy: bool = True,
     ) -> None:
         """Write a region of one band at its lattice position.
 
@@ -233,6 +238,9 @@ class CubeTransaction:
             values: Array ``(len(tslots), h, w)`` (or ``(..., d)`` for vector
                 bands). Fill values (NaN, 0, +inf for the Tessera scale) mean
                 "no value"; chunks left all-fill are removed.
+            copy: False: the transaction may hold ``values`` itself until it ends
+                (then the caller must not change them before that); True: it holds a
+                copy, and the caller may reuse its array once ``write`` returns.
 
         Raises:
             TransactionClosed: The transaction already committed or aborted.
@@ -258,7 +266,7 @@ class CubeTransaction:
         if contiguous:
             codec = self._codec(spec)
             if codec.supported:
-                self._stage(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data)
+                self._stage(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data, copy)
                 return
         self._flush()  # Zarr reads the store: it must see this transaction's chunks
         side = self._array(spec).chunks[1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import icechunk as ic
 import numpy as np
@@ -166,3 +167,94 @@ def test_the_inventory_split_names_the_inventory_array() -> None:
     import re
 
     assert re.fullmatch(snapshots._INVENTORY_PATH, "/" + INVENTORY_ARRAY)
+
+
+def test_every_array_but_the_inventory_is_one_the_time_split_names(tmp_path: Path) -> None:
+    """repository_config splits every array but the inventory by time with ``AnyArray`` (no
+    pattern to compile per array); that is the pattern's split only while the layout has no
+    array outside it."""
+    import re
+
+    writer = CubeWriter(tmp_path / "data")
+    info = json.loads(writer.repo.inspect_snapshot(writer.repo.lookup_branch("main"), pretty=False))
+    arrays = [n["path"] for n in info["nodes"] if n["node_type"] == "array"]
+    assert "/" + INVENTORY_ARRAY in arrays
+    others = [p for p in arrays if p != "/" + INVENTORY_ARRAY]
+    assert others
+    assert all(re.fullmatch(snapshots._SPLIT_ARRAYS, p) for p in others)
+
+
+_CONFIG = snapshots.repository_config
+
+
+def _pattern_config() -> ic.RepositoryConfig:
+    """The split configuration of session 13: the time split named by its pattern."""
+    cond, dim = ic.ManifestSplitCondition, ic.ManifestSplitDimCondition
+    config = _CONFIG()
+    config.manifest = ic.ManifestConfig(
+        preload=config.manifest.preload,
+        splitting=ic.ManifestSplittingConfig.from_dict(
+            {
+                cond.path_matches(snapshots._SPLIT_ARRAYS): {
+                    dim.Axis(0): MANIFEST_SPLIT_TIME_CHUNKS
+                },
+                cond.path_matches(snapshots._INVENTORY_PATH): {
+                    dim.Axis(0): snapshots._INVENTORY_SPLIT_CHUNKS
+                },
+            }
+        ),
+    )
+    return config
+
+
+def _split_extents(data: Path) -> dict[str, list[tuple[str, int]]]:
+    """Per array of the tip: its manifests' extents and chunk refs, sorted."""
+    repo = ic.Repository.open(open_storage(data / "cube.icechunk"))
+    info = json.loads(repo.inspect_snapshot(repo.lookup_branch("main"), pretty=False))
+    refs = {m["id"]: m["num_chunk_refs"] for m in info["manifests"]}
+    return {
+        n["path"]: sorted(
+            (json.dumps(m.get("extents")), refs[m["id"]]) for m in n.get("manifest_refs", [])
+        )
+        for n in info["nodes"]
+    }
+
+
+def test_the_split_is_the_one_the_pattern_gave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same commits, the pattern configuration and today's: the same manifests per array."""
+    import store.cube.write as cube_write
+
+    def fill(data: Path) -> None:
+        writer = CubeWriter(data)
+        for slot, value in ((SLOTS[0], 1.0), (SLOTS[1], 2.0)):
+            _write(writer, slot, value)
+        for week, t0 in (("a", 19_796), ("b", 19_796 + 7 * MANIFEST_SPLIT_TIME_CHUNKS)):
+            with writer.transaction(f"b|{week}") as tx:
+                tx.write(
+                    "indices.ndvi", np.arange(t0, t0 + 7), Y0, X0, np.ones((7, 3, 3), np.float32)
+                )
+                tx.write("s2.clear", np.arange(t0, t0 + 7), Y0, X0, np.ones((7, 3, 3), np.uint8))
+                tx.write_inventory(f"s2|b8.1.1|{week}", [_row(t0 - 3000)])
+
+    fill(tmp_path / "now")
+    with monkeypatch.context() as m:
+        m.setattr(snapshots, "repository_config", _pattern_config)
+        m.setattr(cube_write, "open_repository", _open_with(_pattern_config))
+        cube_write._LAYOUT_CHECKED.clear()
+        fill(tmp_path / "pattern")
+    cube_write._LAYOUT_CHECKED.clear()
+    now, before = _split_extents(tmp_path / "now"), _split_extents(tmp_path / "pattern")
+    assert now == before
+    assert len(now["/indices/ndvi"]) == 2  # two half-years: split
+    assert len(now["/" + INVENTORY_ARRAY]) >= 1
+
+
+def _open_with(config: Any) -> Any:
+    def open_repository(storage: ic.Storage, *, create: bool = False) -> ic.Repository:
+        if create:
+            return ic.Repository.open_or_create(storage, config=config())
+        return ic.Repository.open(storage, config=config())
+
+    return open_repository

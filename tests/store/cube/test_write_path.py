@@ -221,3 +221,59 @@ def test_a_held_write_is_the_values_at_the_call_not_at_the_commit(tmp_path: Path
         "indices.ndvi", Y0 + 5, Y0 + 45, X0 + 5, X0 + 45, T0, T0 + 7, drop_empty=False
     )
     np.testing.assert_array_equal(got.values, stored)
+
+
+def test_a_write_without_copy_stores_the_same_chunks(tmp_path: Path) -> None:
+    """``copy=False`` (the ingest's weeks) holds the caller's array instead of a copy: the
+    stored chunks and summaries are the bytes a copying write stores."""
+    rng = np.random.default_rng(11)
+    values = rng.uniform(-1, 1, (7, 150, 140)).astype(np.float32)
+    values[:, :20] = np.nan
+    flags = (rng.uniform(0, 1, values.shape) > 0.3).astype(np.uint8)
+    t = np.arange(T0, T0 + 7)
+    for name, copy in (("copy", True), ("held", False)):
+        with CubeWriter(tmp_path / name).transaction("p") as tx:
+            tx.write("indices.ndvi", t, Y0 + 100, X0 + 60, values, copy=copy)
+            tx.write("s2.clear", t, Y0 + 100, X0 + 60, flags, copy=copy)
+    for band in ("indices.ndvi", "s2.clear"):
+        assert _raw_chunks(tmp_path / "held", band) == _raw_chunks(tmp_path / "copy", band)
+    assert _raw_prefix(tmp_path / "held", "summaries/") == _raw_prefix(
+        tmp_path / "copy", "summaries/"
+    )
+
+
+def _raw_prefix(data_dir: Path, prefix: str) -> dict[str, bytes]:
+    """Every stored object under a prefix (the summary chunks among them), by key."""
+    store = CubeReader(data_dir).session.store
+
+    async def fetch() -> dict[str, bytes]:
+        proto = default_buffer_prototype()
+        keys = [k async for k in store.list_prefix(prefix) if "/c/" in k]
+        got = await asyncio.gather(*(store.get(k, proto) for k in keys))
+        return {k: b.to_bytes() for k, b in zip(keys, got, strict=True) if b is not None}
+
+    out = asyncio.run(fetch())
+    assert out  # the write summarised something
+    return out
+
+
+@pytest.mark.parametrize(
+    ("cells", "fill"),
+    [
+        ({}, True),
+        ({(0, 0, 0): 1.5}, False),
+        ({(6, 127, 127): np.inf}, False),
+        ({(3, 5, 9): -np.inf}, False),
+        ({(2, 1, 1): -0.0}, False),
+    ],
+)
+def test_a_chunk_is_fill_only_where_every_value_is_nan(
+    tmp_path: Path, cells: dict[tuple[int, int, int], float], fill: bool
+) -> None:
+    writer = CubeWriter(tmp_path)
+    with writer.transaction("open") as tx:
+        codec = tx._codec(band_spec("indices.ndvi"))
+    chunk = np.full(codec.chunks, np.nan, np.float32)
+    for (d, y, x), v in cells.items():
+        chunk[d, y, x] = v
+    assert codec.is_fill(chunk) is fill
