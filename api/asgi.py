@@ -283,7 +283,11 @@ class FastPrimitiveRoutes:
         else:
             # what JSONResponse(answer) sends (same head, same bytes), without building one;
             # the answer is plain JSON (its body passed the answer digest's check)
-            body = dump_plain_json(answer)
+            try:
+                body = dump_plain_json(answer)
+            except Exception:  # e.g. NaN: the app's typed 500, not the server's plain one
+                await simple_error(500, "internal", "internal error")(scope, receive, send)
+                raise
             await send(
                 {
                     "type": "http.response.start",

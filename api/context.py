@@ -122,7 +122,9 @@ def refresh_seconds(value: str | float | None = None) -> float:
 CELL_MEMO_ENTRIES = 1024
 """Cell series a context remembers (a few KB each)."""
 ALIGNMENT_MEMO_ENTRIES = 512
-"""Slot alignments of block column pairs a context remembers (index arrays, a few KB each)."""
+"""Slot alignments of block column pairs a context remembers. An entry keeps both columns' slot
+arrays alive (its identity check) and, when their slots differ, their union and two index
+arrays: ~8 bytes a slot each, ~16 KB a column for a 2,000-slot multi-year column."""
 AREA_MEMO_ENTRIES = 16
 """Parsed areas a context remembers (each at most ``api.queries.area.AREA_MEMO_CELLS`` cells,
 ~72 bytes a cell with its block groupings: at most ~19 MB)."""

@@ -162,17 +162,23 @@ class SlotAlignment:
         """Both have the same slots (no union needed)."""
         self.t = a_t if self.same else _union_sorted(a_t, b_t)
         """The union of both, ascending."""
-        self.a_at = np.searchsorted(self.t, a_t)
-        """Index in ``t`` of each band slot."""
-        self.b_at = np.searchsorted(self.t, b_t)
-        """Index in ``t`` of each flag slot."""
-        for arr in (self.t, self.a_at, self.b_at):
-            arr.flags.writeable = False
+        self.a_at: npt.NDArray[np.intp] | None = None
+        """Index in ``t`` of each band slot (None when both have the same slots)."""
+        self.b_at: npt.NDArray[np.intp] | None = None
+        """Index in ``t`` of each flag slot (None when both have the same slots)."""
+        if not self.same:
+            self.t.flags.writeable = False
+            self.a_at = np.searchsorted(self.t, a_t)
+            self.b_at = np.searchsorted(self.t, b_t)
+            self.a_at.flags.writeable = False
+            self.b_at.flags.writeable = False
 
     def place(
         self, a_v: npt.NDArray[np.float64], b_v: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
         """``_align(a_t, a_v, b_t, b_v)`` with the slot work already done."""
+        if self.a_at is None or self.b_at is None:  # the same slots: the columns as they are
+            return self.t, np.array(a_v, dtype=np.float64), np.array(b_v, dtype=np.int64)
         values = np.full(self.t.size, np.nan)
         flag = np.zeros(self.t.size, np.int64)
         if self.a_t.size:

@@ -223,18 +223,30 @@ def test_a_held_write_is_the_values_at_the_call_not_at_the_commit(tmp_path: Path
     np.testing.assert_array_equal(got.values, stored)
 
 
-def test_a_write_without_copy_stores_the_same_chunks(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("dy", "dx", "shape"),
+    [(100, 60, (7, 150, 140)), (0, 0, (7, SIDE, SIDE))],  # partial chunks; one whole chunk
+)
+def test_a_write_without_copy_stores_the_same_chunks(
+    tmp_path: Path, dy: int, dx: int, shape: tuple[int, int, int]
+) -> None:
     """``copy=False`` (the ingest's weeks) holds the caller's array instead of a copy: the
-    stored chunks and summaries are the bytes a copying write stores."""
+    stored chunks and summaries are the bytes a copying write stores, and the caller's
+    (read-only) arrays are left as they were."""
     rng = np.random.default_rng(11)
-    values = rng.uniform(-1, 1, (7, 150, 140)).astype(np.float32)
+    values = rng.uniform(-1, 1, shape).astype(np.float32)
     values[:, :20] = np.nan
     flags = (rng.uniform(0, 1, values.shape) > 0.3).astype(np.uint8)
+    before = values.copy(), flags.copy()
+    values.flags.writeable = False
+    flags.flags.writeable = False
     t = np.arange(T0, T0 + 7)
     for name, copy in (("copy", True), ("held", False)):
         with CubeWriter(tmp_path / name).transaction("p") as tx:
-            tx.write("indices.ndvi", t, Y0 + 100, X0 + 60, values, copy=copy)
-            tx.write("s2.clear", t, Y0 + 100, X0 + 60, flags, copy=copy)
+            tx.write("indices.ndvi", t, Y0 + dy, X0 + dx, values, copy=copy)
+            tx.write("s2.clear", t, Y0 + dy, X0 + dx, flags, copy=copy)
+    np.testing.assert_array_equal(values, before[0])
+    np.testing.assert_array_equal(flags, before[1])
     for band in ("indices.ndvi", "s2.clear"):
         assert _raw_chunks(tmp_path / "held", band) == _raw_chunks(tmp_path / "copy", band)
     assert _raw_prefix(tmp_path / "held", "summaries/") == _raw_prefix(
