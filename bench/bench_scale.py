@@ -134,10 +134,25 @@ def _cpu_workers() -> list[float]:
     return out
 
 
+def _steal_seconds() -> float | None:
+    """CPU time the hypervisor took from this VM's CPUs since boot (``/proc/stat`` steal), in
+    seconds of all CPUs; None where the kernel does not report it."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _ingest(sample: Path, data: Path, env: dict[str, str], log: Path) -> dict[str, Any]:
-    """One ingest of the area in a fresh child process with ``env`` added."""
+    """One ingest of the area in a fresh child process with ``env`` added.
+
+    Besides the load average it keeps the CPU time stolen by the hypervisor during the run
+    (``steal_s``): on a shared VM a run's wall time grows with it while its CPU time does not.
+    """
     base = {k: v for k, v in ENV.items() if k != OBJECT_STORE_ENV}
     before = os.getloadavg()
+    steal0 = _steal_seconds()
     cmd = [sys.executable, "-m", "bench.bench_scale", "--ingest-child", str(data), str(sample)]
     out = subprocess.run(
         cmd, cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=3600
@@ -150,6 +165,8 @@ def _ingest(sample: Path, data: Path, env: dict[str, str], log: Path) -> dict[st
         raise RuntimeError(f"ingest into {data} failed partitions: {doc['failed']}")
     doc["load_before"] = [round(x, 2) for x in before]
     doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    steal1 = _steal_seconds()
+    doc["steal_s"] = None if steal0 is None or steal1 is None else round(steal1 - steal0, 1)
     return doc
 
 
@@ -292,7 +309,8 @@ def bench_dask(
                 f"dask round {i}, {workers} worker(s): {run['seconds']:.1f} s,"
                 f" coordinator {run['share']['coordinator_cpu_s']:.1f} s CPU,"
                 f" workers {run['share']['workers_cpu_s']} s CPU,"
-                f" load {run['load_before'][0]:.2f} -> {run['load_after'][0]:.2f}"
+                f" load {run['load_before'][0]:.2f} -> {run['load_after'][0]:.2f},"
+                f" stolen {run['steal_s']} s"
             )
     p = paired_samples([r["seconds"] for r in runs[1]], [r["seconds"] for r in runs[2]])
     speedup = p.ratio  # t(1) / t(2) per round (A = 1 worker, B = 2 workers)
