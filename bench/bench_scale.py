@@ -42,7 +42,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import REPO, demo_area, machine, write_json
+from bench.common import REPO, demo_area, machine, steal_seconds, write_json
 from bench.paired import paired
 from bench.queries.http_server import Server
 from bench.queries.rows import ENV, row, scale
@@ -134,16 +134,6 @@ def _cpu_workers() -> list[float]:
     return out
 
 
-def _steal_seconds() -> float | None:
-    """CPU time the hypervisor took from this VM's CPUs since boot (``/proc/stat`` steal), in
-    seconds of all CPUs; None where the kernel does not report it."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()
-        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _ingest(sample: Path, data: Path, env: dict[str, str], log: Path) -> dict[str, Any]:
     """One ingest of the area in a fresh child process with ``env`` added.
 
@@ -152,7 +142,7 @@ def _ingest(sample: Path, data: Path, env: dict[str, str], log: Path) -> dict[st
     """
     base = {k: v for k, v in ENV.items() if k != OBJECT_STORE_ENV}
     before = os.getloadavg()
-    steal0 = _steal_seconds()
+    steal0 = steal_seconds()
     cmd = [sys.executable, "-m", "bench.bench_scale", "--ingest-child", str(data), str(sample)]
     out = subprocess.run(
         cmd, cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=3600
@@ -165,7 +155,7 @@ def _ingest(sample: Path, data: Path, env: dict[str, str], log: Path) -> dict[st
         raise RuntimeError(f"ingest into {data} failed partitions: {doc['failed']}")
     doc["load_before"] = [round(x, 2) for x in before]
     doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    steal1 = _steal_seconds()
+    steal1 = steal_seconds()
     doc["steal_s"] = None if steal0 is None or steal1 is None else round(steal1 - steal0, 1)
     return doc
 

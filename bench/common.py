@@ -159,6 +159,22 @@ def _blas() -> dict[str, Any]:
     return out
 
 
+def steal_seconds() -> float | None:
+    """CPU time the hypervisor took from this VM's CPUs since boot (``/proc/stat``'s steal), in
+    CPU-seconds summed over the CPUs; None where the kernel does not report it.
+
+    On a shared VM a bench's wall time grows with the steal during it while the load average
+    does not show it: the harness keeps the steal of every bench beside its load.
+    """
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        if fields[0] != "cpu" or len(fields) < 9:
+            return None
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def machine() -> dict[str, Any]:
     """Cores, memory, CPU model, load average and library builds of this machine."""
     import numpy as np

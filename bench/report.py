@@ -46,6 +46,16 @@ def _spread(d: dict[str, Any] | None) -> str:
     return s
 
 
+def _steal_text(run: dict[str, Any]) -> str:
+    """``; CPU time stolen by the hypervisor ...`` for a run that recorded it, else ``""``."""
+    steal = run.get("steal_s")
+    if steal is None:
+        return ""
+    cpus = run.get("cpus") or 2
+    share = 100 * steal / (cpus * run["seconds"]) if run.get("seconds") else 0.0
+    return f"; CPU time stolen by the hypervisor {steal:.1f} s ({share:.1f} % of {cpus} CPUs)"
+
+
 def _met(m: Any) -> str:
     if m is None:
         return ""
@@ -264,7 +274,8 @@ def render(
         sec = [f"## {bench_title(name, doc)}", ""]
         sec.append(
             f"`{run['command']}`: {run['status']}, {run['seconds']:.0f} s; load average "
-            f"before {run['load_before']}, after {run['load_after']}; log `{run['log']}`."
+            f"before {run['load_before']}, after {run['load_after']}{_steal_text(run)};"
+            f" log `{run['log']}`."
         )
         if doc.get("data"):
             sec.append(f"Data: `{json.dumps(doc['data'], default=str)}`")

@@ -42,7 +42,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import CACHE_DIR, REPO
+from bench.common import CACHE_DIR, REPO, steal_seconds
 from bench.report import render
 
 __all__ = ["BENCHES", "Bench", "main"]
@@ -105,6 +105,7 @@ def run_one(bench: Bench, quick: bool, workdir: Path, large: bool = False) -> di
         cmd += list(bench.quick_args if quick else bench.args)
         timeout = bench.timeout_s / (3 if quick else 1)
     load_before = os.getloadavg()
+    steal_before = steal_seconds()
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     status = "ok"
@@ -133,11 +134,19 @@ def run_one(bench: Bench, quick: bool, workdir: Path, large: bool = False) -> di
         "log": str(log.relative_to(REPO)) if log.is_relative_to(REPO) else str(log),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
+        "steal_s": _steal_during(steal_before),
+        "cpus": os.cpu_count(),
     }
     if status != "ok":
         tail = log.read_text(errors="replace").splitlines()[-15:]
         doc["_run"]["log_tail"] = tail
     return doc
+
+
+def _steal_during(before: float | None) -> float | None:
+    """CPU-seconds stolen by the hypervisor since ``before`` (None when not reported)."""
+    after = steal_seconds()
+    return None if before is None or after is None else round(after - before, 1)
 
 
 def main(argv: list[str] | None = None) -> int:

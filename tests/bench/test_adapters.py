@@ -53,3 +53,19 @@ def test_address_rows_keep_their_unit_and_target_and_pair_only_the_encode_rows()
     assert gaz["met"] is True
     assert "ratio" not in gaz
     assert gaz["rate"] == "3,333 /s"
+
+
+def test_steal_is_read_from_proc_stat_or_reported_missing() -> None:
+    from bench.common import steal_seconds
+
+    got = steal_seconds()
+    assert got is None or got >= 0.0
+
+
+def test_the_report_names_the_steal_of_a_bench_that_recorded_it() -> None:
+    from bench.report import _steal_text
+
+    run = {"seconds": 100.0, "steal_s": 30.0, "cpus": 2}
+    assert _steal_text(run) == "; CPU time stolen by the hypervisor 30.0 s (15.0 % of 2 CPUs)"
+    assert _steal_text({"seconds": 100.0, "steal_s": None}) == ""
+    assert _steal_text({"seconds": 100.0}) == ""
