@@ -13,7 +13,6 @@ median of the per-round ratios B/A with p10-p90 (:func:`bench.paired.ratio_stats
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -26,6 +25,7 @@ from typing import Any
 from bench.common import free_port, wait_http
 from bench.paired import ratio_stats
 from bench.queries.http_server import _load
+from bench.queries.probe_ab import ab_arguments
 
 __all__ = ["main"]
 
@@ -59,11 +59,7 @@ def _serve(tree: Path, data: Path, log: Path) -> tuple[subprocess.Popen[bytes], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--a-tree", required=True, type=Path)
-    ap.add_argument("--b-tree", required=True, type=Path)
-    ap.add_argument("--data", required=True, type=Path)
-    ap.add_argument("--bodies", required=True, type=Path)
+    ap = ab_arguments(__doc__)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--connections", type=int, default=16)

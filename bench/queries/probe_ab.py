@@ -42,12 +42,18 @@ def _turn(proc: subprocess.Popen[str], n: int) -> float:
     return float(proc.stdout.readline())
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+def ab_arguments(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments every A/B tool of two trees takes: the trees, the data, the bodies."""
+    ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("--a-tree", required=True, type=Path)
     ap.add_argument("--b-tree", required=True, type=Path)
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--bodies", required=True, type=Path)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = ab_arguments(__doc__)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--turn", type=int, default=600)
     args = ap.parse_args(argv)

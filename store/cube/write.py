@@ -141,10 +141,8 @@ class CubeTransaction:
     def _stage(
         self, codec: ChunkCodec, start: tuple[int, ...], data: npt.NDArray[Any], copy: bool
     ) -> None:
-        """Hold a validated contiguous box until the chunks are encoded (:meth:`_encode_staged`).
-
-        Copied unless ``copy`` is false: the caller may reuse its array once ``write`` returns.
-        """
+        """Hold a validated contiguous box until its chunks are encoded (a copy unless ``copy``
+        is false: the caller may then reuse its array once ``write`` returns)."""
         stop = tuple(a + n for a, n in zip(start, data.shape, strict=True))
         boxes = list(chunk_boxes(codec, start, stop))
         held = np.array(data, copy=True, order="C") if copy else data
