@@ -66,10 +66,8 @@ from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.event_log.schema import (
-    AssetCheckExecutionsTable,
     AssetKeyTable,
     SqlEventLogStorageMetadata,
-    SqlEventLogStorageTable,
 )
 from dagster._core.storage.event_log.sqlite import sqlite_event_log
 from dagster._core.storage.sql import get_alembic_config
@@ -79,7 +77,15 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import NullPool, QueuePool
 
-from pipelines.dagster_statements import RawStatement
+from pipelines.dagster_statements import (
+    DYNAMIC_PARTITIONS,
+    HAS_DYNAMIC_PARTITION,
+    INSERT_CHECK,
+    INSERT_EVENT,
+    INSERT_PLANNED_CHECK,
+    UPDATE_CHECK,
+    asset_statements,
+)
 
 __all__ = [
     "BATCH_SIZE",
@@ -122,24 +128,6 @@ _RUN_ENDS = frozenset(
 _MIRRORED = ASSET_EVENTS | ASSET_CHECK_EVENTS | set(EVENT_TYPE_TO_PIPELINE_RUN_STATUS)
 """Event types Dagster's SQLite event log also writes into the index shard."""
 
-_EVENT_COLUMNS = ("run_id", "event", "dagster_event_type", "timestamp", "step_key", "asset_key")
-_INSERT_EVENT = RawStatement(SqlEventLogStorageTable.insert(), (*_EVENT_COLUMNS, "partition"))
-_INSERT_ASSET = AssetKeyTable.insert()
-_CHECK_COLUMNS = (
-    "asset_key",
-    "check_name",
-    "partition",
-    "run_id",
-    "execution_status",
-    "evaluation_event",
-    "evaluation_event_timestamp",
-    "evaluation_event_storage_id",
-)
-_INSERT_PLANNED_CHECK = RawStatement(AssetCheckExecutionsTable.insert(), _CHECK_COLUMNS)
-_INSERT_CHECK = RawStatement(
-    AssetCheckExecutionsTable.insert(), (*_CHECK_COLUMNS, "materialization_event_storage_id")
-)
-
 
 def pooled_engine(conn_string: str) -> Engine:
     """An engine that keeps its connections to one SQLite file open (a small pool)."""
@@ -163,52 +151,6 @@ def _unpooled(conn_string: str) -> Engine:
 def _transaction(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as conn, conn.begin():
         yield conn
-
-
-def _check_update(partitioned: bool) -> Any:
-    """UPDATE of the execution row a check's planned event made (Dagster's WHERE clause)."""
-    t = AssetCheckExecutionsTable.c
-    where = [
-        t.asset_key == sa.bindparam("w_asset_key"),
-        t.check_name == sa.bindparam("w_check_name"),
-        t.run_id == sa.bindparam("w_run_id"),
-        t.partition == sa.bindparam("w_partition") if partitioned else t.partition.is_(None),
-    ]
-    return AssetCheckExecutionsTable.update().where(sa.and_(*where))
-
-
-_CHECK_VALUES = (
-    "execution_status",
-    "evaluation_event",
-    "evaluation_event_timestamp",
-    "evaluation_event_storage_id",
-    "materialization_event_storage_id",
-    "partition",
-)
-_UPDATE_CHECK = {
-    True: RawStatement(
-        _check_update(True),
-        (*_CHECK_VALUES, "w_asset_key", "w_check_name", "w_run_id", "w_partition"),
-    ),
-    False: RawStatement(
-        _check_update(False), (*_CHECK_VALUES, "w_asset_key", "w_check_name", "w_run_id")
-    ),
-}
-_UPDATE_ASSET = AssetKeyTable.update().where(
-    AssetKeyTable.c.asset_key == sa.bindparam("w_asset_key")
-)
-_ASSET_STATEMENTS: dict[tuple[str, ...], tuple[RawStatement, RawStatement]] = {}
-
-
-def _asset_statements(keys: tuple[str, ...]) -> tuple[RawStatement, RawStatement]:
-    """The asset row's UPDATE and INSERT for the value columns ``keys`` (a few shapes)."""
-    known = _ASSET_STATEMENTS.get(keys)
-    if known is None:
-        known = _ASSET_STATEMENTS[keys] = (
-            RawStatement(_UPDATE_ASSET, (*keys, "w_asset_key")),
-            RawStatement(_INSERT_ASSET, ("asset_key", *keys)),
-        )
-    return known
 
 
 @functools.cache
@@ -306,6 +248,22 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         if found:
             self._known.add(known)
         return found
+
+    # ------------------------------------------------------------------ dynamic partitions
+    # Dagster's reads (asked per partition key while a run validates its range), on the
+    # driver's cursor
+
+    def get_dynamic_partitions(self, partitions_def_name: str) -> Sequence[str]:
+        self._check_partitions_table()
+        with self.index_connection() as conn:
+            rows = DYNAMIC_PARTITIONS.execute(conn, {"name": partitions_def_name}).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def has_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> bool:
+        self._check_partitions_table()
+        values = {"name": partitions_def_name, "key": partition_key}
+        with self.index_connection() as conn:
+            return HAS_DYNAMIC_PARTITION.execute(conn, values).fetchone() is not None
 
     def wipe(self) -> None:
         self._dispose_engines()  # the run files are deleted: no connection stays on them
@@ -409,7 +367,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             conn = self._writer(run_id)
             try:
                 with conn.begin():
-                    _INSERT_EVENT.executemany(conn, rows)
+                    INSERT_EVENT.executemany(conn, rows)
                 conn.connection.driver_connection.execute(CHECKPOINT)  # type: ignore[union-attr]
             except BaseException:
                 ends = True  # a failed connection is not kept
@@ -444,7 +402,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             self._batch.serialized = {id(e): r["event"] for e, r in mirrored}
             try:
                 for event, row in mirrored:
-                    key = _INSERT_EVENT.execute(conn, row).lastrowid
+                    key = INSERT_EVENT.execute(conn, row).lastrowid
                     if key is None:
                         raise DagsterInvariantViolationError("An event was stored without an id.")
                     event_id = int(key)
@@ -510,7 +468,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         if not values:
             return
         key = dagster_event.asset_key.to_string()
-        update, insert = _asset_statements(tuple(values))
+        update, insert = asset_statements(tuple(values))
         if update.execute(conn, {**values, "w_asset_key": key}).rowcount:
             return
         try:
@@ -554,7 +512,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             "evaluation_event_storage_id": event_id,
         }
         with self.index_connection() as conn:
-            _INSERT_PLANNED_CHECK.executemany(conn, [{**common, "partition": key} for key in keys])
+            INSERT_PLANNED_CHECK.executemany(conn, [{**common, "partition": key} for key in keys])
 
     def _update_asset_check_evaluation(self, event: EventLogEntry, event_id: int | None) -> None:
         # Dagster's: update the row the check's planned event made, or insert one
@@ -581,7 +539,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         if partitioned:
             where["w_partition"] = evaluation.partition
         with self.index_connection() as conn:
-            updated = _UPDATE_CHECK[partitioned].execute(conn, {**values, **where}).rowcount
+            updated = UPDATE_CHECK[partitioned].execute(conn, {**values, **where}).rowcount
             if updated == 0:
                 row = {
                     "asset_key": where["w_asset_key"],
@@ -589,7 +547,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                     "run_id": event.run_id,
                     **values,
                 }
-                updated = _INSERT_CHECK.execute(conn, row).rowcount
+                updated = INSERT_CHECK.execute(conn, row).rowcount
         if updated > 1:
             raise DagsterInvariantViolationError(
                 f"Updated {updated} rows for asset check evaluation {evaluation.asset_check_key}"

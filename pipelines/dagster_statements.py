@@ -21,10 +21,29 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import sqlalchemy as sa
+from dagster._core.storage.event_log.schema import (
+    AssetCheckExecutionsTable,
+    AssetKeyTable,
+    DynamicPartitionsTable,
+    SqlEventLogStorageTable,
+)
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ClauseElement
 
-__all__ = ["RawStatement"]
+__all__ = [
+    "CHECK_COLUMNS",
+    "CHECK_VALUES",
+    "DYNAMIC_PARTITIONS",
+    "EVENT_COLUMNS",
+    "HAS_DYNAMIC_PARTITION",
+    "INSERT_CHECK",
+    "INSERT_EVENT",
+    "INSERT_PLANNED_CHECK",
+    "UPDATE_CHECK",
+    "RawStatement",
+    "asset_statements",
+]
 
 Processor = Callable[[Any], Any] | None
 
@@ -81,3 +100,86 @@ class RawStatement:
 def _driver(conn: Connection) -> Any:
     """The DBAPI (``sqlite3``) connection under a SQLAlchemy connection."""
     return conn.connection.driver_connection
+
+
+# ---------------------------------------------------------------- the event log's statements
+
+EVENT_COLUMNS = ("run_id", "event", "dagster_event_type", "timestamp", "step_key", "asset_key")
+INSERT_EVENT = RawStatement(SqlEventLogStorageTable.insert(), (*EVENT_COLUMNS, "partition"))
+_INSERT_ASSET = AssetKeyTable.insert()
+CHECK_COLUMNS = (
+    "asset_key",
+    "check_name",
+    "partition",
+    "run_id",
+    "execution_status",
+    "evaluation_event",
+    "evaluation_event_timestamp",
+    "evaluation_event_storage_id",
+)
+INSERT_PLANNED_CHECK = RawStatement(AssetCheckExecutionsTable.insert(), CHECK_COLUMNS)
+INSERT_CHECK = RawStatement(
+    AssetCheckExecutionsTable.insert(), (*CHECK_COLUMNS, "materialization_event_storage_id")
+)
+
+
+def _check_update(partitioned: bool) -> Any:
+    """UPDATE of the execution row a check's planned event made (Dagster's WHERE clause)."""
+    t = AssetCheckExecutionsTable.c
+    where = [
+        t.asset_key == sa.bindparam("w_asset_key"),
+        t.check_name == sa.bindparam("w_check_name"),
+        t.run_id == sa.bindparam("w_run_id"),
+        t.partition == sa.bindparam("w_partition") if partitioned else t.partition.is_(None),
+    ]
+    return AssetCheckExecutionsTable.update().where(sa.and_(*where))
+
+
+CHECK_VALUES = (
+    "execution_status",
+    "evaluation_event",
+    "evaluation_event_timestamp",
+    "evaluation_event_storage_id",
+    "materialization_event_storage_id",
+    "partition",
+)
+UPDATE_CHECK = {
+    True: RawStatement(
+        _check_update(True),
+        (*CHECK_VALUES, "w_asset_key", "w_check_name", "w_run_id", "w_partition"),
+    ),
+    False: RawStatement(
+        _check_update(False), (*CHECK_VALUES, "w_asset_key", "w_check_name", "w_run_id")
+    ),
+}
+_UPDATE_ASSET = AssetKeyTable.update().where(
+    AssetKeyTable.c.asset_key == sa.bindparam("w_asset_key")
+)
+_ASSET_STATEMENTS: dict[tuple[str, ...], tuple[RawStatement, RawStatement]] = {}
+_PARTITIONS = DynamicPartitionsTable.c
+DYNAMIC_PARTITIONS = RawStatement(
+    sa.select(_PARTITIONS.partition)
+    .where(_PARTITIONS.partitions_def_name == sa.bindparam("name"))
+    .order_by(_PARTITIONS.id),
+    ("name",),
+)
+HAS_DYNAMIC_PARTITION = RawStatement(
+    sa.select(_PARTITIONS.id).where(
+        sa.and_(
+            _PARTITIONS.partitions_def_name == sa.bindparam("name"),
+            _PARTITIONS.partition == sa.bindparam("key"),
+        )
+    ),
+    ("name", "key"),
+)
+
+
+def asset_statements(keys: tuple[str, ...]) -> tuple[RawStatement, RawStatement]:
+    """The asset row's UPDATE and INSERT for the value columns ``keys`` (a few shapes)."""
+    known = _ASSET_STATEMENTS.get(keys)
+    if known is None:
+        known = _ASSET_STATEMENTS[keys] = (
+            RawStatement(_UPDATE_ASSET, (*keys, "w_asset_key")),
+            RawStatement(_INSERT_ASSET, ("asset_key", *keys)),
+        )
+    return known

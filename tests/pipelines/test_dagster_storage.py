@@ -301,3 +301,24 @@ def test_the_stored_rows_are_dagsters_own(tmp_path: Path, monkeypatch) -> None:
     assert index["asset_keys"]
     assert index["asset_check_executions"]
     assert index["event_logs"]
+
+
+def test_dynamic_partitions_read_as_dagsters_own(tmp_path: Path, monkeypatch) -> None:
+    """The pooled storage's reads of dynamic partitions (on the driver's cursor) answer as
+    Dagster's: the keys in the order added, membership per key, and after a deletion."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    answers = {}
+    for name, config in (("dagster", None), ("pooled", CONFIG)):
+        with open_instance(tmp_path / name, config) as instance:
+            storage = instance.event_log_storage
+            assert isinstance(storage, PooledSqliteEventLogStorage) == (name == "pooled")
+            instance.add_dynamic_partitions("blocks", ["b2", "b1", "b3"])
+            instance.add_dynamic_partitions("other", ["b9"])
+            instance.delete_dynamic_partition("blocks", "b3")
+            answers[name] = (
+                storage.get_dynamic_partitions("blocks"),
+                storage.get_dynamic_partitions("none"),
+                [storage.has_dynamic_partition("blocks", k) for k in ("b1", "b2", "b3", "b9")],
+            )
+    assert answers["pooled"] == answers["dagster"]
+    assert answers["pooled"] == (["b2", "b1"], [], [True, True, False, False])
