@@ -30,6 +30,7 @@ from dagster._core.storage.event_log.schema import (
 )
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 __all__ = [
     "CHECK_COLUMNS",
@@ -64,6 +65,7 @@ class RawStatement:
         if dialect.name != "sqlite" or dialect.paramstyle != "qmark":
             raise ValueError(f"RawStatement runs on SQLite's qmark driver, not {dialect.name}")
         compiled = self._statement.compile(dialect=dialect, column_keys=self._keys)
+        assert isinstance(compiled, SQLCompiler)  # a Core statement's compiled form
         names = tuple(compiled.positiontup or ())
         processors = tuple(
             compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect)

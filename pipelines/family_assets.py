@@ -268,9 +268,9 @@ def _targets_of(
         limit=len(partitions),
     ).records
     for rec in records:
-        key = rec.partition_key
-        if key is not None and key not in out and rec.event_log_entry.run_id == run_id:
-            out[key] = _target_data(rec, run_id)
+        part = rec.partition_key
+        if part is not None and part not in out and rec.event_log_entry.run_id == run_id:
+            out[part] = _target_data(rec, run_id)
     for key in partitions:
         if key not in out:
             target = _target_of(instance, asset_key, key, run_id)
