@@ -42,7 +42,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import REPO, demo_area, machine, steal_seconds, write_json
+from bench.common import REPO, demo_area, machine, steal_during, steal_seconds, write_json
 from bench.paired import paired
 from bench.queries.http_server import Server
 from bench.queries.rows import ENV, row, scale
@@ -155,8 +155,7 @@ def _ingest(sample: Path, data: Path, env: dict[str, str], log: Path) -> dict[st
         raise RuntimeError(f"ingest into {data} failed partitions: {doc['failed']}")
     doc["load_before"] = [round(x, 2) for x in before]
     doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    steal1 = steal_seconds()
-    doc["steal_s"] = None if steal0 is None or steal1 is None else round(steal1 - steal0, 1)
+    doc["steal_s"] = steal_during(steal0)
     return doc
 
 
@@ -333,6 +332,7 @@ def bench_dask(
                 for w, rs in runs.items()
             },
             cpu={str(w): [r["share"] for r in rs] for w, rs in runs.items()},
+            steal={str(w): [_steal_share(r) for r in rs] for w, rs in runs.items()},
         ),
         row(
             "ingest of the area, Dask, 1 worker: coordinator's share of the CPU (serial part)",
@@ -349,6 +349,19 @@ def bench_dask(
         ),
     ]
     return rows, {"runs": {str(w): rs for w, rs in runs.items()}}
+
+
+def _steal_share(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The CPU seconds the hypervisor stole during a run and their share of its CPU-seconds.
+
+    On this VM steal grows with the load: a run keeping both CPUs busy (2 workers) loses more
+    of its wall time to it than one keeping one busy, which lowers t(1) / t(2) by a cause
+    outside the code; the row keeps it beside each run.
+    """
+    if run.get("steal_s") is None:
+        return None
+    capacity = (os.cpu_count() or 1) * run["seconds"]
+    return {"steal_s": run["steal_s"], "share_pct": round(100 * run["steal_s"] / capacity, 1)}
 
 
 def _serial_share(run: dict[str, Any]) -> dict[str, Any]:

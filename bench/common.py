@@ -175,6 +175,13 @@ def steal_seconds() -> float | None:
         return None
 
 
+def steal_during(before: float | None) -> float | None:
+    """CPU-seconds stolen by the hypervisor since ``before`` (a :func:`steal_seconds` reading;
+    None when either is not reported), to 0.1 s."""
+    after = steal_seconds()
+    return None if before is None or after is None else round(after - before, 1)
+
+
 def machine() -> dict[str, Any]:
     """Cores, memory, CPU model, load average and library builds of this machine."""
     import numpy as np

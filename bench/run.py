@@ -42,7 +42,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import CACHE_DIR, REPO, steal_seconds
+from bench.common import CACHE_DIR, REPO, steal_during, steal_seconds
 from bench.report import render
 
 __all__ = ["BENCHES", "Bench", "main"]
@@ -134,19 +134,13 @@ def run_one(bench: Bench, quick: bool, workdir: Path, large: bool = False) -> di
         "log": str(log.relative_to(REPO)) if log.is_relative_to(REPO) else str(log),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
-        "steal_s": _steal_during(steal_before),
+        "steal_s": steal_during(steal_before),
         "cpus": os.cpu_count(),
     }
     if status != "ok":
         tail = log.read_text(errors="replace").splitlines()[-15:]
         doc["_run"]["log_tail"] = tail
     return doc
-
-
-def _steal_during(before: float | None) -> float | None:
-    """CPU-seconds stolen by the hypervisor since ``before`` (None when not reported)."""
-    after = steal_seconds()
-    return None if before is None or after is None else round(after - before, 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="run the selected benches N times in turn and report the spread of every ratio "
-        "row across the runs (min / median / max); the tables show the last run",
+        "row across the runs (min / median / max); the tables show the last run that ran each bench",
     )
     ap.add_argument(
         "--from-runs",
@@ -252,7 +246,10 @@ def _report_from_runs(paths: list[Path], out_arg: str | None) -> int:
     ).strftime("%Y-%m-%d %H:%M UTC")
     seconds = sum(d["_run"]["seconds"] for r in runs for d in r.values())
     out = Path(out_arg) if out_arg else RESULTS
-    text = render(runs[-1], "default", started, seconds, runs=runs if len(runs) > 1 else None)
+    latest: dict[str, Any] = {}
+    for run in runs:  # each bench's tables from the last run that has it
+        latest.update(run)
+    text = render(latest, "default", started, seconds, runs=runs if len(runs) > 1 else None)
     out.write_text(text)
     _log(f"wrote {out} from {len(runs)} run(s)")
     return 0 if all(d["_run"]["status"] == "ok" for r in runs for d in r.values()) else 1

@@ -14,8 +14,14 @@ process's CPU. :class:`PooledSqliteEventLogStorage` writes the same rows into th
 * an event's (or a batch's, :meth:`~PooledSqliteEventLogStorage.store_event_batch`) index
   rows are written in one transaction: the mirrored event, its asset tags and asset row,
   its asset check execution row;
-* an event is serialised once for its rows (the check execution row reuses it), and the
-  statements that run per event take bound parameters, so SQLAlchemy compiles each once;
+* an event is serialised once for its rows (the check execution row and a
+  materialisation's asset row reuse it), and the statements that run per event are
+  SQLAlchemy's, compiled once and run on the SQLite driver's cursor
+  (:mod:`pipelines.dagster_statements`: the same SQL and bound values, without
+  SQLAlchemy's ~0.25 ms of Python per statement);
+* the ids of the partition materialisations a live run of this process stored are kept
+  until its end (:meth:`~PooledSqliteEventLogStorage.stored_materializations`): the run's
+  checks link their evaluations to them without reading the events back;
 * the schema facts Dagster asks per event (a table or column exists) are remembered once
   true (tables are added by migrations, never dropped while a process runs);
 * a new run's file is created as Dagster creates it (its tables, WAL, the alembic revision
@@ -60,17 +66,26 @@ from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.event_log.schema import (
-    AssetCheckExecutionsTable,
     AssetKeyTable,
     SqlEventLogStorageMetadata,
-    SqlEventLogStorageTable,
 )
 from dagster._core.storage.event_log.sqlite import sqlite_event_log
 from dagster._core.storage.sql import get_alembic_config
+from dagster._time import datetime_from_timestamp
 from dagster_shared.serdes import serialize_value
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import NullPool, QueuePool
+
+from pipelines.dagster_statements import (
+    DYNAMIC_PARTITIONS,
+    HAS_DYNAMIC_PARTITION,
+    INSERT_CHECK,
+    INSERT_EVENT,
+    INSERT_PLANNED_CHECK,
+    UPDATE_CHECK,
+    asset_statements,
+)
 
 __all__ = [
     "BATCH_SIZE",
@@ -113,10 +128,6 @@ _RUN_ENDS = frozenset(
 _MIRRORED = ASSET_EVENTS | ASSET_CHECK_EVENTS | set(EVENT_TYPE_TO_PIPELINE_RUN_STATUS)
 """Event types Dagster's SQLite event log also writes into the index shard."""
 
-_INSERT_EVENT = SqlEventLogStorageTable.insert()
-_INSERT_CHECK = AssetCheckExecutionsTable.insert()
-_INSERT_ASSET = AssetKeyTable.insert()
-
 
 def pooled_engine(conn_string: str) -> Engine:
     """An engine that keeps its connections to one SQLite file open (a small pool)."""
@@ -142,28 +153,21 @@ def _transaction(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
-def _check_update(partitioned: bool) -> Any:
-    """UPDATE of the execution row a check's planned event made (Dagster's WHERE clause)."""
-    t = AssetCheckExecutionsTable.c
-    where = [
-        t.asset_key == sa.bindparam("w_asset_key"),
-        t.check_name == sa.bindparam("w_check_name"),
-        t.run_id == sa.bindparam("w_run_id"),
-        t.partition == sa.bindparam("w_partition") if partitioned else t.partition.is_(None),
-    ]
-    return AssetCheckExecutionsTable.update().where(sa.and_(*where))
-
-
-_UPDATE_CHECK = {True: _check_update(True), False: _check_update(False)}
-_UPDATE_ASSET = AssetKeyTable.update().where(
-    AssetKeyTable.c.asset_key == sa.bindparam("w_asset_key")
-)
-
-
 @functools.cache
 def _migration_scripts() -> ScriptDirectory:
     """Dagster's event log migration scripts (the SQLite event log's alembic directory)."""
     return ScriptDirectory.from_config(get_alembic_config(sqlite_event_log.__file__))
+
+
+def event_record_json(event_json: str, storage_id: int) -> str:
+    """``serialize_value(EventLogRecord(storage_id, entry))`` given ``serialize_value(entry)``.
+
+    Dagster's serdes writes a record's fields in sorted order, ``json.dumps``' separators.
+    """
+    return (
+        f'{{"__class__": "EventLogRecord", "event_log_entry": {event_json},'
+        f' "storage_id": {int(storage_id)}}}'
+    )
 
 
 def _naive_utc(timestamp: float) -> datetime:
@@ -178,6 +182,9 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         self._engines_lock = threading.Lock()
         self._writers: OrderedDict[str, Connection] = OrderedDict()
         self._known: set[str] = set()
+        self._materialized: OrderedDict[tuple[str, str], dict[str, tuple[int, float]]] = (
+            OrderedDict()
+        )
         self._batch = threading.local()
         super().__init__(base_dir, inst_data)
         os.environ.setdefault(BATCH_SIZE_ENV, str(BATCH_SIZE))
@@ -241,6 +248,22 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         if found:
             self._known.add(known)
         return found
+
+    # ------------------------------------------------------------------ dynamic partitions
+    # Dagster's reads (asked per partition key while a run validates its range), on the
+    # driver's cursor
+
+    def get_dynamic_partitions(self, partitions_def_name: str) -> Sequence[str]:
+        self._check_partitions_table()
+        with self.index_connection() as conn:
+            rows = DYNAMIC_PARTITIONS.execute(conn, {"name": partitions_def_name}).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def has_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> bool:
+        self._check_partitions_table()
+        values = {"name": partitions_def_name, "key": partition_key}
+        with self.index_connection() as conn:
+            return HAS_DYNAMIC_PARTITION.execute(conn, values).fetchone() is not None
 
     def wipe(self) -> None:
         self._dispose_engines()  # the run files are deleted: no connection stays on them
@@ -324,6 +347,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         """Close a run's kept connection (its last event was written)."""
         with self._db_lock:
             conn = self._writers.pop(run_id, None)
+            self._forget(run_id)
         if conn is not None:
             conn.close()
 
@@ -343,7 +367,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             conn = self._writer(run_id)
             try:
                 with conn.begin():
-                    conn.execute(_INSERT_EVENT, rows)
+                    INSERT_EVENT.executemany(conn, rows)
                 conn.connection.driver_connection.execute(CHECKPOINT)  # type: ignore[union-attr]
             except BaseException:
                 ends = True  # a failed connection is not kept
@@ -351,6 +375,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             finally:
                 if ends:
                     self._writers.pop(run_id, None)
+                    self._forget(run_id)
                     conn.close()
 
     def _writer(self, run_id: str) -> Connection:
@@ -371,16 +396,19 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
 
     def _write_index_rows(self, mirrored: list[tuple[EventLogEntry, dict[str, Any]]]) -> None:
         """The index rows of events, in one transaction (Dagster's rows, in Dagster's order)."""
+        stored: list[tuple[EventLogEntry, dict[str, Any], int]] = []
         with self._connect(INDEX_SHARD) as conn:
             self._batch.index = conn
             self._batch.serialized = {id(e): r["event"] for e, r in mirrored}
             try:
                 for event, row in mirrored:
-                    key = conn.execute(_INSERT_EVENT, row).inserted_primary_key
-                    if key is None or key[0] is None:
+                    key = INSERT_EVENT.execute(conn, row).lastrowid
+                    if key is None:
                         raise DagsterInvariantViolationError("An event was stored without an id.")
-                    event_id = int(key[0])
+                    event_id = int(key)
                     kind = event.dagster_event_type
+                    if kind == DagsterEventType.ASSET_MATERIALIZATION and row["partition"]:
+                        stored.append((event, row, event_id))
                     if kind in ASSET_EVENTS:
                         self._store_asset_event_tags(conn, [event], [event_id])
                         self._store_asset_event(conn, event, event_id)
@@ -389,6 +417,39 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             finally:
                 self._batch.index = None
                 self._batch.serialized = None
+        self._remember_materializations(stored)  # committed: their ids are the stored ones
+
+    def _forget(self, run_id: str) -> None:
+        """Drop what is kept for a run that ended here (under ``_db_lock``)."""
+        for key in [k for k in self._materialized if k[0] == run_id]:
+            del self._materialized[key]
+
+    def _remember_materializations(
+        self, stored: list[tuple[EventLogEntry, dict[str, Any], int]]
+    ) -> None:
+        """Keep the ids of partition materialisations this process stored for a live run."""
+        if not stored:
+            return
+        with self._db_lock:
+            for event, row, event_id in stored:
+                if event.run_id not in self._writers:
+                    continue  # not a run this process runs (or it ended): nothing to keep
+                key = (event.run_id, row["asset_key"])
+                by_partition = self._materialized.setdefault(key, {})
+                self._materialized.move_to_end(key)
+                by_partition[row["partition"]] = (event_id, event.timestamp)
+            while len(self._materialized) > 4 * RUN_WRITERS:
+                self._materialized.popitem(last=False)
+
+    def stored_materializations(self, run_id: str, asset_key: str) -> dict[str, tuple[int, float]]:
+        """Partition -> (storage id, timestamp) of the newest materialisation of ``asset_key``
+        (``AssetKey.to_string()``) that this process stored for its live run ``run_id``.
+
+        What a check of the run links its evaluation to, without reading the events back;
+        empty for a run this process does not run or that has ended (ask the storage then).
+        """
+        with self._db_lock:
+            return dict(self._materialized.get((run_id, asset_key), {}))
 
     def _serialized(self, event: EventLogEntry) -> str:
         """The event's JSON as its own row stored it (serialised once per batch)."""
@@ -407,12 +468,31 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         if not values:
             return
         key = dagster_event.asset_key.to_string()
-        if conn.execute(_UPDATE_ASSET, {**values, "w_asset_key": key}).rowcount:
+        update, insert = asset_statements(tuple(values))
+        if update.execute(conn, {**values, "w_asset_key": key}).rowcount:
             return
         try:
-            conn.execute(_INSERT_ASSET, {"asset_key": key, **values})
-        except IntegrityError:  # another process inserted it meanwhile
-            conn.execute(_UPDATE_ASSET, {**values, "w_asset_key": key})
+            insert.execute(conn, {"asset_key": key, **values})
+        except (IntegrityError, sqlite3.IntegrityError):  # another process inserted it meanwhile
+            update.execute(conn, {**values, "w_asset_key": key})
+
+    def _get_asset_entry_values(
+        self, event: EventLogEntry, event_id: int, has_asset_key_index_cols: bool
+    ) -> dict[str, Any]:
+        # Dagster's, with a materialisation's record written around the event's JSON that its
+        # own row stored (Dagster serialises the event again inside the record)
+        dagster_event = event.dagster_event
+        known = getattr(self._batch, "serialized", None) or {}
+        serialized = known.get(id(event))
+        if dagster_event is None or not dagster_event.is_step_materialization or not serialized:
+            return super()._get_asset_entry_values(event, event_id, has_asset_key_index_cols)
+        values: dict[str, Any] = {
+            "last_materialization": event_record_json(serialized, event_id),
+            "last_run_id": event.run_id,
+        }
+        if has_asset_key_index_cols:
+            values["last_materialization_timestamp"] = datetime_from_timestamp(event.timestamp)
+        return values
 
     def _store_asset_check_evaluation_planned(
         self, event: EventLogEntry, event_id: int | None
@@ -432,7 +512,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             "evaluation_event_storage_id": event_id,
         }
         with self.index_connection() as conn:
-            conn.execute(_INSERT_CHECK, [{**common, "partition": key} for key in keys])
+            INSERT_PLANNED_CHECK.executemany(conn, [{**common, "partition": key} for key in keys])
 
     def _update_asset_check_evaluation(self, event: EventLogEntry, event_id: int | None) -> None:
         # Dagster's: update the row the check's planned event made, or insert one
@@ -459,7 +539,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         if partitioned:
             where["w_partition"] = evaluation.partition
         with self.index_connection() as conn:
-            updated = conn.execute(_UPDATE_CHECK[partitioned], {**values, **where}).rowcount
+            updated = UPDATE_CHECK[partitioned].execute(conn, {**values, **where}).rowcount
             if updated == 0:
                 row = {
                     "asset_key": where["w_asset_key"],
@@ -467,7 +547,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                     "run_id": event.run_id,
                     **values,
                 }
-                updated = conn.execute(_INSERT_CHECK, row).rowcount
+                updated = INSERT_CHECK.execute(conn, row).rowcount
         if updated > 1:
             raise DagsterInvariantViolationError(
                 f"Updated {updated} rows for asset check evaluation {evaluation.asset_check_key}"

@@ -168,8 +168,9 @@ def _define(family: SceneFamily[Any]) -> FamilyAssets:
         choice = dask.choice()
         outcomes = run_range(family, parts, found, store.writer(), context.log.warning, choice)
         selected = context.selected_asset_check_keys
+        if outcomes:  # one log entry for the range, a line per partition (an entry is an event)
+            context.log.info("\n".join(f"{family.asset} {o.summary()}" for o in outcomes))
         for outcome in outcomes:  # week order
-            context.log.info(f"{family.asset} {outcome.summary()}")
             yield _partition_event(family, outcome)
         # each event is stored before the generator resumes: read the range's back at once
         targets = _targets_of(
@@ -244,20 +245,32 @@ def _targets_of(
 ) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
     """The materialisations this run just stored for ``partitions``, by partition.
 
-    One query for the range (newest first: this run's are the newest unless another run
-    stored some since); a partition it misses is asked for alone.
+    The local event log remembers the ids of those it stored for this process's live run
+    (:meth:`~pipelines.dagster_event_log.PooledSqliteEventLogStorage.stored_materializations`);
+    the rest come from one query for the range (newest first: this run's are the newest
+    unless another run stored some since), and a partition it misses is asked for alone.
     """
+    out: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    remembered = getattr(instance.event_log_storage, "stored_materializations", None)
+    if remembered is not None:
+        known = remembered(run_id, asset_key.to_string())
+        for key in partitions:
+            if key in known:
+                storage_id, timestamp = known[key]
+                out[key] = AssetCheckEvaluationTargetMaterializationData(
+                    storage_id=storage_id, run_id=run_id, timestamp=timestamp
+                )
+        partitions = [key for key in partitions if key not in out]
     if not partitions:
-        return {}
+        return out
     records = instance.fetch_materializations(
         AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions),
         limit=len(partitions),
     ).records
-    out: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
     for rec in records:
-        key = rec.partition_key
-        if key is not None and key not in out and rec.event_log_entry.run_id == run_id:
-            out[key] = _target_data(rec, run_id)
+        part = rec.partition_key
+        if part is not None and part not in out and rec.event_log_entry.run_id == run_id:
+            out[part] = _target_data(rec, run_id)
     for key in partitions:
         if key not in out:
             target = _target_of(instance, asset_key, key, run_id)

@@ -300,7 +300,17 @@ def _worker_materialize(block: str, first_week: str, last_week: str) -> RangeRun
 
 
 def _chunks(weeks: list[str], size: int) -> list[list[str]]:
-    return [weeks[i : i + size] for i in range(0, len(weeks), size)]
+    """``weeks`` in the fewest runs of at most ``size`` weeks, their lengths within one.
+
+    Even lengths rather than full runs and a short last one: a run's fixed cost is shared
+    by as many weeks as the others', and on a Dask cluster no run is a lone task.
+    """
+    if not weeks:
+        return []
+    n = -(-len(weeks) // size)
+    q, r = divmod(len(weeks), n)
+    bounds = [i * q + min(i, r) for i in range(n + 1)]
+    return [weeks[bounds[i] : bounds[i + 1]] for i in range(n)]
 
 
 def materialize_range(

@@ -216,6 +216,22 @@ def test_report_shows_the_ratio_spread_and_the_spread_of_runs(tmp_path: Path) ->
     again = out.read_text()
     assert "## Spread of 3 runs" in again
     assert "150, 100, 160" in again.split("## Spread of 3 runs", 1)[1]
+    # a whole run then two `--only` runs of another bench: each bench's tables come from the
+    # last run that ran it (the whole run's ingest table is kept)
+    whole = {"ingest": {**doc(0.5), "title": "Ingest table"}, "queries": doc(90.0)}
+    whole["ingest"]["rows"][0]["case"] = "ingest ratio"
+    only = [{"queries": doc(95.0)}, {"queries": doc(110.0)}]
+    paths = []
+    for i, r in enumerate([whole, *only]):
+        path = tmp_path / f"mixed{i}" / "merged.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(r))
+        paths.append(str(path))
+    assert run_main(["--from-runs", *paths, "--out", str(out)]) == 0
+    mixed = out.read_text()
+    tables = mixed.split("## Spread of 3 runs", 1)[0]
+    assert "| queries | area warm | 10 ms; ratio 110" in tables  # the last run's
+    assert "| ingest | ingest ratio |" in tables  # from the whole run, not dropped
 
 
 def test_flat_row_judges_the_median_per_round_ratio_and_the_runs_checks() -> None:

@@ -18,6 +18,7 @@ from dagster import (
     DagsterEventType,
     DagsterInstance,
     MaterializeResult,
+    StaticPartitionsDefinition,
     asset,
     materialize,
 )
@@ -212,3 +213,112 @@ def test_only_the_process_running_a_run_keeps_its_file_open(tmp_path: Path, monk
         assert run_id not in storage._writers  # closed with the run's last event
         assert not wal.exists()
         assert len(instance.get_records_for_run(run_id).records) == len(events)
+
+
+@asset(partitions_def=StaticPartitionsDefinition(["a", "b"]))
+def part_thing() -> MaterializeResult:
+    return MaterializeResult(metadata={"n": 1})
+
+
+def test_a_live_runs_materialisation_ids_are_remembered(tmp_path: Path, monkeypatch) -> None:
+    """What a run's checks link their evaluations to (pipelines.family_assets._targets_of):
+    the ids the index gave this run's partition materialisations, the same as read back,
+    kept while the run is live and dropped with its last event."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    with open_instance(tmp_path / "first", CONFIG) as instance:
+        run_id = materialize([part_thing], partition_key="a", instance=instance).run_id
+        events = [r.event_log_entry for r in instance.get_records_for_run(run_id).records]
+    kinds = [e.dagster_event_type for e in events]
+    end = kinds.index(DagsterEventType.RUN_SUCCESS)
+    key = AssetKey("part_thing").to_string()
+    with open_instance(tmp_path / "second", CONFIG) as instance:
+        storage = instance.event_log_storage
+        assert isinstance(storage, PooledSqliteEventLogStorage)
+        for event in events[:end]:
+            storage.store_event(event)
+        record = instance.fetch_materializations(AssetKey("part_thing"), limit=1).records[0]
+        assert record.partition_key == "a"
+        assert storage.stored_materializations(run_id, key) == {
+            "a": (record.storage_id, record.timestamp)
+        }
+        assert storage.stored_materializations("another run", key) == {}
+        for event in events[end:]:
+            storage.store_event(event)
+        assert storage.stored_materializations(run_id, key) == {}
+
+
+def _rows(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    with sqlite3.connect(db) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if r[0] not in ("alembic_version", "secondary_indexes")  # migration times
+        ]
+        out = {}
+        for t in tables:
+            cursor = conn.execute(f"SELECT * FROM {t}")
+            names = [d[0] for d in cursor.description]
+            keep = [i for i, n in enumerate(names) if n not in _INSERT_TIMES]
+            out[t] = sorted((tuple(r[i] for i in keep) for r in cursor.fetchall()), key=repr)
+        return out
+
+
+_INSERT_TIMES = {"create_timestamp", "update_timestamp", "updated_timestamp"}
+"""Columns SQLite fills with the wall clock of the insert (``CURRENT_TIMESTAMP``)."""
+
+
+def test_the_stored_rows_are_dagsters_own(tmp_path: Path, monkeypatch) -> None:
+    """The same events stored by Dagster's SQLite event log and by the pooled one (its
+    statements run on the driver's cursor, a materialisation's record written around the
+    event's stored JSON) leave the same rows, column for column, in every table."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    with open_instance(tmp_path / "source", CONFIG) as instance:
+        runs = [_run(instance), _run(instance)]  # the asset row inserted, then updated
+        runs.append(materialize([part_thing], partition_key="b", instance=instance).run_id)
+        events = [
+            r.event_log_entry for run in runs for r in instance.get_records_for_run(run).records
+        ]
+    homes = {"dagster": tmp_path / "dagster", "pooled": tmp_path / "pooled"}
+    for name, home in homes.items():
+        with open_instance(home, CONFIG if name == "pooled" else None) as instance:
+            storage = instance.event_log_storage
+            assert isinstance(storage, PooledSqliteEventLogStorage) == (name == "pooled")
+            for event in events:
+                storage.store_event(event)
+    dagster_rows = {
+        p.relative_to(homes["dagster"]): _rows(p)
+        for p in sorted((homes["dagster"] / "history" / "runs").glob("*.db"))
+    }
+    pooled_rows = {
+        p.relative_to(homes["pooled"]): _rows(p)
+        for p in sorted((homes["pooled"] / "history" / "runs").glob("*.db"))
+    }
+    assert set(dagster_rows) == set(pooled_rows)
+    assert len(dagster_rows) == len(runs) + 1
+    for path, tables in dagster_rows.items():
+        assert pooled_rows[path] == tables, path
+    index = dagster_rows[Path("history/runs/index.db")]
+    assert index["asset_keys"]
+    assert index["asset_check_executions"]
+    assert index["event_logs"]
+
+
+def test_dynamic_partitions_read_as_dagsters_own(tmp_path: Path, monkeypatch) -> None:
+    """The pooled storage's reads of dynamic partitions (on the driver's cursor) answer as
+    Dagster's: the keys in the order added, membership per key, and after a deletion."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    answers = {}
+    for name, config in (("dagster", None), ("pooled", CONFIG)):
+        with open_instance(tmp_path / name, config) as instance:
+            storage = instance.event_log_storage
+            assert isinstance(storage, PooledSqliteEventLogStorage) == (name == "pooled")
+            instance.add_dynamic_partitions("blocks", ["b2", "b1", "b3"])
+            instance.add_dynamic_partitions("other", ["b9"])
+            instance.delete_dynamic_partition("blocks", "b3")
+            answers[name] = (
+                storage.get_dynamic_partitions("blocks"),
+                storage.get_dynamic_partitions("none"),
+                [storage.has_dynamic_partition("blocks", k) for k in ("b1", "b2", "b3", "b9")],
+            )
+    assert answers["pooled"] == answers["dagster"]
+    assert answers["pooled"] == (["b2", "b1"], [], [True, True, False, False])

@@ -128,3 +128,18 @@ def test_reflectance_check_fails_on_double_offset_scene(tiny_store) -> None:
     assert status["index_range"]
     status = {c.check_name: c.passed for c in evaluate_checks(bad, win)}
     assert not status["reflectance_sanity"]
+
+
+def test_a_blocks_weeks_split_into_even_runs() -> None:
+    """Runs of at most RANGE_WEEKS weeks, as few as possible, lengths within one, in order."""
+    from pipelines.run import _chunks
+
+    for n in (0, 1, 25, 26, 27, 52, 53, 105):
+        weeks = [f"w{i:03d}" for i in range(n)]
+        runs = _chunks(weeks, 26)
+        assert [w for run in runs for w in run] == weeks
+        assert len(runs) == -(-n // 26)
+        sizes = {len(run) for run in runs}
+        assert max(sizes, default=0) <= 26
+        assert max(sizes, default=0) - min(sizes, default=0) <= 1
+    assert [len(r) for r in _chunks([str(i) for i in range(105)], 26)] == [21] * 5

@@ -144,10 +144,11 @@ def backfill(tiny_sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
             ),
             records=records,
             observations=observations,
-            logs=[
-                e.user_message
+            logs=[  # a range's log entry has a line per partition
+                line
                 for e in events
                 if e.dagster_event is None and e.step_key == "s2_indices"
+                for line in e.user_message.splitlines()
             ],
             in_run=[
                 str(e.dagster_event.partition)
