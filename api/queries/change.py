@@ -33,6 +33,7 @@ from api.queries.cell import (
 )
 from api.registry import primitive
 from store import address
+from store.cube.bands import registered
 
 if TYPE_CHECKING:
     from store.cube.read import CubeReader
@@ -105,9 +106,14 @@ def _did_change_body(
         neighbour_deltas, around = neighbour_deltas_of(ctx, reader, band, cell, t0, t1)
         cells_read = [cell.cell, *around]
         flag_band, _clear_value = clear_info(band)
+        la, ln = cell.lat_q, cell.lng_q
+        src0 = ctx.sources(reader, band, t0, la, ln)
+        src1 = ctx.sources(reader, band, t1, la, ln)
+        # the flag is its family's: the same inventory rows name the same scenes
+        same = registered(flag_band).family == registered(band).family
         facts = [
-            make_fact(ctx, reader, cell.cell, band, t0, v0, lat_q=cell.lat_q, lng_q=cell.lng_q),
-            make_fact(ctx, reader, cell.cell, band, t1, v1, lat_q=cell.lat_q, lng_q=cell.lng_q),
+            make_fact(ctx, reader, cell.cell, band, t0, v0, sources=src0),
+            make_fact(ctx, reader, cell.cell, band, t1, v1, sources=src1),
             make_fact(
                 ctx,
                 reader,
@@ -115,8 +121,9 @@ def _did_change_body(
                 flag_band,
                 t0,
                 int(series.flag[i0]),
-                lat_q=cell.lat_q,
-                lng_q=cell.lng_q,
+                lat_q=la,
+                lng_q=ln,
+                sources=src0 if same else None,
             ),
             make_fact(
                 ctx,
@@ -125,8 +132,9 @@ def _did_change_body(
                 flag_band,
                 t1,
                 int(series.flag[i1]),
-                lat_q=cell.lat_q,
-                lng_q=cell.lng_q,
+                lat_q=la,
+                lng_q=ln,
+                sources=src1 if same else None,
             ),
         ]
     answer = {
@@ -149,13 +157,16 @@ def _did_change_body(
             if neighbour_deltas
             else None,
             "neighbour_count": len(neighbour_deltas),
-            "rule": RULE.format(thr=Z_THRESHOLD),
+            "rule": _RULE_TEXT,
         },
         "snapshot_id": snapshot_id,
         "facts": facts,
     }
     return answer, cells_read, snapshot_id
 
+
+_RULE_TEXT = RULE.format(thr=Z_THRESHOLD)
+"""did_change's decision rule in words (the answer's ``significance.rule``)."""
 
 _AROUND = tuple((dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx)
 """The 8 neighbours of a cell, row by row."""

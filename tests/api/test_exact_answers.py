@@ -46,18 +46,18 @@ def _both(ctx: ServiceContext, args: dict[str, Any]) -> tuple[bytes, bytes, dict
 
 
 def _cases(ctx: ServiceContext, cell: str) -> list[dict[str, Any]]:
-    """did_change arguments around ``cell``: cells on its block's edges, outside it and inside
-    it; several bands; windows between clear and unclear observations."""
+    """did_change arguments around ``cell`` (the cells of a 7 x 7 patch, and those on its
+    block's edges that hold data); several bands; windows between clear and unclear
+    observations."""
     reader = ctx.reader()
     g = address.decode(cell)
     col = ctx.column(reader, "indices.ndvi", g.lat_q, g.lng_q)
-    side_y, side_x = col.values.shape[1], col.values.shape[2]
-    ys = [col.lat_q0 - 1, col.lat_q0, col.lat_q0 + side_y // 2, g.lat_q]
-    xs = [col.lng_q0 - 1, col.lng_q0, col.lng_q0 + side_x // 2, g.lng_q]
+    ys = [col.lat_q0 - 1, col.lat_q0, *range(g.lat_q - 3, g.lat_q + 4)]
+    xs = [col.lng_q0 - 1, col.lng_q0, *range(g.lng_q - 3, g.lng_q + 4)]
     out = []
     for la, ln in itertools.product(ys, xs):
         c = address.format_cell(address.q_to_raw(la, ln))
-        for band in ("ndvi", "indices.evi", "s1.vh"):
+        for band in ("ndvi", "indices.evi", "s1.vh", "s1.vv"):
             traj = run(ctx, "trajectory", {"cell": c, "band": band})
             slots = [p.tslot for p in traj.points if p.value is not None]
             unclear = [p.tslot for p in traj.points if p.value is not None and not p.clear]
