@@ -47,7 +47,8 @@ from api.models.tools import ToolsAnswer, ToolsBody, ToolsIn
 from api.queries._common import finish, signed_dump
 from api.queries.area import area_over_time
 from api.queries.ask import ask
-from api.queries.cell import confirm, did_change, trajectory
+from api.queries.cell import confirm, trajectory
+from api.queries.change import did_change
 from api.queries.coverage import coverage
 from api.queries.describe import what_is_here
 from api.queries.fact import resolve_fact
@@ -291,9 +292,17 @@ def _validated(prim: Primitive, args: Mapping[str, Any] | BaseModel) -> BaseMode
     return prim.input_model.model_validate(dict(args))
 
 
-def _run(prim: Primitive, ctx: Any, model: BaseModel, token: str | None) -> BaseModel:
-    """Run a primitive through its cost class's gate (a memory primitive with the caller its
-    token stands for); a store error leaves as the API error of the same code."""
+def _run(
+    prim: Primitive,
+    ctx: Any,
+    model: BaseModel,
+    token: str | None,
+    fn: Callable[..., Any] | None = None,
+) -> Any:
+    """Run a primitive (``fn``: ``prim.fn`` unless given, e.g. ``prim.signed``) through its
+    cost class's gate (a memory primitive with the caller its token stands for); a store
+    error leaves as the API error of the same code."""
+    call = prim.fn if fn is None else fn
     gate = LIMITERS.get(prim.cost)
     try:
         with gate.slot() if gate is not None else nullcontext():
@@ -302,12 +311,12 @@ def _run(prim: Primitive, ctx: Any, model: BaseModel, token: str | None) -> Base
                     authenticate(ctx.memory, token, "read")  # the read-token setting
                 if prim.consults_memory:  # memory is read for a caller who presents a token
                     reader = authenticate(ctx.memory, token, "read") if token else None
-                    return prim.fn(ctx, model, reader)
-                return prim.fn(ctx, model)
+                    return call(ctx, model, reader)
+                return call(ctx, model)
             # writes may take the token from the memo: their transaction checks it again
             caller = authenticate(ctx.memory, token, prim.access, memo=prim.access == "write")
             try:
-                return prim.fn(ctx, model, caller)
+                return call(ctx, model, caller)
             except ApiError as exc:
                 if caller.remembered and exc.code in TOKEN_REFUSALS:
                     forget(ctx.memory(), caller)  # the next call reads the token again
@@ -370,6 +379,9 @@ def call_primitive(
         ApiError, StoreError: Raised by the primitive.
     """
     prim = _primitive(name)
+    if prim.signed is not None:  # the signed dict itself, no answer model built
+        signed_dict: dict[str, Any] = _run(prim, ctx, _validated(prim, args), token, prim.signed)
+        return signed_dict
     answer = _run(prim, ctx, _validated(prim, args), token)
     signed = signed_dump(answer)  # the dict finish() signed: no second dump
     return signed if signed is not None else answer.model_dump(mode="json")

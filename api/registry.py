@@ -53,6 +53,11 @@ class Primitive:
     """A public primitive that also reads the caller's memory when a token is presented:
     ``fn(ctx, args, caller)`` with the caller, or None without a token (a token that is
     presented must be valid)."""
+    signed: Callable[..., dict[str, Any]] | None = None
+    """Optional: the same call (same arguments) returning the signed answer dict itself, the
+    document ``fn``'s answer dumps to (``model_dump(mode="json")``), without building the
+    answer model (:func:`api.queries._common.finish_exact`). Adapters, which send that dict,
+    call it through :func:`api.dispatch.call_primitive`; direct callers keep ``fn``."""
 
     @property
     def read_only(self) -> bool:
@@ -70,6 +75,7 @@ def primitive(
     cost: Cost = "light",
     access: Access = "public",
     consults_memory: bool = False,
+    signed: Callable[..., dict[str, Any]] | None = None,
 ) -> Callable[[Callable[..., BaseModel]], Callable[..., BaseModel]]:
     """Decorator describing a service function as a primitive (the function is unchanged)."""
     if cost not in COST_CLASSES:
@@ -86,6 +92,7 @@ def primitive(
             cost,
             access,
             consults_memory,
+            signed,
         )
         setattr(fn, _ATTR, spec)
         return fn

@@ -48,16 +48,26 @@ recognised: :func:`same_fact` compares the digests, so an ``f1`` id and the
 from __future__ import annotations
 
 import math
-import re
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import blake3
 import cbor2
 
+from store.cbor_scalars import head as _head
+from store.cbor_scalars import scalar as _scalar
+from store.cbor_scalars import text as _text_once
+from store.cbor_scalars import text_cached as _text
 from store.errors import CanonicalFormError, InvalidFact, NonFiniteNumber
+from store.fact_address import (
+    FACT_ID_PREFIX,
+    LEGACY_FACT_ID_PREFIX,
+    FactAddress,
+    content_digest,
+    parse_fact_id,
+    same_fact,
+)
 from store.memo import BoundedMemo
 
 __all__ = [
@@ -77,15 +87,7 @@ __all__ = [
     "same_fact",
 ]
 
-FACT_ID_PREFIX = "f2:"
-"""Prefix naming the fact-id layout (blake3 over canonical CBOR, then the fact's address)."""
-LEGACY_FACT_ID_PREFIX = "f1:"
-"""Prefix of the first layout (the same digest, no address): still compared, not resolvable."""
-MAX_FACT_ID_CHARS = 512
-"""Longest fact id parsed (a digest, a cell or ``geom:<digest>``, a band and a tslot)."""
-
 _F64 = struct.Struct(">d")
-_U32 = struct.Struct(">I")
 
 
 # --------------------------------------------------------------------------- normalise and the reference encoder
@@ -195,24 +197,8 @@ class _Slow(Exception):
     """The value needs the reference (normalise + cbor2) path."""
 
 
-_HEAD_SMALL = [bytes([i]) for i in range(256)]
-_U16 = struct.Struct(">H")
-_U64 = struct.Struct(">Q")
 _KEY_ORDER: dict[tuple[str, ...], tuple[tuple[str, bytes], ...]] = {}
 _KEY_ORDER_MAX = 4096
-
-
-def _head(major: int, n: int) -> bytes:
-    m = major << 5
-    if n < 24:
-        return _HEAD_SMALL[m | n]
-    if n < 0x100:
-        return bytes((m | 24, n))
-    if n < 0x10000:
-        return _HEAD_SMALL[m | 25] + _U16.pack(n)
-    if n < 0x100000000:
-        return _HEAD_SMALL[m | 26] + _U32.pack(n)
-    return _HEAD_SMALL[m | 27] + _U64.pack(n)
 
 
 def _key_order(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
@@ -382,6 +368,9 @@ def fact_id(
         InvalidFact: Wrongly typed arguments.
         CanonicalFormError: A value :func:`normalise` refuses.
     """
+    fast = _fact_id_plain(cell, band, tslot, value, source_ids, derivation)
+    if fast is not None:
+        return fast
     if not isinstance(cell, str) or not isinstance(band, str) or not isinstance(derivation, str):
         raise InvalidFact("cell, band and derivation must be strings")
     if isinstance(tslot, bool) or not isinstance(tslot, int):
@@ -404,6 +393,56 @@ def fact_id(
 
 
 _FACT_KEYS = ("cell", "band", "tslot", "value", "sources", "derivation")
+_FACT_KEY = dict(_key_order(_FACT_KEYS))
+_FACT_HEAD = _head(5, len(_FACT_KEYS))
+
+
+def _fact_id_plain(
+    cell: Any, band: Any, tslot: Any, value: Any, source_ids: Any, derivation: Any
+) -> str | None:
+    """:func:`fact_id` of a scalar fact of exact plain types (str cell, band and derivation,
+    int tslot, a value :func:`store.cbor_scalars.scalar` writes, a list or tuple of str
+    sources), its canonical map written directly: the same bytes, the same id. None for
+    anything else (the general path then gives the id or the error)."""
+    if not (
+        type(cell) is str
+        and type(band) is str
+        and type(derivation) is str
+        and type(tslot) is int
+        and (type(source_ids) is list or type(source_ids) is tuple)
+    ):
+        return None
+    enc_value = _scalar(value)
+    enc_tslot = _scalar(tslot)
+    if enc_value is None or enc_tslot is None:
+        return None
+    for s in source_ids:
+        if type(s) is not str:
+            return None
+    srcs = sorted(set(source_ids))
+    k = _FACT_KEY
+    try:
+        data = b"".join(
+            [
+                _FACT_HEAD,
+                k["band"],
+                _text(band),
+                k["cell"],
+                _text_once(cell),
+                k["tslot"],
+                enc_tslot,
+                k["value"],
+                enc_value,
+                k["sources"],
+                _head(4, len(srcs)),
+                *[_text(s) for s in srcs],
+                k["derivation"],
+                _text(derivation),
+            ]
+        )
+    except UnicodeEncodeError:
+        return None
+    return f"{FACT_ID_PREFIX}{blake3.blake3(data).hexdigest()}:{cell}:{band}:{tslot}"
 
 
 def fact_ids(
@@ -532,56 +571,3 @@ def _fact_record(
         "sources": list(sources),
         "derivation": derivation,
     }
-
-
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-@dataclass(frozen=True)
-class FactAddress:
-    """What a fact id says: its content digest and, in the ``f2`` layout, where the fact is."""
-
-    digest: str
-    """64 lowercase hex: blake3 of the fact's canonical content."""
-    layout: str
-    """``"f2"`` (digest and address) or ``"f1"`` (digest only)."""
-    cell: str | None = None
-    """cell64 text, or ``geom:<digest>`` for an area statistic (None for ``f1``)."""
-    band: str | None = None
-    """Band name (None for ``f1``)."""
-    tslot: int | None = None
-    """Slot (None for ``f1``)."""
-
-
-def parse_fact_id(text: object) -> FactAddress:
-    """Read a fact id of either layout.
-
-    Raises:
-        InvalidFact: not a fact id (wrong prefix, digest or address).
-    """
-    if not isinstance(text, str) or len(text) > MAX_FACT_ID_CHARS:
-        raise InvalidFact(f"not a fact id: {str(text)[:80]!r}")
-    if text.startswith(LEGACY_FACT_ID_PREFIX) and _HEX64.fullmatch(text[3:]):
-        return FactAddress(text[3:], "f1")
-    if not text.startswith(FACT_ID_PREFIX) or not _HEX64.fullmatch(text[3:67]):
-        raise InvalidFact(f"not a fact id: {text[:80]!r} (f2:<64 hex>:<cell>:<band>:<tslot>)")
-    parts = text[68:].rsplit(":", 2) if text[67:68] == ":" else []
-    if len(parts) != 3 or not all(parts) or not parts[2].isdigit() or len(parts[2]) > 12:
-        raise InvalidFact(f"fact id {text[:80]!r} has no cell:band:tslot address")
-    return FactAddress(text[3:67], "f2", parts[0], parts[1], int(parts[2]))
-
-
-def content_digest(fact_id_text: str) -> str | None:
-    """The content digest of a fact id of either layout (None: not a fact id)."""
-    try:
-        return parse_fact_id(fact_id_text).digest
-    except InvalidFact:
-        return None
-
-
-def same_fact(a: str, b: str) -> bool:
-    """Whether two fact ids name the same fact (equal digests; ``f1`` and ``f2`` alike)."""
-    if a == b:
-        return True
-    da = content_digest(a)
-    return da is not None and da == content_digest(b)

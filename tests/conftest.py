@@ -19,6 +19,11 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("earthmem", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("earthmem")
 
+# Every answer a primitive signs without building its model (api.queries._common.finish_exact)
+# is checked against that model in the suite, servers it starts included (their environment
+# is this one). tests/api/test_exact_answers.py runs the unchecked path too.
+os.environ.setdefault("EARTHMEM_CHECK_ANSWERS", "1")
+
 
 @dataclass(frozen=True)
 class IngestedSample:

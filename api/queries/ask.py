@@ -33,8 +33,9 @@ from api.models import (
 from api.places import MAX_TEXT_CHARS
 from api.queries._common import CellRef, parse_cell_arg, slot_date, store_errors
 from api.queries.area import area_over_time
-from api.queries.cell import SIGMA_FLOOR, CellSeries, did_change, read_cell, robust_sigma
+from api.queries.cell import SIGMA_FLOOR, CellSeries, read_cell, robust_sigma
 from api.queries.cell import trajectory as trajectory_query
+from api.queries.change import did_change
 from api.queries.describe import BAND_LABELS, format_value, what_is_here
 from api.queries.locate import Located, geocode, latlng_cell, pinned, where_text
 from api.queries.similar import find_similar

@@ -1,4 +1,5 @@
-"""Per-cell queries: did_change, trajectory, confirm (fast path: the context's column cache)."""
+"""Per-cell queries: trajectory, confirm, and the per-cell series and significance rule that
+:mod:`api.queries.change` (did_change) shares (fast path: the context's column cache)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,6 @@ from api.models import (
     ConfirmAnswer,
     ConfirmBody,
     ConfirmIn,
-    DidChangeAnswer,
-    DidChangeBody,
-    DidChangeIn,
     TrajectoryAnswer,
     TrajectoryBody,
     TrajectoryIn,
@@ -48,7 +46,6 @@ __all__ = [
     "Z_THRESHOLD",
     "CellSeries",
     "confirm",
-    "did_change",
     "read_cell",
     "robust_sigma",
     "trajectory",
@@ -307,176 +304,6 @@ def robust_sigma(values: npt.NDArray[np.float64], floor: float) -> tuple[float, 
         mad = _median(np.abs(d - _median(d)))
         return max(floor, _MAD_TO_SIGMA * mad / math.sqrt(2.0)), int(v.size)
     return floor, int(v.size)
-
-
-@primitive(
-    "did_change",
-    DidChangeIn,
-    DidChangeAnswer,
-    "Did one band change at a cell between two tslots, and is the change significant?",
-    "Values at both tslots, the delta, whether each end was clear, and a significance test "
-    "against the cell's own variability (robust z). A tslot without a value is an error "
-    "(no_observation) listing the nearest valid tslots; get valid tslots from trajectory.",
-)
-def did_change(ctx: ServiceContext, args: DidChangeIn) -> DidChangeAnswer:
-    """did_change {cell, band, window: [t0, t1], as_of?}."""
-    cell = parse_cell_arg(args.cell)
-    band = canonical_scalar_band(args.band)
-    t0, t1 = check_window(args.window)
-    with store_errors():
-        reader = ctx.reader_as_of(args.as_of)
-        snapshot_id = reader.snapshot_id
-        series = read_cell(ctx, reader, band, cell.lat_q, cell.lng_q)
-        ends = []
-        for t in (t0, t1):
-            i = series.at(t)
-            if i is None or not math.isfinite(series.values[i]):
-                raise _no_observation(series, cell, band, t)
-            ends.append(i)
-        i0, i1 = ends
-        v0, v1 = float(series.values[i0]), float(series.values[i1])
-        delta = v1 - v0
-        floor = SIGMA_FLOOR.get(band, 0.02)
-        sigma, n_obs = series.clear_sigma(floor)
-        z = delta / sigma
-        c0, c1 = bool(series.clear[i0]), bool(series.clear[i1])
-        significant = c0 and c1 and abs(z) >= Z_THRESHOLD
-        # context: the 8 surrounding cells' deltas over the same window
-        neighbour_deltas, around = neighbour_deltas_of(ctx, reader, band, cell, t0, t1)
-        cells_read = [cell.cell, *around]
-        flag_band, _clear_value = clear_info(band)
-        facts = [
-            make_fact(ctx, reader, cell.cell, band, t0, v0, lat_q=cell.lat_q, lng_q=cell.lng_q),
-            make_fact(ctx, reader, cell.cell, band, t1, v1, lat_q=cell.lat_q, lng_q=cell.lng_q),
-            make_fact(
-                ctx,
-                reader,
-                cell.cell,
-                flag_band,
-                t0,
-                int(series.flag[i0]),
-                lat_q=cell.lat_q,
-                lng_q=cell.lng_q,
-            ),
-            make_fact(
-                ctx,
-                reader,
-                cell.cell,
-                flag_band,
-                t1,
-                int(series.flag[i1]),
-                lat_q=cell.lat_q,
-                lng_q=cell.lng_q,
-            ),
-        ]
-    answer = {
-        "cell": cell.cell,
-        "lat": cell.lat,
-        "lng": cell.lng,
-        "band": band,
-        "start": {"tslot": t0, "date": slot_date(t0), "value": v0, "clear": c0},
-        "end": {"tslot": t1, "date": slot_date(t1), "value": v1, "clear": c1},
-        "delta": delta,
-        "changed": significant,
-        "significant": significant,
-        "significance": {
-            "sigma": sigma,
-            "sigma_floor": floor,
-            "z": z,
-            "n_observations": n_obs,
-            "threshold": Z_THRESHOLD,
-            "neighbour_delta_median": _median(np.array(neighbour_deltas))
-            if neighbour_deltas
-            else None,
-            "neighbour_count": len(neighbour_deltas),
-            "rule": RULE.format(thr=Z_THRESHOLD),
-        },
-        "snapshot_id": snapshot_id,
-        "facts": facts,
-    }
-    return finish(
-        ctx,
-        "did_change",
-        args,
-        DidChangeBody,
-        DidChangeAnswer,
-        answer,
-        cells_read,
-        snapshot_id,
-    )
-
-
-_AROUND = tuple((dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx)
-"""The 8 neighbours of a cell, row by row."""
-
-
-def neighbour_deltas_of(
-    ctx: ServiceContext, reader: CubeReader, band: str, cell: CellRef, t0: int, t1: int
-) -> tuple[list[float], list[str]]:
-    """The deltas ``value(t1) - value(t0)`` of the cell's 8 neighbours that have both values,
-    and those neighbours' cell64 texts, in :data:`_AROUND` order.
-
-    A cell inside its block (all 8 neighbours in the same block column, the usual case)
-    reads the 3 x 3 patch at both slots in one step; any other cell takes
-    :func:`_neighbour_deltas_loop`, one neighbour at a time. Both give the same lists.
-    """
-    lat_q, lng_q = cell.lat_q, cell.lng_q
-    col = ctx.column(reader, band, lat_q, lng_q)
-    y, x = lat_q - col.lat_q0, lng_q - col.lng_q0
-    if not (
-        col.values.dtype.kind == "f"  # float32/64: tolist() gives what float() gives
-        and 1 <= y < col.values.shape[1] - 1
-        and 1 <= x < col.values.shape[2] - 1
-        and 1 < lat_q < address.LAT_MAX_Q - 1
-        and 1 <= lng_q < address.LNG_MAX_Q - 1
-    ):
-        return _neighbour_deltas_loop(ctx, reader, band, cell, t0, t1)
-    nt = col.tslots
-    j0, j1 = np.searchsorted(nt, np.array([t0, t1], np.int64)).tolist()
-    if not (j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1):
-        return [], []
-    before = col.values[j0, y - 1 : y + 2, x - 1 : x + 2].tolist()
-    after = col.values[j1, y - 1 : y + 2, x - 1 : x + 2].tolist()
-    deltas: list[float] = []
-    cells: list[str] = []
-    for dy, dx in _AROUND:
-        a, b = before[dy + 1][dx + 1], after[dy + 1][dx + 1]
-        if math.isfinite(a) and math.isfinite(b):
-            deltas.append(b - a)
-            cells.append(_cell_text(lat_q + dy, lng_q + dx))
-    return deltas, cells
-
-
-def _neighbour_deltas_loop(
-    ctx: ServiceContext, reader: CubeReader, band: str, cell: CellRef, t0: int, t1: int
-) -> tuple[list[float], list[str]]:
-    """:func:`neighbour_deltas_of`, one neighbour at a time (any cell: block edges, the
-    lattice's edges)."""
-    neighbour_deltas: list[float] = []
-    cells_read: list[str] = []
-    window = np.array([t0, t1], np.int64)
-    col = None  # the block column of the last neighbour (most share the cell's block)
-    hit: tuple[int, int] | None = None  # where t0 and t1 sit in its tslots
-    for dy, dx in _AROUND:
-        la, ln = cell.lat_q + dy, cell.lng_q + dx
-        if not (0 < la < address.LAT_MAX_Q and 0 <= ln < address.LNG_MAX_Q):
-            continue
-        if col is None or not (
-            0 <= la - col.lat_q0 < col.values.shape[1]
-            and 0 <= ln - col.lng_q0 < col.values.shape[2]
-        ):
-            col = ctx.column(reader, band, la, ln)
-            nt = col.tslots
-            j0, j1 = np.searchsorted(nt, window).tolist()
-            found = j0 < nt.size and j1 < nt.size and nt[j0] == t0 and nt[j1] == t1
-            hit = (j0, j1) if found else None
-        if hit is not None:
-            y, x = la - col.lat_q0, ln - col.lng_q0
-            a, b = float(col.values[hit[0], y, x]), float(col.values[hit[1], y, x])
-            if math.isfinite(a) and math.isfinite(b):
-                neighbour_deltas.append(b - a)
-                cells_read.append(_cell_text(la, ln))
-    return neighbour_deltas, cells_read
 
 
 @primitive(

@@ -3,9 +3,13 @@
 Drives ``AccessLog(create_app(data))`` with in-memory ASGI messages, exactly what
 ``earthmem serve`` runs above uvicorn's HTTP protocol, over the bench's rotating cells,
 and reports process CPU per request (``time.process_time``). With ``--profile`` it
-prints the cProfile of the calls (CPU timer). With ``--check`` it returns the bodies.
+prints the cProfile of the calls (CPU timer). With ``--check FILE`` it writes one line per
+response (status, sha256 of the bytes, length) with the receipts' request ids and times pinned
+(:func:`pin_receipts`): two trees' files are equal when their answers are byte for byte,
+signatures included.
 
-    python -m bench.queries.asgi_probe --data DIR --requests 4000 [--profile]
+    python -m bench.queries.asgi_probe --data DIR --bodies FILE --requests 4000 [--profile]
+    python -m bench.queries.asgi_probe --data DIR --bodies FILE --check OUT
 """
 
 from __future__ import annotations
@@ -13,14 +17,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import hashlib
 import io
+import itertools
 import json
 import pstats
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["drive", "main", "make_app"]
+__all__ = ["check_answers", "drive", "main", "make_app", "pin_receipts"]
 
 
 def make_app(data: Path) -> Any:
@@ -83,6 +89,38 @@ async def drive(
     return [await _one(app, path, bodies[(start + i) % len(bodies)]) for i in range(n)]
 
 
+def pin_receipts() -> None:
+    """Every receipt signed from now on in this process gets a fixed time and counted request
+    ids (0, 1, 2, ... as 32 hex digits), so two runs sign the same bytes."""
+    import api.receipts as receipts
+
+    counter = itertools.count()
+    receipts._served_at_now = lambda: "2026-12-03T10:00:00.000Z"  # type: ignore[attr-defined]
+    receipts._request_id = lambda: f"{next(counter):032x}"  # type: ignore[attr-defined]
+
+
+def check_requests(bodies: list[bytes]) -> list[bytes]:
+    """What ``--check`` sends: every body, the first cell with other bands (a flag band, a
+    Sentinel-1 band, a window without observations: errors too), then 50 repeats."""
+    cell = json.loads(bodies[0])["cell"]
+    extra = [
+        json.dumps({"cell": cell, "band": band, "window": [19774, 19814]}).encode()
+        for band in ("ndvi", "indices.evi", "s1.vv", "s2.clear", "indices.ndwi")
+    ]
+    extra.append(json.dumps({"cell": cell, "band": "ndvi", "window": [19774, 19775]}).encode())
+    return bodies + extra + bodies[:50]
+
+
+async def check_answers(app: Any, path: str, bodies: list[bytes]) -> list[str]:
+    """One line per response to :func:`check_requests`: status, sha256 of the bytes, length
+    (call :func:`pin_receipts` first)."""
+    lines = []
+    for body in check_requests(bodies):
+        status, out = (await drive(app, path, [body], 1))[0]
+        lines.append(f"{status} {hashlib.sha256(out).hexdigest()} {len(out)}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", required=True)
@@ -90,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--check", type=Path, help="write the hashes of the answers here (see above)")
     ap.add_argument("--sort", default="tottime")
     ap.add_argument("--lines", type=int, default=45)
     ap.add_argument(
@@ -104,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     path = "/v1/did_change"
 
     async def go() -> None:
+        if args.check is not None:
+            pin_receipts()
+            lines = await check_answers(app, path, bodies)
+            args.check.write_text("".join(line + "\n" for line in lines))
+            return
         got = await drive(app, path, bodies, 400)  # warm: context, settled, memo of nothing
         assert all(s == 200 for s, _ in got), got[:2]
         if args.stdin:

@@ -3,7 +3,9 @@
 Starts :mod:`bench.queries.asgi_probe` ``--stdin`` from each tree (same data, same
 rotating bodies), then alternates them turn by turn (``--turn`` requests each, the order
 alternating by round), so both sides of a round see the same load; reports the median of
-the per-round CPU ratios B/A with p10-p90.
+the per-round CPU ratios B/A with p10-p90. First both trees answer the same requests with
+pinned request ids and times (``asgi_probe --check``): the answers must be equal byte for byte,
+signatures included (``--no-check`` skips this).
 
     python -m bench.queries.probe_ab --a-tree OLD --b-tree NEW --data DIR --bodies FILE
 """
@@ -14,6 +16,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from bench.paired import ratio_stats
@@ -32,6 +35,22 @@ def _start(tree: Path, data: Path, bodies: Path) -> subprocess.Popen[str]:
     if proc.stdout.readline().strip() != "ready":
         raise RuntimeError(f"the probe of {tree} did not start")
     return proc
+
+
+def same_answers(a_tree: Path, b_tree: Path, data: Path, bodies: Path) -> tuple[int, int]:
+    """How many of the ``asgi_probe --check`` answers the two trees give byte for byte alike,
+    of how many."""
+    probe = Path(__file__).resolve().parent / "asgi_probe.py"
+    got = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, tree in enumerate((a_tree, b_tree)):
+            out = Path(tmp) / f"{i}.txt"
+            cmd = [sys.executable, str(probe), "--data", str(data), "--bodies", str(bodies)]
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            subprocess.run([*cmd, "--check", str(out)], cwd=tree, env=env, check=True)
+            got.append(out.read_text().splitlines())
+    a, b = got
+    return sum(x == y for x, y in zip(a, b, strict=False)), max(len(a), len(b))
 
 
 def _turn(proc: subprocess.Popen[str], n: int) -> float:
@@ -56,7 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = ab_arguments(__doc__)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--turn", type=int, default=600)
+    ap.add_argument("--no-check", action="store_true", help="skip the byte-for-byte check")
     args = ap.parse_args(argv)
+    if not args.no_check:
+        same, total = same_answers(
+            args.a_tree.resolve(), args.b_tree.resolve(), args.data.resolve(), args.bodies.resolve()
+        )
+        print(f"answers byte for byte alike: {same} of {total}", flush=True)
+        if same != total:
+            return 1
     procs = {
         side: _start(tree.resolve(), args.data.resolve(), args.bodies.resolve())
         for side, tree in (("a", args.a_tree), ("b", args.b_tree))

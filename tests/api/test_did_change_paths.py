@@ -27,14 +27,8 @@ from api.context import ServiceContext
 from api.dispatch import run
 from api.jsonbody import dump_json, dump_plain_json
 from api.queries._common import parse_cell_arg
-from api.queries.cell import (
-    SlotAlignment,
-    _align,
-    _neighbour_deltas_loop,
-    neighbour_deltas_of,
-    read_cell,
-    slot_alignment,
-)
+from api.queries.cell import SlotAlignment, _align, read_cell, slot_alignment
+from api.queries.change import _neighbour_deltas_loop, neighbour_deltas_of
 from api.receipts import Signer, _request_id, verify_answer
 from api.rest import create_app
 from store import address
