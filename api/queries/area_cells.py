@@ -81,14 +81,14 @@ def _take(b: BlockCells, tile: npt.NDArray[Any], days: Days, n: int) -> npt.NDAr
     return planes[:, b.ly, b.lx]
 
 
-def _as_index(days: npt.NDArray[np.intp]) -> Days:
+def _as_index(days: list[int]) -> Days:
     """``days`` as a slice when they form an arithmetic progression (one or two days always do)."""
-    if days.size == 1:
-        return slice(int(days[0]), int(days[0]) + 1)
-    d = np.diff(days)
-    if d[0] > 0 and (d == d[0]).all():
-        return slice(int(days[0]), int(days[-1]) + 1, int(d[0]))
-    return days
+    if len(days) == 1:
+        return slice(days[0], days[0] + 1)
+    d0 = days[1] - days[0]
+    if d0 > 0 and all(b - a == d0 for a, b in zip(days, days[1:])):
+        return slice(days[0], days[-1] + 1, d0)
+    return np.array(days, np.intp)
 
 
 def _days_key(days: Days) -> tuple[int, ...] | bytes:
@@ -99,16 +99,21 @@ def _days_key(days: Days) -> tuple[int, ...] | bytes:
 
 
 def _by_chunk(slots: Sequence[int], step: int) -> dict[int, tuple[npt.NDArray[np.intp], Days, int]]:
-    """Time chunk -> (positions in ``slots``, days within the chunk, how many)."""
-    s = np.asarray(slots, np.int64)
-    tc = s // step
-    order = np.argsort(tc, kind="stable")
-    cuts = np.flatnonzero(np.diff(tc[order])) + 1
+    """Time chunk -> (positions in ``slots``, days within the chunk, how many), chunks ascending.
+
+    Positions keep their order within a chunk. Plain Python: a call's slots are a few
+    hundred at most, where numpy's per-call costs (a sort, a split, a diff per chunk)
+    outweighed the work.
+    """
+    vals = [int(t) for t in slots]
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(vals):
+        groups.setdefault(t // step, []).append(i)
     out = {}
-    for part in np.split(order, cuts):
-        if part.size:
-            days = (s[part] % step).astype(np.intp)
-            out[int(tc[part[0]])] = (part.astype(np.intp), _as_index(days), int(part.size))
+    for tc in sorted(groups):
+        pos = groups[tc]
+        days = [vals[i] % step for i in pos]
+        out[tc] = (np.array(pos, np.intp), _as_index(days), len(pos))
     return out
 
 
