@@ -1,0 +1,53 @@
+"""The cell path's bookkeeping: slots grouped by time chunk as the numpy version grouped them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from api.queries.area_cells import _by_chunk
+
+
+def _by_chunk_reference(slots: list[int], step: int) -> dict[int, tuple[Any, Any, int]]:
+    """The numpy grouping _by_chunk replaced (stable argsort and split)."""
+    s = np.asarray(slots, np.int64)
+    tc = s // step
+    order = np.argsort(tc, kind="stable")
+    cuts = np.flatnonzero(np.diff(tc[order])) + 1
+    out = {}
+    for part in np.split(order, cuts):
+        if part.size:
+            days = (s[part] % step).astype(np.intp)
+            if days.size == 1:
+                idx: Any = slice(int(days[0]), int(days[0]) + 1)
+            else:
+                d = np.diff(days)
+                if d[0] > 0 and (d == d[0]).all():
+                    idx = slice(int(days[0]), int(days[-1]) + 1, int(d[0]))
+                else:
+                    idx = days
+            out[int(tc[part[0]])] = (part.astype(np.intp), idx, int(part.size))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_by_chunk_groups_as_the_numpy_reference(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        n = int(rng.integers(1, 120))
+        slots = rng.integers(19_000, 19_000 + int(rng.choice([10, 60, 800])), n)
+        if rng.random() < 0.5:
+            slots.sort()
+        for given in (slots.tolist(), slots):
+            got, want = _by_chunk(given, 7), _by_chunk_reference(slots.tolist(), 7)
+            assert list(got) == list(want)  # chunks ascending
+            for tc in want:
+                (gp, gd, gn), (wp, wd, wn) = got[tc], want[tc]
+                assert gp.dtype == np.intp and np.array_equal(gp, wp) and gn == wn
+                assert type(gd) is type(wd)
+                if isinstance(wd, slice):
+                    assert gd == wd
+                else:
+                    assert gd.dtype == np.intp and np.array_equal(gd, wd)
