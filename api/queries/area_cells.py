@@ -210,11 +210,14 @@ def _count(
 ) -> None:
     """Add to ``counts`` the cells equal to ``value`` of each slot, block by block.
 
-    A block's flags on the group's days are compared and summed in one numpy step
-    (its planes stacked), not once per time chunk. A block's count on given days is
+    A block's flags on the group's days are counted in one compiled step
+    (:func:`api.queries._area_kernels.count_equal`, its planes stacked), not once per
+    time chunk. A block's count on given days is
     reused by the other jobs of the group wanting the same (areas sharing whole
     blocks, or the same area twice).
     """
+    from api.queries._area_kernels import count_equal
+
     days_key = tuple((tc, _days_key(w[tc][1])) for tc in mine)
     for b in blocks:
         present = [tc for tc in mine if tiles[at[(b.cy, b.cx, tc)]] is not None]
@@ -238,8 +241,9 @@ def _count(
                     parts.append(tile[days])
             planes = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if b.rect is None:
-                planes = planes[:, b.ly, b.lx]
-            got = np.count_nonzero(planes == value, axis=tuple(range(1, planes.ndim)))
+                planes = planes[:, b.ly, b.lx][:, None, :]
+            got = np.empty(planes.shape[0], np.int64)
+            count_equal(planes, planes.dtype.type(value), got)
             if key is not None:
                 shared[key] = got
         counts[rows] += got

@@ -51,3 +51,17 @@ def test_by_chunk_groups_as_the_numpy_reference(seed: int) -> None:
                     assert gd == wd
                 else:
                     assert gd.dtype == np.intp and np.array_equal(gd, wd)
+
+
+def test_count_equal_counts_as_numpy() -> None:
+    """The compiled flag count equals numpy's compare + count_nonzero, on strided views too."""
+    from api.queries._area_kernels import count_equal
+
+    rng = np.random.default_rng(3)
+    flags = rng.integers(0, 4, (9, 40, 37)).astype(np.uint8)
+    views = [flags, flags[:, 3:31, 5:36], flags[::2, ::3], flags[[4, 1, 1]], flags[:0]]
+    for planes in views:
+        for value in (0, 2, 3, 7):
+            got = np.full(planes.shape[0], -1, np.int64)
+            count_equal(planes, np.uint8(value), got)
+            assert np.array_equal(got, np.count_nonzero(planes == value, axis=(1, 2)))
