@@ -65,3 +65,17 @@ def test_count_equal_counts_as_numpy() -> None:
             got = np.full(planes.shape[0], -1, np.int64)
             count_equal(planes, np.uint8(value), got)
             assert np.array_equal(got, np.count_nonzero(planes == value, axis=(1, 2)))
+
+
+@pytest.mark.parametrize("box", [(5, 6, 7, 8), (1000, 1130, 2000, 2300), (0, 300, 0, 129)])
+def test_a_bbox_area_holds_its_whole_box_row_major(box: tuple[int, int, int, int]) -> None:
+    """A bbox's cells are every cell of its box, row-major (as the tile walk listed them)."""
+    from shapely.geometry import box as rect
+
+    from api.queries.area_geometry import _cells_inside
+
+    y0, y1, x0, x1 = box
+    ys, xs = _cells_inside(rect(0, 0, 1, 1), box, whole=True)
+    want_y, want_x = np.nonzero(np.ones((y1 - y0, x1 - x0), bool))
+    assert ys.dtype == np.int64 and xs.dtype == np.int64
+    assert np.array_equal(ys, want_y + y0) and np.array_equal(xs, want_x + x0)
