@@ -273,19 +273,28 @@ def _gather(
     y0, y1, x0, x1 = box
     grid = out.reshape(n_rows, y1 - y0, x1 - x0) if (y1 - y0) * (x1 - x0) == n_cells else None
     side = tiles_side
+    # per block, once: where its rectangle goes in the box and where it is in the chunk
+    plan: list[tuple[BlockCells, int, int, tuple[slice, slice] | None, tuple[slice, slice]]] = []
+    for b in blocks:
+        if grid is not None and b.rect is not None:
+            by0, by1, bx0, bx1 = b.rect
+            oy, ox = b.cy * side - y0, b.cx * side - x0
+            dst = (slice(oy + by0, oy + by1), slice(ox + bx0, ox + bx1))
+            plan.append((b, b.cy, b.cx, dst, (slice(by0, by1), slice(bx0, bx1))))
+        else:
+            plan.append((b, b.cy, b.cx, None, (slice(None), slice(None))))
+    fill = spec.fill_value
     r0 = 0
     for tc in mine:
         _, days, n = w[tc]
         r1 = r0 + n
-        for b in blocks:
-            tile = tiles[at[(b.cy, b.cx, tc)]]
-            if grid is not None and b.rect is not None:
-                by0, by1, bx0, bx1 = b.rect
-                oy, ox = b.cy * side - y0, b.cx * side - x0
-                dst = grid[r0:r1, oy + by0 : oy + by1, ox + bx0 : ox + bx1]
-                dst[...] = spec.fill_value if tile is None else tile[days, by0:by1, bx0:bx1]
-                continue
-            out[r0:r1, b.pos] = spec.fill_value if tile is None else _take(b, tile, days, n)
+        for b, cy, cx, dst, src in plan:
+            tile = tiles[at[(cy, cx, tc)]]
+            if dst is not None:
+                assert grid is not None
+                grid[r0:r1, dst[0], dst[1]] = fill if tile is None else tile[days, src[0], src[1]]
+            else:
+                out[r0:r1, b.pos] = fill if tile is None else _take(b, tile, days, n)
         r0 = r1
     return out
 
