@@ -14,6 +14,7 @@ from their summaries and calls these for the rest.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -86,7 +87,7 @@ def _as_index(days: list[int]) -> Days:
     if len(days) == 1:
         return slice(days[0], days[0] + 1)
     d0 = days[1] - days[0]
-    if d0 > 0 and all(b - a == d0 for a, b in zip(days, days[1:])):
+    if d0 > 0 and all(b - a == d0 for a, b in itertools.pairwise(days)):
         return slice(days[0], days[-1] + 1, d0)
     return np.array(days, np.intp)
 

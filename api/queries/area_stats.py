@@ -19,6 +19,7 @@ No I/O: arrays in, numbers out.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from typing import Any
 
@@ -149,7 +150,7 @@ def pick_even(tslots: list[int], m: int) -> list[int]:
         return list(tslots)
     vals = [float(t) for t in tslots]
     targets = np.linspace(vals[0], vals[-1], m).tolist()
-    if all(a <= b for a, b in zip(vals, vals[1:])):
+    if all(a <= b for a, b in itertools.pairwise(vals)):
         chosen = _pick_sorted(vals, targets)
     else:
         chosen = _pick_scan(vals, targets)
@@ -189,10 +190,7 @@ def _pick_sorted(vals: list[float], targets: list[float]) -> list[int]:
                 if free[k]:
                     left = k
                 k -= 1
-        if r < n and (left < 0 or abs(vals[r] - t) < abs(vals[left] - t)):
-            j = r
-        else:
-            j = left
+        j = r if r < n and (left < 0 or abs(vals[r] - t) < abs(vals[left] - t)) else left
         free[j] = False
         chosen.append(j)
     return chosen

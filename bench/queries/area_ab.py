@@ -38,7 +38,7 @@ def requests(data: Path) -> dict[str, dict[str, Any]]:
     """The requests whose answers are compared (the bench's, and variants around them)."""
     from bench.common import DemoArea
     from bench.queries.area import area_args
-    from bench.queries.worst_case import REPRO_POLYGON, worst_args
+    from bench.queries.worst_case import worst_args
 
     area = DemoArea("demo", data.parent / "sample", data, {})
     warm = area_args(area, 1.0, 2024)

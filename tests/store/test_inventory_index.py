@@ -64,9 +64,7 @@ def test_overpasses_in_a_window_are_the_filtered_whole_history() -> None:
     for t0 in (None, 0, 5, 6, 12, 41, 101):
         for t1 in (None, 4, 5, 19, 40, 100, 200):
             want = [
-                (t, ids)
-                for t, ids in whole
-                if (t0 is None or t >= t0) and (t1 is None or t <= t1)
+                (t, ids) for t, ids in whole if (t0 is None or t >= t0) and (t1 is None or t <= t1)
             ]
             assert index.overpasses("s2", box, t0, t1) == want
     assert index.overpasses("s2", (50, 60, 50, 60)) == []

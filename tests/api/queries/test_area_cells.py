@@ -45,12 +45,15 @@ def test_by_chunk_groups_as_the_numpy_reference(seed: int) -> None:
             assert list(got) == list(want)  # chunks ascending
             for tc in want:
                 (gp, gd, gn), (wp, wd, wn) = got[tc], want[tc]
-                assert gp.dtype == np.intp and np.array_equal(gp, wp) and gn == wn
+                assert gp.dtype == np.intp
+                assert np.array_equal(gp, wp)
+                assert gn == wn
                 assert type(gd) is type(wd)
                 if isinstance(wd, slice):
                     assert gd == wd
                 else:
-                    assert gd.dtype == np.intp and np.array_equal(gd, wd)
+                    assert gd.dtype == np.intp
+                    assert np.array_equal(gd, wd)
 
 
 def test_count_equal_counts_as_numpy() -> None:
@@ -77,5 +80,7 @@ def test_a_bbox_area_holds_its_whole_box_row_major(box: tuple[int, int, int, int
     y0, y1, x0, x1 = box
     ys, xs = _cells_inside(rect(0, 0, 1, 1), box, whole=True)
     want_y, want_x = np.nonzero(np.ones((y1 - y0, x1 - x0), bool))
-    assert ys.dtype == np.int64 and xs.dtype == np.int64
-    assert np.array_equal(ys, want_y + y0) and np.array_equal(xs, want_x + x0)
+    assert ys.dtype == np.int64
+    assert xs.dtype == np.int64
+    assert np.array_equal(ys, want_y + y0)
+    assert np.array_equal(xs, want_x + x0)

@@ -177,7 +177,11 @@ def test_cache_tiles_looks_up_like_tile() -> None:
     keys = [("s", 2), ("missing",), ("c",), ("s", 1), ("s", 2)]
     got = cache.tiles(keys)
     assert [g is w for g, w in zip(got, [cache.tile(k) for k in keys], strict=True)] == [True] * 5
-    assert got[1] is None and got[2] is None and got[0] is b and got[3] is a
+    assert got[1] is None
+    assert got[2] is None
+    assert got[0] is b
+    assert got[3] is a
     cache.tiles([("s", 1)])  # now the most recent: ("s", 2) is evicted first
     cache.put([(("s", 3), np.zeros(8, np.float64)), (("s", 4), np.zeros(8, np.float64))])
-    assert cache.tile(("s", 1)) is a and cache.tile(("s", 2)) is None
+    assert cache.tile(("s", 1)) is a
+    assert cache.tile(("s", 2)) is None
