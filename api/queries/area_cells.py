@@ -280,8 +280,8 @@ def _gather(
         if grid is not None and b.rect is not None:
             by0, by1, bx0, bx1 = b.rect
             oy, ox = b.cy * side - y0, b.cx * side - x0
-            dst = (slice(oy + by0, oy + by1), slice(ox + bx0, ox + bx1))
-            plan.append((b, b.cy, b.cx, dst, (slice(by0, by1), slice(bx0, bx1))))
+            into = (slice(oy + by0, oy + by1), slice(ox + bx0, ox + bx1))
+            plan.append((b, b.cy, b.cx, into, (slice(by0, by1), slice(bx0, bx1))))
         else:
             plan.append((b, b.cy, b.cx, None, (slice(None), slice(None))))
     fill = spec.fill_value

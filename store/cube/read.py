@@ -351,9 +351,9 @@ class CubeReader(RegionReads):
         out: list[npt.NDArray[Any] | None] = [None] * len(keys)
         missing: dict[tuple[int, int, int], list[int]] = {}
         empty: frozenset[int] = frozenset()
-        wanted = [i for i, (cy, cx, tc) in enumerate(keys) if tc in stored.get((cy, cx), empty)]
-        hits = cache.tiles([(sid, band, *keys[i]) for i in wanted])  # absent chunks: fill
-        for i, hit in zip(wanted, hits, strict=True):
+        present = [i for i, (cy, cx, tc) in enumerate(keys) if tc in stored.get((cy, cx), empty)]
+        hits = cache.tiles([(sid, band, *keys[i]) for i in present])  # absent chunks: fill
+        for i, hit in zip(present, hits, strict=True):
             if hit is not None:
                 out[i] = hit
             else:
