@@ -211,9 +211,9 @@ def _count(
 ) -> None:
     """Add to ``counts`` the cells equal to ``value`` of each slot, block by block.
 
-    A block's flags on the group's days are counted in one compiled step
-    (:func:`api.queries._area_kernels.count_equal`, its planes stacked), not once per
-    time chunk. A block's count on given days is
+    A block's flags are counted by a compiled loop
+    (:func:`api.queries._area_kernels.count_equal`): a rectangle in place in each chunk,
+    other cells from the group's planes stacked. A block's count on given days is
     reused by the other jobs of the group wanting the same (areas sharing whole
     blocks, or the same area twice).
     """
@@ -229,24 +229,29 @@ def _count(
         )
         key = (b.cy, b.cx, b.rect, days_key) if b.rect is not None else None
         got = shared.get(key) if key is not None else None
-        if got is None:
+        if got is None and b.rect is not None:
+            # each chunk's rectangle counted where it lies (no stacked copy of the planes)
+            y0, y1, x0, x1 = b.rect
+            got = np.empty(rows.size, np.int64)
+            r = 0
+            for tc in present:
+                tile = tiles[at[(b.cy, b.cx, tc)]]
+                assert tile is not None
+                _, days, n = w[tc]
+                count_equal(tile[days, y0:y1, x0:x1], tile.dtype.type(value), got[r : r + n])
+                r += n
+            if key is not None:
+                shared[key] = got
+        elif got is None:
             parts = []
             for tc in present:
                 tile = tiles[at[(b.cy, b.cx, tc)]]
                 assert tile is not None
-                days = w[tc][1]
-                if b.rect is not None:
-                    y0, y1, x0, x1 = b.rect
-                    parts.append(tile[days, y0:y1, x0:x1])
-                else:
-                    parts.append(tile[days])
+                parts.append(tile[w[tc][1]])
             planes = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            if b.rect is None:
-                planes = planes[:, b.ly, b.lx][:, None, :]
+            planes = planes[:, b.ly, b.lx][:, None, :]
             got = np.empty(planes.shape[0], np.int64)
             count_equal(planes, planes.dtype.type(value), got)
-            if key is not None:
-                shared[key] = got
         counts[rows] += got
 
 
