@@ -22,11 +22,12 @@ exist without listing chunks.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -338,6 +339,9 @@ class OverpassIndex:
 
     rows: Mapping[str, Mapping[int, Sequence[SourceRow]]]
     """``{family: {tslot: [SourceRow]}}``."""
+    _by_tslot: dict[str, tuple[list[int], list[tuple[int, Sequence[SourceRow]]]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def load(cls, inventory: Inventory) -> OverpassIndex:
@@ -447,10 +451,15 @@ class OverpassIndex:
         Returns:
             ``[(tslot, sorted source item ids)]`` ascending by tslot.
         """
+        got = self._by_tslot.get(family)
+        if got is None:  # the family's rows in tslot order, made once (the index is immutable)
+            ordered = sorted(self.rows.get(family, {}).items())
+            got = self._by_tslot[family] = ([t for t, _ in ordered], ordered)
+        keys, ordered = got
+        lo = 0 if t0 is None else bisect.bisect_left(keys, t0)
+        hi = len(keys) if t1 is None else bisect.bisect_right(keys, t1)
         out = []
-        for tslot, rows in sorted(self.rows.get(family, {}).items()):
-            if (t0 is not None and tslot < t0) or (t1 is not None and tslot > t1):
-                continue
+        for tslot, rows in ordered[lo:hi]:
             items: set[str] = set()
             hit = False
             for row in rows:

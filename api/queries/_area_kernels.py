@@ -14,7 +14,7 @@ from numba import njit
 
 from store._pairwise import pairwise_terms
 
-__all__ = ["scene_keys", "scenes_kernel", "sort_keys", "sorted_stats"]
+__all__ = ["count_equal", "scene_keys", "scenes_kernel", "sort_keys", "sorted_stats"]
 
 _QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
 _DIGIT = 11  # radix digit: three passes cover a value's 32 key bits
@@ -176,3 +176,18 @@ def _interp(q: float, xp: Any, fp: Any) -> float:  # pragma: no cover - numba
         if np.isnan(r) and fp[j] == fp[j + 1]:
             r = fp[j]
     return r
+
+
+@njit(cache=True, nogil=True)
+def count_equal(planes: Any, value: Any, out: Any) -> None:  # pragma: no cover - numba
+    """``out[s]``: the cells of ``planes[s]`` (``(n, h, w)``, any strides) equal to ``value``.
+
+    What ``np.count_nonzero(planes == value, axis=(1, 2))`` gives, without the boolean
+    array and numpy's casting sum over it.
+    """
+    for s in range(planes.shape[0]):
+        c = 0
+        for y in range(planes.shape[1]):
+            for x in range(planes.shape[2]):
+                c += planes[s, y, x] == value
+        out[s] = c

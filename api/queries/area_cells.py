@@ -14,6 +14,7 @@ from their summaries and calls these for the rest.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -81,14 +82,14 @@ def _take(b: BlockCells, tile: npt.NDArray[Any], days: Days, n: int) -> npt.NDAr
     return planes[:, b.ly, b.lx]
 
 
-def _as_index(days: npt.NDArray[np.intp]) -> Days:
+def _as_index(days: list[int]) -> Days:
     """``days`` as a slice when they form an arithmetic progression (one or two days always do)."""
-    if days.size == 1:
-        return slice(int(days[0]), int(days[0]) + 1)
-    d = np.diff(days)
-    if d[0] > 0 and (d == d[0]).all():
-        return slice(int(days[0]), int(days[-1]) + 1, int(d[0]))
-    return days
+    if len(days) == 1:
+        return slice(days[0], days[0] + 1)
+    d0 = days[1] - days[0]
+    if d0 > 0 and all(b - a == d0 for a, b in itertools.pairwise(days)):
+        return slice(days[0], days[-1] + 1, d0)
+    return np.array(days, np.intp)
 
 
 def _days_key(days: Days) -> tuple[int, ...] | bytes:
@@ -99,16 +100,21 @@ def _days_key(days: Days) -> tuple[int, ...] | bytes:
 
 
 def _by_chunk(slots: Sequence[int], step: int) -> dict[int, tuple[npt.NDArray[np.intp], Days, int]]:
-    """Time chunk -> (positions in ``slots``, days within the chunk, how many)."""
-    s = np.asarray(slots, np.int64)
-    tc = s // step
-    order = np.argsort(tc, kind="stable")
-    cuts = np.flatnonzero(np.diff(tc[order])) + 1
+    """Time chunk -> (positions in ``slots``, days within the chunk, how many), chunks ascending.
+
+    Positions keep their order within a chunk. Plain Python: a call's slots are a few
+    hundred at most, where numpy's per-call costs (a sort, a split, a diff per chunk)
+    outweighed the work.
+    """
+    vals = [int(t) for t in slots]
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(vals):
+        groups.setdefault(t // step, []).append(i)
     out = {}
-    for part in np.split(order, cuts):
-        if part.size:
-            days = (s[part] % step).astype(np.intp)
-            out[int(tc[part[0]])] = (part.astype(np.intp), _as_index(days), int(part.size))
+    for tc in sorted(groups):
+        pos = groups[tc]
+        days = [vals[i] % step for i in pos]
+        out[tc] = (np.array(pos, np.intp), _as_index(days), len(pos))
     return out
 
 
@@ -205,11 +211,14 @@ def _count(
 ) -> None:
     """Add to ``counts`` the cells equal to ``value`` of each slot, block by block.
 
-    A block's flags on the group's days are compared and summed in one numpy step
-    (its planes stacked), not once per time chunk. A block's count on given days is
+    A block's flags are counted by a compiled loop
+    (:func:`api.queries._area_kernels.count_equal`): a rectangle in place in each chunk,
+    other cells from the group's planes stacked. A block's count on given days is
     reused by the other jobs of the group wanting the same (areas sharing whole
     blocks, or the same area twice).
     """
+    from api.queries._area_kernels import count_equal
+
     days_key = tuple((tc, _days_key(w[tc][1])) for tc in mine)
     for b in blocks:
         present = [tc for tc in mine if tiles[at[(b.cy, b.cx, tc)]] is not None]
@@ -220,23 +229,29 @@ def _count(
         )
         key = (b.cy, b.cx, b.rect, days_key) if b.rect is not None else None
         got = shared.get(key) if key is not None else None
-        if got is None:
+        if got is None and b.rect is not None:
+            # each chunk's rectangle counted where it lies (no stacked copy of the planes)
+            y0, y1, x0, x1 = b.rect
+            got = np.empty(rows.size, np.int64)
+            r = 0
+            for tc in present:
+                tile = tiles[at[(b.cy, b.cx, tc)]]
+                assert tile is not None
+                _, days, n = w[tc]
+                count_equal(tile[days, y0:y1, x0:x1], tile.dtype.type(value), got[r : r + n])
+                r += n
+            if key is not None:
+                shared[key] = got
+        elif got is None:
             parts = []
             for tc in present:
                 tile = tiles[at[(b.cy, b.cx, tc)]]
                 assert tile is not None
-                days = w[tc][1]
-                if b.rect is not None:
-                    y0, y1, x0, x1 = b.rect
-                    parts.append(tile[days, y0:y1, x0:x1])
-                else:
-                    parts.append(tile[days])
+                parts.append(tile[w[tc][1]])
             planes = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            if b.rect is None:
-                planes = planes[:, b.ly, b.lx]
-            got = np.count_nonzero(planes == value, axis=tuple(range(1, planes.ndim)))
-            if key is not None:
-                shared[key] = got
+            planes = planes[:, b.ly, b.lx][:, None, :]
+            got = np.empty(planes.shape[0], np.int64)
+            count_equal(planes, planes.dtype.type(value), got)
         counts[rows] += got
 
 
@@ -264,19 +279,28 @@ def _gather(
     y0, y1, x0, x1 = box
     grid = out.reshape(n_rows, y1 - y0, x1 - x0) if (y1 - y0) * (x1 - x0) == n_cells else None
     side = tiles_side
+    # per block, once: where its rectangle goes in the box and where it is in the chunk
+    plan: list[tuple[BlockCells, int, int, tuple[slice, slice] | None, tuple[slice, slice]]] = []
+    for b in blocks:
+        if grid is not None and b.rect is not None:
+            by0, by1, bx0, bx1 = b.rect
+            oy, ox = b.cy * side - y0, b.cx * side - x0
+            into = (slice(oy + by0, oy + by1), slice(ox + bx0, ox + bx1))
+            plan.append((b, b.cy, b.cx, into, (slice(by0, by1), slice(bx0, bx1))))
+        else:
+            plan.append((b, b.cy, b.cx, None, (slice(None), slice(None))))
+    fill = spec.fill_value
     r0 = 0
     for tc in mine:
         _, days, n = w[tc]
         r1 = r0 + n
-        for b in blocks:
-            tile = tiles[at[(b.cy, b.cx, tc)]]
-            if grid is not None and b.rect is not None:
-                by0, by1, bx0, bx1 = b.rect
-                oy, ox = b.cy * side - y0, b.cx * side - x0
-                dst = grid[r0:r1, oy + by0 : oy + by1, ox + bx0 : ox + bx1]
-                dst[...] = spec.fill_value if tile is None else tile[days, by0:by1, bx0:bx1]
-                continue
-            out[r0:r1, b.pos] = spec.fill_value if tile is None else _take(b, tile, days, n)
+        for b, cy, cx, dst, src in plan:
+            tile = tiles[at[(cy, cx, tc)]]
+            if dst is not None:
+                assert grid is not None
+                grid[r0:r1, dst[0], dst[1]] = fill if tile is None else tile[days, src[0], src[1]]
+            else:
+                out[r0:r1, b.pos] = fill if tile is None else _take(b, tile, days, n)
         r0 = r1
     return out
 

@@ -150,6 +150,10 @@ def _cells_inside(
     from shapely.geometry import box as rect
 
     y0, y1, x0, x1 = box
+    if whole:  # every cell of the box, row-major (what the tile walk gives, without it)
+        rows = np.arange(y0, y1, dtype=np.int64)
+        cols = np.arange(x0, x1, dtype=np.int64)
+        return np.repeat(rows, cols.size), np.tile(cols, rows.size)
     shapely.prepare(geom)
     ys_parts: list[npt.NDArray[np.int64]] = []
     xs_parts: list[npt.NDArray[np.int64]] = []
@@ -159,21 +163,18 @@ def _cells_inside(
         for tx in range(x0, x1, _TILE):
             cols = np.arange(tx, min(x1, tx + _TILE), dtype=np.int64)
             lat, lng = address.q_center(rows, cols)
-            if whole:
+            # the tile's cells' extent: missing it misses every centre; holding it
+            # properly (no boundary contact) holds every centre
+            hy, hx = address.LAT_STEP / 2, address.LNG_STEP / 2
+            cell = rect(
+                float(lng[0]) - hx, float(lat[0]) - hy, float(lng[-1]) + hx, float(lat[-1]) + hy
+            )
+            if not geom.intersects(cell):
+                continue
+            if shapely.contains_properly(geom, cell):
                 inside = np.ones((rows.size, cols.size), bool)
             else:
-                # the tile's cells' extent: missing it misses every centre; holding it
-                # properly (no boundary contact) holds every centre
-                hy, hx = address.LAT_STEP / 2, address.LNG_STEP / 2
-                cell = rect(
-                    float(lng[0]) - hx, float(lat[0]) - hy, float(lng[-1]) + hx, float(lat[-1]) + hy
-                )
-                if not geom.intersects(cell):
-                    continue
-                if shapely.contains_properly(geom, cell):
-                    inside = np.ones((rows.size, cols.size), bool)
-                else:
-                    inside = shapely.contains_xy(geom, lng[None, :], lat[:, None])
+                inside = shapely.contains_xy(geom, lng[None, :], lat[:, None])
             r, c = np.nonzero(inside)
             if r.size:
                 row_parts.append((rows[r], cols[c]))

@@ -15,6 +15,7 @@ alone. The definitions are in :mod:`api.queries.area`.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -61,8 +62,15 @@ def candidate_slots(cand: list[tuple[int, list[str]]]) -> list[int]:
 
 
 def _doy_distance(a: int, b: int) -> int:
-    d = abs(tslot.day_of_year(a) - tslot.day_of_year(b))
+    d = abs(_day_of_year(a) - _day_of_year(b))
     return min(d, 365 - d)
+
+
+@functools.lru_cache(maxsize=8192)
+def _day_of_year(t: int) -> int:
+    """:func:`store.tslot.day_of_year`, remembered (every call filters an area's whole
+    history of overpasses by it)."""
+    return tslot.day_of_year(t)
 
 
 def _select(

@@ -18,6 +18,8 @@ No I/O: arrays in, numbers out.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from typing import Any
 
@@ -137,11 +139,27 @@ def theil_sen(y: npt.ArrayLike, x: npt.ArrayLike) -> tuple[float, float]:
 
 
 def pick_even(tslots: list[int], m: int) -> list[int]:
-    """Choose ``m`` of sorted ``tslots`` evenly in time, keeping the first and the last."""
+    """Choose ``m`` of sorted ``tslots`` evenly in time, keeping the first and the last.
+
+    For each of ``m`` targets evenly spaced from the first to the last slot, in turn,
+    the nearest slot not chosen yet (ties: the earliest). Sorted slots are searched by
+    bisection (:func:`_pick_sorted`); others take the reference scan (:func:`_pick_scan`),
+    which gives the same choice.
+    """
     if len(tslots) <= m:
         return list(tslots)
-    arr = np.asarray(tslots, dtype=np.float64)
-    targets = np.linspace(arr[0], arr[-1], m)
+    vals = [float(t) for t in tslots]
+    targets = np.linspace(vals[0], vals[-1], m).tolist()
+    if all(a <= b for a, b in itertools.pairwise(vals)):
+        chosen = _pick_sorted(vals, targets)
+    else:
+        chosen = _pick_scan(vals, targets)
+    return [tslots[j] for j in sorted(chosen)]
+
+
+def _pick_scan(vals: list[float], targets: list[float]) -> list[int]:
+    """For each target in turn, the first free index nearest it (numpy's argmin over the free)."""
+    arr = np.asarray(vals, dtype=np.float64)
     free = np.ones(arr.size, bool)
     chosen = []
     for t in targets:
@@ -149,7 +167,33 @@ def pick_even(tslots: list[int], m: int) -> list[int]:
         j = cand[int(np.argmin(np.abs(arr[cand] - t)))]
         free[j] = False
         chosen.append(int(j))
-    return [tslots[j] for j in sorted(chosen)]
+    return chosen
+
+
+def _pick_sorted(vals: list[float], targets: list[float]) -> list[int]:
+    """:func:`_pick_scan` for ascending ``vals``: the nearest free index on each side of the
+    target's insertion point, the left one on a tie, the first of equal values."""
+    n = len(vals)
+    free = [True] * n
+    chosen = []
+    for t in targets:
+        i = bisect.bisect_left(vals, t)  # vals[:i] < t <= vals[i:]
+        r = i
+        while r < n and not free[r]:
+            r += 1
+        left = i - 1
+        while left >= 0 and not free[left]:
+            left -= 1
+        if left >= 0:  # argmin takes the first free index holding the nearest value
+            k = left - 1
+            while k >= 0 and vals[k] == vals[left]:
+                if free[k]:
+                    left = k
+                k -= 1
+        j = r if r < n and (left < 0 or abs(vals[r] - t) < abs(vals[left] - t)) else left
+        free[j] = False
+        chosen.append(j)
+    return chosen
 
 
 _THREADED_SCENES = 4  # scenes per call from which half go to a pool thread

@@ -109,6 +109,20 @@ class ChunkCache:
                 return value
         return None
 
+    def tiles(self, keys: Sequence[tuple[Any, ...]]) -> list[npt.NDArray[Any] | None]:
+        """:meth:`tile` of each key (one lock for all of them)."""
+        out: list[npt.NDArray[Any] | None] = []
+        with self._lock:
+            entries = self._entries
+            for key in keys:
+                value = entries.get(key)
+                if value is not None and not isinstance(value, Column):
+                    entries.move_to_end(key)
+                    out.append(value)
+                else:
+                    out.append(None)
+        return out
+
     def put(self, entries: Sequence[tuple[tuple[Any, ...], Column | npt.NDArray[Any]]]) -> None:
         """Insert entries (an existing key keeps its value), then evict down to the bound."""
         with self._lock:

@@ -137,6 +137,7 @@ class CubeReader(RegionReads):
         self._root = root  # the summary probe looks its arrays up here (no second open)
         self._arrays: dict[str, zarr.Array] = {}
         self._index: dict[str, dict[tuple[int, int], npt.NDArray[np.int64]]] = {}
+        self._stored: dict[str, dict[tuple[int, int], frozenset[int]]] = {}
         self._codecs: dict[str, ChunkCodec | None] = {}
         self._data_dir = data_dir
         self._inventory: SnapshotInventory | None = None
@@ -232,6 +233,15 @@ class CubeReader(RegionReads):
                 index = self._build_index(spec)
                 self._index[spec.array_path] = index
         return index
+
+    def _stored_sets(self, band: str) -> dict[tuple[int, int], frozenset[int]]:
+        """:meth:`chunk_index` as sets of time chunks (made once per reader and band)."""
+        sets = self._stored.get(band)
+        if sets is None:
+            index = self.chunk_index(band)
+            sets = {k: frozenset(v.tolist()) for k, v in index.items()}
+            self._stored[band] = sets
+        return sets
 
     def _build_index(self, spec: BandSpec) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
         coords = self.chunks(spec.name)
@@ -337,22 +347,17 @@ class CubeReader(RegionReads):
         band_spec(band)  # raises for an unknown band
         cache = cache if cache is not None else self.cache
         sid = self._snapshot_id
-        index = self.chunk_index(band)
+        stored = self._stored_sets(band)
         out: list[npt.NDArray[Any] | None] = [None] * len(keys)
         missing: dict[tuple[int, int, int], list[int]] = {}
-        stored: dict[tuple[int, int], set[int]] = {}
-        for i, (cy, cx, tc) in enumerate(keys):
-            present = stored.get((cy, cx))
-            if present is None:
-                tcs = index.get((cy, cx))
-                present = stored[(cy, cx)] = set() if tcs is None else set(tcs.tolist())
-            if tc not in present:
-                continue  # no such chunk: fill
-            hit = cache.tile((sid, band, cy, cx, tc))
+        empty: frozenset[int] = frozenset()
+        present = [i for i, (cy, cx, tc) in enumerate(keys) if tc in stored.get((cy, cx), empty)]
+        hits = cache.tiles([(sid, band, *keys[i]) for i in present])  # absent chunks: fill
+        for i, hit in zip(present, hits, strict=True):
             if hit is not None:
                 out[i] = hit
             else:
-                missing.setdefault((cy, cx, tc), []).append(i)
+                missing.setdefault(keys[i], []).append(i)
         if missing:
             wanted = list(missing)
             got = self.read_chunks(band, [(tc, cy, cx) for cy, cx, tc in wanted])

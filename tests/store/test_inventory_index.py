@@ -43,3 +43,30 @@ def test_sources_many_equals_sources_per_cell(tiny_store: Any) -> None:
         got = index.sources_many(fam, t, lats, lngs)
         assert got == [index.sources(fam, t, a, b) for a, b in zip(lats, lngs, strict=True)]
     assert any(index.sources(fam, t, lat0, lng0) for t in by_t)
+
+
+def test_overpasses_in_a_window_are_the_filtered_whole_history() -> None:
+    """overpasses with t0/t1 (found by bisection) equals the unbounded list filtered, at the
+    window's edges too; repeated calls give the same."""
+    from store.inventory import OverpassIndex, SourceRow
+
+    rows = {
+        "s2": {
+            t: [SourceRow((0, 10, 0, 10) if t % 3 else (20, 30, 20, 30), (f"i{t}",))]
+            for t in (5, 9, 12, 12 + 7, 40, 41, 100)
+        },
+        "s1": {3: [SourceRow(None, ("a", "b"))]},
+    }
+    index = OverpassIndex(rows)
+    box = (0, 25, 0, 25)
+    whole = index.overpasses("s2", box)
+    assert [t for t, _ in whole] == sorted(t for t in rows["s2"])
+    for t0 in (None, 0, 5, 6, 12, 41, 101):
+        for t1 in (None, 4, 5, 19, 40, 100, 200):
+            want = [
+                (t, ids) for t, ids in whole if (t0 is None or t >= t0) and (t1 is None or t <= t1)
+            ]
+            assert index.overpasses("s2", box, t0, t1) == want
+    assert index.overpasses("s2", (50, 60, 50, 60)) == []
+    assert index.overpasses("s1", box, 3, 3) == [(3, ["a", "b"])]
+    assert index.overpasses("none", box) == []

@@ -164,3 +164,24 @@ def test_a_small_area_is_parsed_once_per_context_and_answers_alike(
     run(ctx, "area_over_time", args)
     run(ctx, "area_over_time", args)
     assert parsed == ["area", "area", "area", "area"]
+
+
+def test_cache_tiles_looks_up_like_tile() -> None:
+    """ChunkCache.tiles: per key what tile gives (columns and absent keys None), recency kept."""
+    from store.cube.cache import ChunkCache, Column
+
+    cache = ChunkCache(max_bytes=3 * 64)
+    a, b = np.zeros(8, np.float64), np.ones(8, np.float64)
+    col = Column(np.zeros(0, np.int64), np.zeros((0, 1, 1)), 0, 0)
+    cache.put([(("s", 1), a), (("s", 2), b), (("c",), col)])
+    keys = [("s", 2), ("missing",), ("c",), ("s", 1), ("s", 2)]
+    got = cache.tiles(keys)
+    assert [g is w for g, w in zip(got, [cache.tile(k) for k in keys], strict=True)] == [True] * 5
+    assert got[1] is None
+    assert got[2] is None
+    assert got[0] is b
+    assert got[3] is a
+    cache.tiles([("s", 1)])  # now the most recent: ("s", 2) is evicted first
+    cache.put([(("s", 3), np.zeros(8, np.float64)), (("s", 4), np.zeros(8, np.float64))])
+    assert cache.tile(("s", 1)) is a
+    assert cache.tile(("s", 2)) is None

@@ -109,3 +109,32 @@ def test_scene_keys_radix_sort_gives_numpys_order(kind: str) -> None:
         assert (keys[:n] & np.uint64(0xFFFFFFFF) == np.flatnonzero(sel)).all()
         got = sort_keys(keys, n, tmp, hist)
         np.testing.assert_array_equal(got[:n], want)
+
+
+def _pick_even_reference(tslots: list[int], m: int) -> list[int]:
+    """pick_even as it was (numpy's argmin over the free slots, per target)."""
+    if len(tslots) <= m:
+        return list(tslots)
+    arr = np.asarray(tslots, dtype=np.float64)
+    free = np.ones(arr.size, bool)
+    chosen = []
+    for t in np.linspace(arr[0], arr[-1], m):
+        cand = np.flatnonzero(free)
+        j = cand[int(np.argmin(np.abs(arr[cand] - t)))]
+        free[j] = False
+        chosen.append(int(j))
+    return [tslots[j] for j in sorted(chosen)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pick_even_by_bisection_chooses_as_the_argmin_scan(seed: int) -> None:
+    """Sorted slots (bisection), with duplicates and ties, and unsorted ones (the scan)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(400):
+        n = int(rng.integers(2, 80))
+        high = int(rng.choice([12, 60, 3000]))  # small ranges: duplicates and equal distances
+        slots = sorted(rng.integers(0, high, n).tolist())
+        m = int(rng.integers(1, n + 2))
+        assert stats_mod.pick_even(slots, m) == _pick_even_reference(slots, m)
+        shuffled = rng.permutation(slots).tolist()
+        assert stats_mod.pick_even(shuffled, m) == _pick_even_reference(shuffled, m)
