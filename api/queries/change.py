@@ -114,27 +114,19 @@ def _did_change_body(
         facts = [
             make_fact(ctx, reader, cell.cell, band, t0, v0, sources=src0),
             make_fact(ctx, reader, cell.cell, band, t1, v1, sources=src1),
-            make_fact(
-                ctx,
-                reader,
-                cell.cell,
-                flag_band,
-                t0,
-                int(series.flag[i0]),
-                lat_q=la,
-                lng_q=ln,
-                sources=src0 if same else None,
-            ),
-            make_fact(
-                ctx,
-                reader,
-                cell.cell,
-                flag_band,
-                t1,
-                int(series.flag[i1]),
-                lat_q=la,
-                lng_q=ln,
-                sources=src1 if same else None,
+            *(  # the flag at each end, with its end's sources when they are the band's
+                make_fact(
+                    ctx,
+                    reader,
+                    cell.cell,
+                    flag_band,
+                    t,
+                    int(series.flag[i]),
+                    lat_q=la,
+                    lng_q=ln,
+                    sources=src if same else None,
+                )
+                for t, i, src in ((t0, i0, src0), (t1, i1, src1))
             ),
         ]
     answer = {

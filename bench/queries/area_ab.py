@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.queries.probe_ab import close_children
+
 __all__ = ["main", "requests"]
 
 
@@ -187,10 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{ratio.median:.3f} [{ratio.p10:.3f}-{ratio.p90:.3f}] over {args.rounds} rounds"
             )
     finally:
-        for proc in procs.values():
-            assert proc.stdin is not None
-            proc.stdin.close()
-            proc.wait(timeout=60)
+        close_children(procs.values(), timeout=60)
     return 0
 
 

@@ -17,7 +17,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from bench.paired import ratio_stats
 
@@ -105,11 +107,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{ratio.median:.3f} [{ratio.p10:.3f}-{ratio.p90:.3f}] over {args.rounds} rounds"
         )
     finally:
-        for proc in procs.values():
-            assert proc.stdin is not None
-            proc.stdin.close()
-            proc.wait(timeout=30)
+        close_children(procs.values(), timeout=30)
     return 0
+
+
+def close_children(procs: Iterable[subprocess.Popen[Any]], timeout: float) -> None:
+    """End the A/B tools' child processes: close each one's stdin, then wait for it."""
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=timeout)
 
 
 if __name__ == "__main__":
