@@ -33,10 +33,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 __all__ = [
-    "CHECK_COLUMNS",
-    "CHECK_VALUES",
     "DYNAMIC_PARTITIONS",
-    "EVENT_COLUMNS",
     "HAS_DYNAMIC_PARTITION",
     "INSERT_CHECK",
     "INSERT_EVENT",
@@ -76,10 +73,6 @@ class RawStatement:
             self._compiled[id(dialect)] = known
         return known
 
-    def sql(self, dialect: Dialect) -> str:
-        """The statement's SQL text as sent to the driver."""
-        return self._for(dialect)[0]
-
     def params(self, dialect: Dialect, values: Mapping[str, Any]) -> tuple[Any, ...]:
         """``values`` in the statement's parameter order, each as SQLAlchemy would bind it."""
         _, names, processors = self._for(dialect)
@@ -106,10 +99,10 @@ def _driver(conn: Connection) -> Any:
 
 # ---------------------------------------------------------------- the event log's statements
 
-EVENT_COLUMNS = ("run_id", "event", "dagster_event_type", "timestamp", "step_key", "asset_key")
-INSERT_EVENT = RawStatement(SqlEventLogStorageTable.insert(), (*EVENT_COLUMNS, "partition"))
+_EVENT_COLUMNS = ("run_id", "event", "dagster_event_type", "timestamp", "step_key", "asset_key")
+INSERT_EVENT = RawStatement(SqlEventLogStorageTable.insert(), (*_EVENT_COLUMNS, "partition"))
 _INSERT_ASSET = AssetKeyTable.insert()
-CHECK_COLUMNS = (
+_CHECK_COLUMNS = (
     "asset_key",
     "check_name",
     "partition",
@@ -119,9 +112,9 @@ CHECK_COLUMNS = (
     "evaluation_event_timestamp",
     "evaluation_event_storage_id",
 )
-INSERT_PLANNED_CHECK = RawStatement(AssetCheckExecutionsTable.insert(), CHECK_COLUMNS)
+INSERT_PLANNED_CHECK = RawStatement(AssetCheckExecutionsTable.insert(), _CHECK_COLUMNS)
 INSERT_CHECK = RawStatement(
-    AssetCheckExecutionsTable.insert(), (*CHECK_COLUMNS, "materialization_event_storage_id")
+    AssetCheckExecutionsTable.insert(), (*_CHECK_COLUMNS, "materialization_event_storage_id")
 )
 
 
@@ -137,7 +130,7 @@ def _check_update(partitioned: bool) -> Any:
     return AssetCheckExecutionsTable.update().where(sa.and_(*where))
 
 
-CHECK_VALUES = (
+_CHECK_VALUES = (
     "execution_status",
     "evaluation_event",
     "evaluation_event_timestamp",
@@ -148,10 +141,10 @@ CHECK_VALUES = (
 UPDATE_CHECK = {
     True: RawStatement(
         _check_update(True),
-        (*CHECK_VALUES, "w_asset_key", "w_check_name", "w_run_id", "w_partition"),
+        (*_CHECK_VALUES, "w_asset_key", "w_check_name", "w_run_id", "w_partition"),
     ),
     False: RawStatement(
-        _check_update(False), (*CHECK_VALUES, "w_asset_key", "w_check_name", "w_run_id")
+        _check_update(False), (*_CHECK_VALUES, "w_asset_key", "w_check_name", "w_run_id")
     ),
 }
 _UPDATE_ASSET = AssetKeyTable.update().where(
