@@ -43,6 +43,7 @@ __all__ = [
     "ExecutorChoice",
     "choose_executor",
     "dask_client",
+    "is_cluster_failure",
 ]
 
 EXECUTOR_ENV = "EARTHMEM_INGEST_EXECUTOR"
@@ -231,3 +232,14 @@ def dask_client(choice: ExecutorChoice) -> Iterator[Any]:
         yield client
     finally:
         client.close()
+
+
+def is_cluster_failure(exc: BaseException) -> bool:
+    """Whether an exception from ``gather`` is the cluster's (a dead worker, a lost connection)."""
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    return isinstance(
+        exc, (KilledWorker, CommClosedError, FutureCancelledError, OSError, TimeoutError)
+    )

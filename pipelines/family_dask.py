@@ -24,7 +24,7 @@ from typing import Any
 
 from dagster import AssetCheckResult
 
-from pipelines.cluster import ClusterError, ExecutorChoice, dask_client
+from pipelines.cluster import ClusterError, ExecutorChoice, dask_client, is_cluster_failure
 from pipelines.family import (
     PartitionOutcome,
     PartitionWork,
@@ -156,7 +156,7 @@ def ingest_range_dask(
             try:
                 done: list[TaskResult] = client.gather(futures)
             except Exception as exc:
-                if _is_cluster_failure(exc):
+                if is_cluster_failure(exc):
                     raise ClusterError(
                         f"{family.asset}: a task of the range was lost on the Dask cluster"
                         f" ({type(exc).__name__}: {exc}); nothing was committed, rerun the range"
@@ -195,17 +195,6 @@ def ingest_range_dask(
         )
         for r in done
     ]
-
-
-def _is_cluster_failure(exc: BaseException) -> bool:
-    """Whether an exception from ``gather`` is the cluster's (a dead worker, a lost connection)."""
-    from distributed.client import FutureCancelledError
-    from distributed.comm.core import CommClosedError
-    from distributed.scheduler import KilledWorker
-
-    return isinstance(
-        exc, (KilledWorker, CommClosedError, FutureCancelledError, OSError, TimeoutError)
-    )
 
 
 def run_range(

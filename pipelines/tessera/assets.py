@@ -2,7 +2,6 @@
 
 from datetime import date
 
-import numpy as np
 from dagster import (
     AssetCheckResult,
     AssetCheckSpec,
@@ -11,13 +10,12 @@ from dagster import (
     asset,
 )
 
-from pipelines.partitions import TESSERA_YEARS
+from pipelines.cluster import DaskResource
+from pipelines.partitions import TESSERA_YEARS, area_blocks
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
 from pipelines.sources.models import SceneItem
-from pipelines.tessera.ingest import load_vintage
 from pipelines.tessera.tables import build_multi_year_table, build_year_table
-from store.inventory import InventoryRow
-from store.tslot import year_slot
+from pipelines.tessera.vintage import AreaBlocks, run_vintage
 
 __all__ = [
     "geotessera_embeddings",
@@ -70,49 +68,37 @@ def geotessera_embeddings(
     scenes: SceneSourceResource,
     store: StoreResource,
     area: AreaResource,
+    dask: DaskResource,
 ) -> MaterializeResult:
-    """int8 vectors + per-cell scale + bin128 sign codes of one vintage over the area."""
+    """int8 vectors + per-cell scale + bin128 sign codes of one vintage over the area.
+
+    In the run's process, or one task per block of the area on a Dask cluster, as the run's
+    ``dask`` resource chooses (:mod:`pipelines.tessera.vintage`).
+    """
     year = int(context.partition_key)
     tiles = _vintage_items(scenes, area, year)
-    win = area.window()
-    vintage = load_vintage(tiles, win, year)
-    finite = np.isfinite(vintage.scale)
-    bad_scale = int((vintage.scale[finite] <= 0).sum())
-    slot = np.array([year_slot(date(year, 1, 1))])
-    snapshot = None
-    if tiles:
-        with store.writer().transaction(
-            f"tessera|{year}", metadata={"asset": "geotessera_embeddings"}
-        ) as tx:
-            tx.write("geotessera", slot, win.lat_q0, win.lng_q0, vintage.embedding[None])
-            tx.write("geotessera.scale", slot, win.lat_q0, win.lng_q0, vintage.scale[None])
-            tx.write("geotessera.bin128", slot, win.lat_q0, win.lng_q0, vintage.bin128[None])
-            tx.write_inventory(
-                f"tessera|{year}",
-                [
-                    InventoryRow(
-                        band="geotessera",
-                        tslot=int(slot[0]),
-                        block=f"area:{area.name}",
-                        item_ids=vintage.item_ids,
-                        clear_cells=vintage.n_valid,
-                        total_cells=int(win.shape[0] * win.shape[1]),
-                        tempo="year",
-                    )
-                ],
-            )
-        snapshot = tx.snapshot_id
+    window = area.window()
+    blocks = tuple(
+        (b, w) for b in area_blocks(area.bbox) if (w := area.block_window(b)) is not None
+    )
+    written = run_vintage(
+        tiles, AreaBlocks(area.name, window, blocks), year, store.writer(), dask.choice()
+    )
+    totals = written.totals
     return MaterializeResult(
         metadata={
-            "valid_cells": vintage.n_valid,
-            "tiles": list(vintage.item_ids),
-            "snapshot_id": snapshot or "none",
+            "valid_cells": totals.n_valid,
+            "tiles": list(totals.item_ids),
+            "snapshot_id": written.snapshot or "none",
         },
         check_results=[
             AssetCheckResult(
                 check_name="valid_vectors",
-                passed=bad_scale == 0 and (vintage.n_valid > 0 or not tiles),
-                metadata={"valid_cells": vintage.n_valid, "non_positive_scales": bad_scale},
+                passed=totals.bad_scales == 0 and (totals.n_valid > 0 or not tiles),
+                metadata={
+                    "valid_cells": totals.n_valid,
+                    "non_positive_scales": totals.bad_scales,
+                },
             )
         ],
     )

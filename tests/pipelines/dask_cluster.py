@@ -204,3 +204,39 @@ def ingest_scene_weeks(tiny: Any, data: Path, dask: Any = None) -> Any:
     with ephemeral_instance() as instance:
         register_area_blocks(instance, resources["area"].bbox)
         return materialize_range(resources, instance, block, weeks[0], weeks[-1])
+
+
+# ------------------------------------------------------------------ the tiny sample's Tessera vintages
+
+
+def tessera_contents(location: str) -> dict[str, Any]:
+    """What the Tessera cube asset writes: its arrays' keys and its inventory rows."""
+    return {
+        key: value
+        for key, value in cube_contents(location).items()
+        if key.startswith("geotessera")
+        or (isinstance(value, tuple) and value[0].startswith("tessera|"))
+    }
+
+
+def ingest_vintages(tiny: Any, data: Path, dask: Any) -> list[Any]:
+    """Materialise the tiny sample's Tessera vintages (items and cube asset) into ``data``."""
+    from dagster import materialize
+
+    from pipelines.run import QUIET, resources_for
+    from pipelines.tessera.assets import geotessera_embeddings, tessera_items
+    from tests.dagster_instance import ephemeral as ephemeral_instance
+
+    resources = resources_for(data, tiny.catalog, tiny.sample / "manifest.json", dask)
+    with ephemeral_instance() as instance:
+        return [
+            materialize(
+                [tessera_items, geotessera_embeddings],
+                partition_key=str(year),
+                resources=resources,
+                instance=instance,
+                raise_on_error=False,
+                run_config=QUIET,
+            )
+            for year in tiny.report.years
+        ]

@@ -17,7 +17,13 @@ from pipelines.cluster import DaskResource
 from store.cube import CubeReader
 from store.snapshots import cube_location
 from tests.conftest import IngestedSample
-from tests.pipelines.dask_cluster import dask_cluster, ingest_scene_weeks, scene_contents
+from tests.pipelines.dask_cluster import (
+    dask_cluster,
+    ingest_scene_weeks,
+    ingest_vintages,
+    scene_contents,
+    tessera_contents,
+)
 
 pytestmark = pytest.mark.slow  # an ingest of the tiny sample on a cluster of processes
 
@@ -37,3 +43,29 @@ def test_dask_ingest_equals_single_process(tiny_store: IngestedSample, tmp_path:
     assert sorted(m["asset"] for m in ranges) == ["s1_backscatter", "s2_indices"]
     for meta in ranges:  # one commit per family's range, naming each of its partitions
         assert len(meta["partition_keys"]) > 1
+
+
+def test_dask_tessera_equals_single_process(tiny_store: IngestedSample, tmp_path: Path) -> None:
+    """Each vintage as one task per block of the area, merged and committed once."""
+    data = tmp_path / "data"
+    with dask_cluster(tmp_path / "dask", workers=2) as cluster:
+        results = ingest_vintages(tiny_store, data, DaskResource(scheduler=cluster.address))
+    assert [r.success for r in results] == [True] * len(tiny_store.report.years)
+    ours = tessera_contents(cube_location(data))
+    assert any(k.startswith("geotessera/embedding/c/") for k in ours)
+    assert ours == tessera_contents(cube_location(tiny_store.data))
+    commits = [
+        s.metadata
+        for s in CubeReader(data).list_snapshots()
+        if s.metadata.get("asset") == "geotessera_embeddings"
+    ]
+    years = sorted(tiny_store.report.years)
+    assert sorted(m["partition_key"] for m in commits) == [f"tessera|{y}" for y in years]
+    for meta in commits:  # every block of the area was a task of the vintage's one commit
+        assert meta["blocks"]
+        assert meta["partition_keys"] == [meta["partition_key"]]
+    for r in results:
+        (check,) = r.get_asset_check_evaluations()
+        assert check.passed
+        (mat,) = r.asset_materializations_for_node("geotessera_embeddings")
+        assert mat.metadata["valid_cells"].value > 0
