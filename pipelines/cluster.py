@@ -43,6 +43,7 @@ __all__ = [
     "ExecutorChoice",
     "choose_executor",
     "dask_client",
+    "gather_all",
     "is_cluster_failure",
 ]
 
@@ -243,3 +244,21 @@ def is_cluster_failure(exc: BaseException) -> bool:
     return isinstance(
         exc, (KilledWorker, CommClosedError, FutureCancelledError, OSError, TimeoutError)
     )
+
+
+def gather_all(client: Any, futures: list[Any], what: str, rerun: str) -> list[Any]:
+    """The futures' results, in order; a task lost on the cluster is a :class:`ClusterError`.
+
+    Args:
+        what: Names the work in the message (``"s2_indices: a task of the range"``).
+        rerun: What to rerun (``"rerun the range"``).
+    """
+    try:
+        return list(client.gather(futures))
+    except Exception as exc:
+        if is_cluster_failure(exc):
+            raise ClusterError(
+                f"{what} was lost on the Dask cluster ({type(exc).__name__}: {exc});"
+                f" nothing was committed, {rerun}"
+            ) from exc
+        raise

@@ -24,7 +24,7 @@ from typing import Any
 
 from dagster import AssetCheckResult
 
-from pipelines.cluster import ClusterError, ExecutorChoice, dask_client, is_cluster_failure
+from pipelines.cluster import ExecutorChoice, dask_client, gather_all
 from pipelines.family import (
     PartitionOutcome,
     PartitionWork,
@@ -153,15 +153,9 @@ def ingest_range_dask(
             for w in works
         ]
         try:  # the client outlives the run: its futures (the forks) are released either way
-            try:
-                done: list[TaskResult] = client.gather(futures)
-            except Exception as exc:
-                if is_cluster_failure(exc):
-                    raise ClusterError(
-                        f"{family.asset}: a task of the range was lost on the Dask cluster"
-                        f" ({type(exc).__name__}: {exc}); nothing was committed, rerun the range"
-                    ) from exc
-                raise
+            done: list[TaskResult] = gather_all(
+                client, futures, f"{family.asset}: a task of the range", "rerun the range"
+            )
             for r in done:
                 if r.reason is not None:
                     warn(f"{family.name} {r.key}: {r.reason}")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from pipelines.cluster import ClusterError, ExecutorChoice, dask_client, is_cluster_failure
+from pipelines.cluster import ExecutorChoice, dask_client, gather_all
 from pipelines.lattice import LatticeWindow
 from pipelines.sources.models import SceneItem
 from pipelines.tessera.ingest import (
@@ -152,16 +152,12 @@ def _on_cluster(
             for block, window in area.blocks
         ]
         try:
-            try:
-                done: list[BlockResult] = client.gather(futures)
-            except Exception as exc:
-                if is_cluster_failure(exc):
-                    raise ClusterError(
-                        f"geotessera_embeddings {year}: a block's task was lost on the Dask"
-                        f" cluster ({type(exc).__name__}: {exc}); nothing was committed,"
-                        " rerun the vintage"
-                    ) from exc
-                raise
+            done: list[BlockResult] = gather_all(
+                client,
+                futures,
+                f"geotessera_embeddings {year}: a block's task",
+                "rerun the vintage",
+            )
         finally:
             client.cancel(futures)
         totals = VintageTotals.summed([r.totals for r in done])
