@@ -13,6 +13,7 @@ from dagster import (
 from pipelines.cluster import DaskResource
 from pipelines.partitions import TESSERA_YEARS, area_blocks
 from pipelines.resources import AreaResource, SceneSourceResource, StoreResource
+from pipelines.scenes import skip_line
 from pipelines.sources.models import SceneItem
 from pipelines.tessera.tables import build_multi_year_table, build_year_table
 from pipelines.tessera.vintage import AreaBlocks, run_vintage
@@ -89,6 +90,7 @@ def geotessera_embeddings(
         metadata={
             "valid_cells": totals.n_valid,
             "tiles": list(totals.item_ids),
+            "skipped": [skip_line(s) for s in totals.skipped],
             "snapshot_id": written.snapshot or "none",
         },
         check_results=[

@@ -94,3 +94,30 @@ def test_totals_name_each_tile_and_skip_once() -> None:
     assert (s.n_valid, s.bad_scales, s.item_ids) == (7, 1, ("t1", "t2", "t3"))
     assert [k.item_id for k in s.skipped] == ["t9"]
     assert VintageTotals.summed([]) == VintageTotals(0, 0, (), ())
+
+
+def test_an_unreadable_tile_is_a_skip_of_each_block_named_once(
+    tiny_store: IngestedSample, tmp_path
+) -> None:
+    year = tiny_store.report.years[0]
+    tiles, area = _tiles(tiny_store, year)
+    broken_file = tmp_path / "broken.npy"
+    broken_file.write_bytes(b"not an array")
+    broken = replace(
+        tiles[0],
+        id="zz-broken",
+        assets={
+            **tiles[0].assets,
+            "embedding": replace(tiles[0].assets["embedding"], href=str(broken_file)),
+        },
+    )
+    parts = _split(area, 5)
+    totals = [
+        VintageTotals.of(load_vintage(tiles_meeting([*tiles, broken], p), p, year))
+        for p in parts
+    ]
+    summed = VintageTotals.summed(totals)
+    assert [s.item_id for s in summed.skipped] == ["zz-broken"]
+    assert summed.skipped[0].code == "corrupt"
+    assert "zz-broken" not in summed.item_ids
+    assert summed.n_valid == load_vintage(tiles, area, year).n_valid
