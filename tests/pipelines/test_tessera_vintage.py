@@ -113,8 +113,7 @@ def test_an_unreadable_tile_is_a_skip_of_each_block_named_once(
     )
     parts = _split(area, 5)
     totals = [
-        VintageTotals.of(load_vintage(tiles_meeting([*tiles, broken], p), p, year))
-        for p in parts
+        VintageTotals.of(load_vintage(tiles_meeting([*tiles, broken], p), p, year)) for p in parts
     ]
     summed = VintageTotals.summed(totals)
     assert [s.item_id for s in summed.skipped] == ["zz-broken"]
