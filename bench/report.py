@@ -8,6 +8,7 @@ from typing import Any
 
 from bench.adapters import bench_rows, bench_title
 from bench.common import machine
+from bench.limits import limit_of
 
 __all__ = ["TABLE_HEAD", "ratio_text", "render", "spread_rows"]
 
@@ -326,6 +327,7 @@ def render(
         lines.append(
             f"| {name} | {_cell(r['case'])} | {_cell(measured)} | {_cell(r['target'])} | {_met(r['met'])} |"
         )
+    lines += _limits_section(summary)
     failed = [n for n, d in docs.items() if d["_run"]["status"] != "ok"]
     if failed:
         lines += ["", f"Benches that did not finish: {', '.join(failed)} (see their sections)."]
@@ -333,6 +335,18 @@ def render(
     if runs and len(runs) > 1:
         lines += _spread_section(runs)
     return "\n".join(lines + sections)
+
+
+def _limits_section(summary: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """What limits each missed target row, as measured (:mod:`bench.limits`)."""
+    missed = [(name, r) for name, r in summary if r.get("met") is False]
+    if not missed:
+        return []
+    out = ["", "### What limits the missed rows", ""]
+    for name, r in missed:
+        text = limit_of(name, str(r["case"])) or "no measured limit recorded yet"
+        out.append(f"- {name} / {r['case']}: {text}")
+    return out
 
 
 _DETAIL_KEYS = (

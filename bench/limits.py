@@ -1,0 +1,57 @@
+"""What limits each target row that misses, as measured: printed under RESULTS.md's targets.
+
+A missed row is a finding, not only a number: the report names, for each missed row, what
+was measured to hold it where it is (the profile, the floor, the layout), with the session
+whose bench/HISTORY.md section has the measurement. A missed row without an entry here is
+listed as such ("no measured limit recorded"): that is the next thing to measure.
+
+Entries match a row by its bench and the start of its case text. Keep them to what was
+measured; when a change moves a row, update or remove its entry in the same commit.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LIMITS", "limit_of"]
+
+LIMITS: tuple[tuple[str, str, str], ...] = (
+    (
+        "knn",
+        "find_like hamming_then_rerank",
+        "the Hamming candidate scan reads the whole first-word plane of the sign bits (80 MB at"
+        " 10^7 rows) and is compute-bound on it: ~12–13 ms of 1-thread CPU for that pass alone,"
+        " then ~7 ms to read the 5,120 candidate rows and 0.7 ms to rescore them (sessions 13–14)."
+        " The seeded distance bound already keeps only rows that can be in the exact Hamming top."
+        " ≤ 0.2 needs fewer candidates (a better estimator than sign bits, at the same recall)"
+        " or a layout whose scan does not read the whole plane.",
+    ),
+    (
+        "queries",
+        "area_over_time ~1 km^2 x 1 year, cold",
+        "whole 32 x 32-cell summary blocks answer the interior from the per-block summaries the"
+        " pipeline writes; the area's edge cells (about half of a 1 km² box) are read from their"
+        " chunks: for 24 overpasses ~190 chunks (band and flag, ~4 storage blocks) fetched and"
+        " decoded, plus the repository's first open (~35 ms) (session 12). 100x would need edge"
+        " chunks that are not decoded whole (smaller chunks: a layout change) or answers from"
+        " summaries with an error bound, which the exactness row (≤ 1e-6) does not allow.",
+    ),
+    (
+        "ingest",
+        "Dagster ingest,",
+        "a commit costs ~96 ms of CPU (zstd ~20, icechunk ~50 of which half is creating ~36"
+        " files, summaries ~6, our Python ~10; session 14), a partition commits twice (one per"
+        " family) and the demo reads ~1 scene (~25 k cells, ~70 ms of read + reproject) per"
+        " commit, so writing alone costs more than the baseline's read; Dagster's per-partition"
+        " events and checks add ~60 ms a read (session 13). 0.8 needs writing and Dagster"
+        " together under a quarter of read + compute: partitions much larger than the demo's,"
+        " or fewer, larger commits.",
+    ),
+)
+"""``(bench, case prefix, what limits the row, as measured)``."""
+
+
+def limit_of(bench: str, case: str) -> str | None:
+    """The measured limit of a row (None: nothing recorded for it)."""
+    for b, prefix, text in LIMITS:
+        if b == bench and case.startswith(prefix):
+            return text
+    return None
