@@ -33,7 +33,7 @@ def test_each_missed_row_gets_its_measured_limit_or_says_none_is_recorded() -> N
     section = text.split("### What limits the missed rows", 1)[1].split("\n## ", 1)[0]
     lines = [x for x in section.splitlines() if x.startswith("- ")]
     assert len(lines) == 2  # the met row is not listed
-    assert lines[0].startswith(f"- queries / {cold}: whole 32 x 32-cell summary blocks")
+    assert lines[0].startswith(f"- queries / {cold}: the ~1 km² box (105 x 114 cells)")
     assert lines[1] == "- queries / a new row: no measured limit recorded yet"
 
 
