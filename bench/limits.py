@@ -26,6 +26,23 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "queries",
+        "did_change over HTTP, 16 keep-alive connections",
+        "the server's CPU per request: building the answer ~57 % (the series, the facts, sigma,"
+        " the neighbours), signing ~20 %, parsing, JSON and the access log ~19 % (session 15's"
+        " profile, after two rounds of cuts of 14–20 % each); the load generator shares the two"
+        " cores, so the row follows the host's load and steal more than the paired share of the"
+        " ceiling does. Met in quiet runs (1,566–1,847 req/s, sessions 15–16).",
+    ),
+    (
+        "queries",
+        "area_over_time ~1 km^2 x 1 year, warm",
+        "the exact quantiles' sort in the statistics kernel ~30–35 % of a warm call, copying the"
+        " box's rectangles out of ~100 MB of decoded chunks ~11 %, validating and signing the"
+        " answer ~11 % (session 15); one preempted call moves a tens-of-ms answer against a"
+        " baseline of seconds. Met in quiet runs (130–132x, session 15).",
+    ),
+    (
+        "queries",
         "area_over_time ~1 km^2 x 1 year, cold",
         "the ~1 km² box (105 x 114 cells) lies in 4 storage chunks that all hold edge cells, so"
         " no block summary answers it: a cold call fetches and decodes 384 chunks (5.8 MB"

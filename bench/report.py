@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from bench.adapters import bench_rows, bench_title
@@ -122,10 +123,26 @@ def _row_line(r: dict[str, Any]) -> str:
     )
 
 
-def _row_value(r: dict[str, Any]) -> float | None:
-    """The figure a row is judged by: its ratio, else its median (a share, a recall)."""
-    v = r.get("ratio") if r.get("ratio") is not None else r.get("median")
-    return None if v is None or isinstance(v, bool) else float(v)
+_UNIT_TARGET = re.compile(r"\d\s*(ms|s|kb|mb|mib|gb|gib|req/s|writes/s|/s|%)(?![a-z])")
+"""A target stated in units (``p50 <= 2 ms``, ``>= 1500 req/s``, ``<= 256 MB``, ``>= 60%``)."""
+
+
+def judged_figure(r: dict[str, Any]) -> tuple[str, float | None]:
+    """The figure a row's target judges, and its name: ``ratio``, ``value`` or a rate.
+
+    A target in units judges the row's value (its median; a rate target on a latency row its
+    ``writes_per_s``); any other target judges the ratio when the row has one, else the value
+    (a recall, an nDCG, a difference).
+    """
+    target = str(r.get("target") or "").lower()
+    name = "ratio" if r.get("ratio") is not None else "value"
+    if _UNIT_TARGET.search(target):
+        name = "value"
+        if "/s" in target and "/s" not in str(r.get("unit", "")) and "writes_per_s" in r:
+            name = "writes_per_s"
+    key = {"ratio": "ratio", "value": "median"}.get(name, name)
+    v = r.get(key)
+    return name, None if v is None or isinstance(v, bool) else float(v)
 
 
 def spread_rows(runs: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -159,12 +176,14 @@ def spread_rows(runs: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         first = rs[0]
         if first.get("ratio") is None and first.get("met") is None:
             continue
-        values = [_row_value(r) for r in rs]
+        figures = [judged_figure(r) for r in rs]
+        values = [v for _, v in figures]
         out.append(
             {
                 "bench": key[0],
                 "case": key[1],
                 "data": first.get("data", ""),
+                "figure": figures[0][0],
                 "values": values,
                 "spread": run_spread(values),
                 "target": first.get("target", ""),
@@ -179,12 +198,14 @@ def _spread_section(runs: list[dict[str, dict[str, Any]]]) -> list[str]:
     lines = [
         f"## Spread of {len(runs)} runs",
         "",
-        f"The ratio (or, for shares and recalls, the median) of each row in each of the {len(runs)} "
-        "runs of this invocation (`--repeat`), and min / median / max across runs. The goal for "
-        "target rows is every run within ±20 % of the median run.",
+        f"The figure each row's target judges, in each of the {len(runs)} runs of this invocation"
+        " (`--repeat`), and min / median / max across runs: the value where the target is stated"
+        " in units (ms, s, MB, req/s, writes/s, %), else the ratio (else the value: a recall, an"
+        " nDCG). The goal for target rows is every run within ±20 % of the median run.",
         "",
-        "| bench | case | data | per run | min | median | max | within ±20 % | target | load-sensitive |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| bench | case | data | figure | per run | min | median | max | within ±20 % | target"
+        " | load-sensitive |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in spread_rows(runs):
         sp = s["spread"] or {}
@@ -198,6 +219,7 @@ def _spread_section(runs: list[dict[str, dict[str, Any]]]) -> list[str]:
                     s["bench"],
                     s["case"],
                     s["data"],
+                    s["figure"],
                     per,
                     _num(sp.get("min")),
                     _num(sp.get("median")),

@@ -46,3 +46,36 @@ def test_entries_match_by_bench_and_case_prefix() -> None:
     for bench, prefix, text in LIMITS:
         assert limit_of(bench, prefix + " anything") == text
         assert limit_of("no such bench", prefix) is None
+
+
+def test_the_spread_follows_the_figure_the_target_judges() -> None:
+    from bench.report import judged_figure, spread_rows
+
+    def row(target: str, median: float, ratio: float | None, **extra: Any) -> dict[str, Any]:
+        return {
+            "case": "c",
+            "unit": "ms",
+            "median": median,
+            "ratio": ratio,
+            "target": target,
+            "met": True,
+            **extra,
+        }
+
+    assert judged_figure(row("p50 <= 1 ms", 0.3, 0.001)) == ("value", 0.3)
+    assert judged_figure(row(">= 1500 req/s", 1600.0, 0.1)) == ("value", 1600.0)
+    assert judged_figure(row("<= 256 MB", 170.0, None)) == ("value", 170.0)
+    assert judged_figure(row(">= 60%", 84.0, None)) == ("value", 84.0)
+    assert judged_figure(row(">= 100x", 20.0, 130.0)) == ("ratio", 130.0)
+    assert judged_figure(row("<= 0.15", 60.0, 0.09)) == ("ratio", 0.09)
+    assert judged_figure(row(">= 0.95", 0.97, None)) == ("value", 0.97)
+    rate = row(">= 500 writes/s", 18.0, 35.0, writes_per_s=431.0)
+    assert judged_figure(rate) == ("writes_per_s", 431.0)
+    # a value target whose ratio moves 2x between runs but whose value holds: within ±20 %
+    runs = [
+        {"queries": _doc([row("p50 <= 1 ms", 0.28 + d, r)])}
+        for d, r in ((0.0, 0.0008), (0.01, 0.0016), (0.005, 0.0012))
+    ]
+    (sp,) = spread_rows(runs)
+    assert sp["figure"] == "value"
+    assert sp["spread"]["within_20pct"] is True
