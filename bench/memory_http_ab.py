@@ -16,6 +16,7 @@ per-round ratios B/A with p10-p90 (:func:`bench.paired.ratio_stats`).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             k = 1
             for key, s in sides.items():  # warm-up: first calls, the pooled connections
-                settle(lambda s=s: _tree_cpu_s(s.proc.pid))
+                settle(functools.partial(_tree_cpu_s, s.proc.pid))
                 _window(s, clients[key], args.writers, 4 * args.writers, 10_000_000)
             for rnd in range(args.rounds):
                 order = ("a", "b") if rnd % 2 == 0 else ("b", "a")
