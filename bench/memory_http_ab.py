@@ -1,0 +1,203 @@
+"""Paired A/B of memory_create over HTTP: two source trees' ``earthmem serve`` alternated.
+
+Both servers (``earthmem serve --workers W --no-access-log``, each run from its own tree,
+each with its own data directory and SQLite memory database, ``synchronous=FULL``) are up
+at once; each round drives one with ``writers`` keep-alive ``httpx`` clients (made and
+connected before the clock starts, as :mod:`bench.memory_api` does) for ``writes``
+memory_create calls, then the other (the order alternates round by round). Per window:
+the server's CPU per write (user + system time of its process tree, from /proc), the
+latency p50 and the writes/s. Reported: per-side medians and the median of the
+per-round ratios B/A with p10-p90 (:func:`bench.paired.ratio_stats`).
+
+    python -m bench.memory_http_ab --a-tree OLD --b-tree NEW [--rounds 8] [--writes 300] \
+        [--writers 1] [--workers 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import free_port, wait_http
+from bench.memory_api import _UNLIMITED, _args, _tree_cpu_s, settle
+from bench.paired import ratio_stats
+
+__all__ = ["Side", "main"]
+
+_ISSUE = (
+    "import sys; from api.context import ServiceContext; from api.memory.auth import issue_token;"
+    "ctx = ServiceContext(sys.argv[1]); print(issue_token(ctx.memory(), 'bench', "
+    "('read', 'write'))[0]); ctx.memory().close()"
+)
+
+
+class Side:
+    """One tree's server, its data directory and its token."""
+
+    def __init__(self, name: str, tree: Path, root: Path, workers: int, log: Path) -> None:
+        self.name = name
+        self.data = root / name
+        self.data.mkdir()
+        env = {
+            **os.environ,
+            **_UNLIMITED,
+            "PYTHONPATH": str(tree),
+            "EARTHMEM_MEMORY_URL": f"sqlite:///{self.data}/memory.sqlite",
+        }
+        self.token = subprocess.run(
+            [sys.executable, "-c", _ISSUE, str(self.data)],
+            cwd=tree,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "serve",
+            "--data",
+            str(self.data),
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--no-access-log",
+        ]
+        self.proc = subprocess.Popen(
+            cmd, cwd=tree, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
+        )
+        wait_http(self.url + "/healthz", timeout=120)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _window(side: Side, clients: list[Any], writers: int, writes: int, k0: int) -> dict[str, Any]:
+    per = max(1, writes // writers)
+    lat: list[float] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(writers + 1)
+
+    def work(w: int) -> None:
+        mine = []
+        barrier.wait()
+        for i in range(per):
+            t0 = time.perf_counter()
+            r = clients[w].post("/v1/memory_create", json=_args(k0 + w * per + i))
+            mine.append(time.perf_counter() - t0)
+            if r.status_code != 200:
+                raise RuntimeError(f"{side.name}: {r.status_code} {r.text[:300]}")
+        with lock:
+            lat.extend(mine)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    cpu0 = _tree_cpu_s(side.proc.pid)
+    t0 = time.perf_counter()
+    barrier.wait()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    cpu = _tree_cpu_s(side.proc.pid) - cpu0
+    n = len(lat)
+    if n != per * writers:
+        raise RuntimeError(f"{side.name}: a writer failed")
+    return {
+        "cpu_us": cpu * 1e6 / n,
+        "p50_ms": statistics.median(lat) * 1e3,
+        "rate": n / wall,
+        "load": os.getloadavg()[0],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import httpx
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--a-tree", type=Path, required=True)
+    p.add_argument("--b-tree", type=Path, required=True)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--writes", type=int, default=300)
+    p.add_argument("--writers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--json", type=Path, default=None, help="write the raw windows here")
+    args = p.parse_args(argv)
+    out: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
+    with tempfile.TemporaryDirectory(prefix="s16-mem-ab-") as tmp:
+        root = Path(tmp)
+        sides = {
+            "a": Side("a", args.a_tree.resolve(), root, args.workers, root / "a.log"),
+            "b": Side("b", args.b_tree.resolve(), root, args.workers, root / "b.log"),
+        }
+        try:
+            clients = {
+                key: [
+                    httpx.Client(
+                        base_url=s.url, headers={"Authorization": f"Bearer {s.token}"}, timeout=120
+                    )
+                    for _ in range(args.writers)
+                ]
+                for key, s in sides.items()
+            }
+            k = 1
+            for key, s in sides.items():  # warm-up: first calls, the pooled connections
+                settle(functools.partial(_tree_cpu_s, s.proc.pid))
+                _window(s, clients[key], args.writers, 4 * args.writers, 10_000_000)
+            for rnd in range(args.rounds):
+                order = ("a", "b") if rnd % 2 == 0 else ("b", "a")
+                for key in order:
+                    w = _window(sides[key], clients[key], args.writers, args.writes, k)
+                    k += args.writes
+                    out[key].append(w)
+                print(
+                    f"round {rnd}: "
+                    + "  ".join(
+                        f"{key} cpu {out[key][-1]['cpu_us']:.0f} us p50 "
+                        f"{out[key][-1]['p50_ms']:.2f} ms {out[key][-1]['rate']:.0f}/s"
+                        for key in ("a", "b")
+                    )
+                    + f"  load {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
+            for cs in clients.values():
+                for c in cs:
+                    c.close()
+        finally:
+            for s in sides.values():
+                s.stop()
+    for measure in ("cpu_us", "p50_ms", "rate"):
+        a = [w[measure] for w in out["a"]]
+        b = [w[measure] for w in out["b"]]
+        r = ratio_stats(b, a)
+        print(
+            f"{measure}: a {statistics.median(a):.2f}  b {statistics.median(b):.2f}  "
+            f"b/a {r.median:.3f} [{r.p10:.3f}-{r.p90:.3f}]"
+        )
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
