@@ -54,6 +54,14 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "memory",
+        "memory writes/s",
+        "8 writer threads of one process through the store's group commit, one fdatasync per"
+        " batch: the rate follows the host's CPU speed and disk sync more than the code — 450 to"
+        " 1,341 writes/s across sessions 10–16, with no code change between some of them"
+        " (session 12 traced a slow phase to the machine).",
+    ),
+    (
+        "memory",
         "memory_create",
         "a write's CPU: ~1.5–2.3 ms in process (one process: the interpreter lock caps 8 writers"
         " near 1 / CPU per write, 431–647/s by the host's state); over HTTP ~0.7 ms on the"

@@ -365,9 +365,12 @@ def _limits_section(summary: list[tuple[str, dict[str, Any]]]) -> list[str]:
     if not missed:
         return []
     out = ["", "### What limits the missed rows", ""]
+    groups: dict[str, list[str]] = {}  # rows with the same limit are listed together
     for name, r in missed:
         text = limit_of(name, str(r["case"])) or "no measured limit recorded yet"
-        out.append(f"- {name} / {r['case']}: {text}")
+        groups.setdefault(text, []).append(f"{name} / {r['case']}")
+    for text, rows in groups.items():
+        out.append(f"- {'; '.join(rows)}: {text}")
     return out
 
 

@@ -79,3 +79,13 @@ def test_the_spread_follows_the_figure_the_target_judges() -> None:
     (sp,) = spread_rows(runs)
     assert sp["figure"] == "value"
     assert sp["spread"]["within_20pct"] is True
+
+
+def test_rows_with_one_limit_are_listed_together() -> None:
+    rows = [_row("Dagster ingest, 10 scenes", False), _row("Dagster ingest, 40 scenes", False)]
+    text = render({"ingest": _doc(rows)}, "default", "2026-01-01 00:00 UTC", 60.0)
+    section = text.split("### What limits the missed rows", 1)[1].split("\n## ", 1)[0]
+    (line,) = [x for x in section.splitlines() if x.startswith("- ")]
+    assert line.startswith(
+        "- ingest / Dagster ingest, 10 scenes; ingest / Dagster ingest, 40 scenes: a commit costs"
+    )
