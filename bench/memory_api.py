@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import CACHE_DIR, Timing
+from bench.server_cpu import settle, tree_cpu_s
 
-__all__ = ["api_rows", "claim_rows", "settle"]
+__all__ = ["api_rows", "claim_rows"]
 
 _WRITERS = (1, 8)
 """Concurrent writers of each case."""
@@ -65,56 +66,6 @@ def _counter() -> Callable[[], int]:
             return n[0]
 
     return nxt
-
-
-def _tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its descendants (Linux ``/proc``)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, todo, seen = 0.0, [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, ValueError, IndexError):
-            continue  # a process that ended meanwhile
-    return total
-
-
-SETTLE_WINDOW_S = 0.5
-"""How long the server must stay (almost) idle before a row's clock may start."""
-SETTLE_QUIET_CPU_S = 0.025
-"""CPU seconds within one window below which the server counts as idle (5 %)."""
-SETTLE_TIMEOUT_S = 30.0
-"""Start anyway after this long (a server that never idles is measured as it is)."""
-
-
-def settle(
-    cpu: Callable[[], float],
-    *,
-    window_s: float = SETTLE_WINDOW_S,
-    quiet_cpu_s: float = SETTLE_QUIET_CPU_S,
-    timeout_s: float = SETTLE_TIMEOUT_S,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> bool:
-    """Wait until what ``cpu()`` measures (CPU seconds so far) used less than ``quiet_cpu_s``
-    in one ``window_s``: a started server's background warm-up has finished. False when it
-    did not settle within ``timeout_s``."""
-    deadline = clock() + timeout_s
-    before = cpu()
-    while clock() < deadline:
-        sleep(window_s)
-        now = cpu()
-        if now - before < quiet_cpu_s:
-            return True
-        before = now
-    return False
 
 
 def _p95(samples: list[float]) -> float:
@@ -184,7 +135,7 @@ def api_rows(
                     # the k-NN tables' imports, numba's among them, then gc.freeze) still runs
                     # on a background thread: ~1.3 s of CPU after the first answer, which
                     # otherwise lands in the 1-writer row's window (and competes for its GIL).
-                    settle(lambda: _tree_cpu_s(srv.proc.pid))
+                    settle(lambda: tree_cpu_s(srv.proc.pid))
 
                     def over_http(w: int, i: int, clients: list[Any] = clients) -> None:
                         r = clients[w].post("/v1/memory_create", json=_args(nxt()))
@@ -199,7 +150,7 @@ def api_rows(
                             bare,
                             n,
                             durability,
-                            lambda: _tree_cpu_s(srv.proc.pid),
+                            lambda: tree_cpu_s(srv.proc.pid),
                         )
                     finally:
                         for client in clients:

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import free_port, wait_http
-from bench.memory_api import _UNLIMITED, _args, _tree_cpu_s, settle
+from bench.memory_api import _UNLIMITED, _args
 from bench.paired import ratio_stats
+from bench.server_cpu import settle, tree_cpu_s
 
 __all__ = ["Side", "main"]
 
@@ -113,13 +114,13 @@ def _window(side: Side, clients: list[Any], writers: int, writes: int, k0: int) 
     threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
     for t in threads:
         t.start()
-    cpu0 = _tree_cpu_s(side.proc.pid)
+    cpu0 = tree_cpu_s(side.proc.pid)
     t0 = time.perf_counter()
     barrier.wait()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    cpu = _tree_cpu_s(side.proc.pid) - cpu0
+    cpu = tree_cpu_s(side.proc.pid) - cpu0
     n = len(lat)
     if n != per * writers:
         raise RuntimeError(f"{side.name}: a writer failed")
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             k = 1
             for key, s in sides.items():  # warm-up: first calls, the pooled connections
-                settle(functools.partial(_tree_cpu_s, s.proc.pid))
+                settle(functools.partial(tree_cpu_s, s.proc.pid))
                 _window(s, clients[key], args.writers, 4 * args.writers, 10_000_000)
             for rnd in range(args.rounds):
                 order = ("a", "b") if rnd % 2 == 0 else ("b", "a")

@@ -14,6 +14,7 @@ from typing import Any
 from bench.common import CACHE_DIR, REPO, DemoArea, Timing, free_port, wait_http
 from bench.paired import paired_calls, share_of_limit
 from bench.queries.rows import ENV, row
+from bench.server_cpu import settle, tree_cpu_s
 
 HTTP_ROUNDS = 5
 """Paired rounds of the loaded HTTP row: a did_change window then a ceiling-app window, each
@@ -180,6 +181,9 @@ def bench_http(
     ):
         url = srv.url + "/v1/did_change"
         _load(url, args, 4, min(2.0, seconds / 2))  # warm-up: column cache, signer, JIT paths
+        # and each worker's start-up warm-up (~1.3 s of CPU on a background thread) is over
+        # before the first window: otherwise it lands in the first earthmem windows
+        settle(lambda: tree_cpu_s(srv.proc.pid))
 
         def fa(_: int) -> float:
             windows.append(_load(url, args, connections, window))
@@ -206,6 +210,7 @@ def bench_http(
     ):
         url = srv.url + "/v1/did_change"
         _load(url, args, 4, min(2.0, seconds / 2))
+        settle(lambda: tree_cpu_s(srv.proc.pid))
         quiet = _load(url, args, connections, seconds / 2)
         quiet_ceil = _load(ceil.url + "/v1/did_change", args, connections, seconds / 2)
     share = share_of_limit(pair.a_samples, pair.b_samples)

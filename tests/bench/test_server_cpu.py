@@ -1,8 +1,8 @@
-"""bench.memory_api.settle: the API rows' clock starts once the server's warm-up is over."""
+"""bench.server_cpu.settle: the API rows' clock starts once the server's warm-up is over."""
 
 from __future__ import annotations
 
-from bench.memory_api import settle
+from bench.server_cpu import settle
 
 
 class _Fake:
