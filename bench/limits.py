@@ -81,8 +81,8 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         " family) and the demo reads ~1 scene (~25 k cells, ~70 ms of read + reproject) per"
         " commit, so writing alone costs more than the baseline's read; Dagster's per-partition"
         " events and checks add ~60 ms a read (the rows with and without Dagster beside it)."
-        " 0.8 needs writing and Dagster together under a quarter of read + compute: partitions much larger than the demo's,"
-        " or fewer, larger commits.",
+        " 0.8 needs writing and Dagster together under a quarter of read + compute:"
+        " partitions much larger than the demo's, or fewer, larger commits.",
     ),
 )
 """``(bench, case prefix, what limits the row, as measured)``."""

@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import free_port, wait_http
 from bench.memory_api import _UNLIMITED, _args
 from bench.paired import ratio_stats
+from bench.queries.http_server import Server
 from bench.server_cpu import settle, tree_cpu_s
 
 __all__ = ["Side", "main"]
@@ -43,54 +43,27 @@ _ISSUE = (
 
 
 class Side:
-    """One tree's server, its data directory and its token."""
+    """One tree's server (:class:`bench.queries.http_server.Server`), its data and its token."""
 
     def __init__(self, name: str, tree: Path, root: Path, workers: int, log: Path) -> None:
         self.name = name
         self.data = root / name
         self.data.mkdir()
-        env = {
-            **os.environ,
-            **_UNLIMITED,
-            "PYTHONPATH": str(tree),
-            "EARTHMEM_MEMORY_URL": f"sqlite:///{self.data}/memory.sqlite",
-        }
+        env = {**_UNLIMITED, "EARTHMEM_MEMORY_URL": f"sqlite:///{self.data}/memory.sqlite"}
         self.token = subprocess.run(
             [sys.executable, "-c", _ISSUE, str(self.data)],
             cwd=tree,
-            env=env,
+            env={**os.environ, **env, "PYTHONPATH": str(tree)},
             check=True,
             capture_output=True,
             text=True,
         ).stdout.strip()
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "cli.main",
-            "serve",
-            "--data",
-            str(self.data),
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--no-access-log",
-        ]
-        self.proc = subprocess.Popen(
-            cmd, cwd=tree, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
-        )
-        wait_http(self.url + "/healthz", timeout=120)
+        self.server = Server(self.data, log, quiet=True, workers=workers, env=env, tree=tree)
+        self.url = self.server.url
+        self.proc = self.server.proc
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.server.stop()
 
 
 def _window(side: Side, clients: list[Any], writers: int, writes: int, k0: int) -> dict[str, Any]:

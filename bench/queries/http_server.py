@@ -27,7 +27,8 @@ class Server:
     """``earthmem serve --data DIR --port P`` in a subprocess (the real command).
 
     With ``quiet=True`` the same command runs with ``--no-access-log`` (same workers);
-    ``env`` adds to the child's environment (e.g. ``EARTHMEM_MEMORY_URL``).
+    ``env`` adds to the child's environment (e.g. ``EARTHMEM_MEMORY_URL``); ``tree`` is the
+    source tree it runs from (default this checkout; another one for an A/B of two trees).
     ``workers=None`` serves with ``earthmem serve``'s default (one per core); the
     ceiling app then runs as many processes.
     """
@@ -41,6 +42,7 @@ class Server:
         workers: int | None = None,
         ceiling: bool = False,
         env: dict[str, str] | None = None,
+        tree: Path = REPO,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -61,8 +63,8 @@ class Server:
         )
         self.proc = subprocess.Popen(
             cmd,
-            cwd=REPO,
-            env={**ENV, **(env or {})},
+            cwd=tree,
+            env={**ENV, "PYTHONPATH": str(tree), **(env or {})},
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
