@@ -109,6 +109,8 @@ def run_vintage(
 
     No tiles: nothing is written (the stored vintage, if any, stays).
     """
+    if not items:  # nothing read, nothing written
+        return VintageWritten(VintageTotals.summed([]), None)
     if choice.kind == "local":
         return _local(items, area, year, writer)
     with dask_client(choice) as client:
@@ -120,8 +122,6 @@ def _local(
 ) -> VintageWritten:
     vintage = load_vintage(items, area.window, year)
     totals = VintageTotals.of(vintage)
-    if not items:
-        return VintageWritten(totals, None)
     metadata = {"asset": "geotessera_embeddings"}
     with writer.transaction(inventory_key(year), metadata=metadata) as tx:
         write_vintage(tx, vintage, area.window)
@@ -132,8 +132,6 @@ def _local(
 def _on_cluster(
     items: Sequence[SceneItem], area: AreaBlocks, year: int, writer: CubeWriter, client: Any
 ) -> VintageWritten:
-    if not items:
-        return VintageWritten(VintageTotals.summed([]), None)
     key = inventory_key(year)
     run = uuid.uuid4().hex[:8]
     with CooperativeCommit(writer) as coop:
