@@ -72,8 +72,9 @@ MAX_INLINE_CHARS = 200_000
 RERANK_MIN_CANDIDATES = 4096
 """Fewest Hamming candidates hamming_then_rerank re-scores (re-scoring that many rows is cheap).
 
-The multiple used is ``max(table.rerank_multiple, ceil(RERANK_MIN_CANDIDATES / k))`` (the table's
-multiple is calibrated for recall@10 >= 0.95 when it is written). On small tables with very flat
+The multiple used is ``max(calibrated, ceil(RERANK_MIN_CANDIDATES / k))``, the calibrated one
+being that of the triage the table uses (measured recall@10 >= 0.95 when it was written: the
+inverted lists' of a large table, :mod:`store.knn.ivf`, else the full Hamming triage's). On small tables with very flat
 neighbour scores (the tiny sample's) the bare multiple misses neighbours; the floor makes the
 rerank exact there (the candidates cover the table), and tests/api/test_service.py checks
 recall@10 >= 0.95 on clustered synthetic data.
@@ -187,6 +188,22 @@ def _vector_fact(
         lat_q=ref.lat_q,
         lng_q=ref.lng_q,
         tempo="year",
+    )
+
+
+def _triage_note(table: Any, triaged: int, lists_probed: int) -> str:
+    """What a rerank over a table's inverted lists looked at (:mod:`store.knn.ivf`)."""
+    cfg = table.meta.get("ivf", {})
+    recall = cfg.get("recall_at_10", {}).get(f"{cfg.get('nprobe')}x{cfg.get('multiple')}")
+    measured = (
+        f"recall@10 against exact cosine {recall:.2f} on the table's own rows when it was written"
+        if isinstance(recall, float)
+        else "its recall was not calibrated"
+    )
+    return (
+        f"hamming_then_rerank triaged the {triaged:,} rows of the {lists_probed} of"
+        f" {cfg.get('lists')} k-means lists nearest the query (sign-bit estimates), not every"
+        f" row; {measured}"
     )
 
 
@@ -433,6 +450,7 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
         # the table's calibrated multiple (measured recall@10 >= 0.95 when it was written),
         # and never fewer than RERANK_MIN_CANDIDATES candidates
         multiple = max(table.rerank_multiple, math.ceil(RERANK_MIN_CANDIDATES / k))
+        lists_probed = 0
 
         if table.n == 0:
             rows = np.zeros(0, np.int64)
@@ -440,9 +458,18 @@ def find_similar(ctx: ServiceContext, args: FindSimilarIn) -> FindSimilarAnswer:
             scanned = reranked = 0
         else:
             res = table.search(
-                query, k=k, mode=mode, mask=mask, exclude_row=exclude_row, rerank_multiple=multiple
+                query,
+                k=k,
+                mode=mode,
+                mask=mask,
+                exclude_row=exclude_row,
+                min_candidates=RERANK_MIN_CANDIDATES,
             )
             rows, scores, scanned, reranked = res.rows, res.scores, res.scanned, res.reranked
+            multiple = res.multiple or multiple
+            lists_probed = res.lists_probed
+        if lists_probed:
+            notes.append(_triage_note(table, int(scanned), lists_probed))
         raws = table.cells_at(rows)
         lats, lngs = address.decode_array(raws) if raws.size else (np.zeros(0), np.zeros(0))
         texts = address.format_cells(raws).tolist() if raws.size else []

@@ -312,7 +312,7 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release, s
             chunk had proven T: the answer is exact (the same as with no seed) when the
             chunks keep at least ``k`` rows in all (``sizes.sum() >= k``: then the k-th
             distance is <= T); otherwise the caller must scan again without it
-            (:meth:`store.knn.table.KnnTable._hamming_blockwise` estimates T from a sample).
+            (:meth:`store.knn.table.KnnTable.hamming_blockwise` estimates T from a sample).
         prefetch1: also prefetch every block's second words 4 kB ahead: for a large ``k``,
             where most blocks read them, demand misses cost more than the extra bytes.
         Others as in :func:`hamming_scan`.

@@ -47,7 +47,7 @@ def hamming_seed(
     block on, instead of waiting for the chunk limits to settle
     (:func:`store.knn._kernels.hamming_scan_split`). T is a guess: the scan is
     exact when it keeps at least ``n_keep`` rows and is run again without a bound
-    when not (:meth:`store.knn.table.KnnTable._hamming_blockwise`).
+    when not (:meth:`store.knn.table.KnnTable.hamming_blockwise`).
 
     Args:
         planes: ``(2, N)`` word-major codes (memory-mapped: the sampled runs are released).

@@ -100,6 +100,10 @@ class KnnResult:
     """Candidates re-scored by exact cosine (``hamming_then_rerank`` only)."""
     rows_read_whole: int | None = None
     """Rows whose whole vector a pruned cosine scan read (None: every row was read)."""
+    multiple: int | None = None
+    """Candidates per neighbour a rerank kept (``hamming_then_rerank`` only)."""
+    lists_probed: int = 0
+    """Inverted lists the rerank's triage read (0: it triaged every row; :mod:`store.knn.ivf`)."""
 
 
 def n_chunks(n: int) -> int:

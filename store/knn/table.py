@@ -10,6 +10,7 @@ Layout of a table directory (all arrays ``.npy``, C-contiguous, little-endian)::
     bin128w.npy  uint64 (2, N)   the same codes word-major (plane j = word j of every row)
     head.npy     int8   (N, H)   the row at its H highest-variance dimensions (H = D / 2)
     tailnorm.npy float32 (N,)    L2 norm of the row's other dimensions, rounded up
+    ivf_*.npy                    inverted lists of large tables (:mod:`store.knn.ivf`)
     meta.json                    band, tslot, vintage, N, D, rotation_seed, digest,
                                  head_dims, head_index, rerank_multiple, ...
 
@@ -42,7 +43,9 @@ from store.errors import InvalidVectorQuery, VectorTableError
 from store.knn import _kernels
 from store.knn._seed import NO_SEED, hamming_seed
 from store.knn.codes import BIN_BYTES, binarize, int8_norms
+from store.knn.ivf import IVF_FILES, IvfArrays, IvfPlan
 from store.knn.mapped import check_mapped, data_offset, file_mapped, open_ro, read_meta, release
+from store.knn.rerank import rerank
 from store.knn.scan import (
     DEFAULT_RERANK_MULTIPLE,
     MAX_CANDIDATES,
@@ -74,6 +77,13 @@ saved. bench/RESULTS.md lists the pruned scan beside the unpruned one
 ("cosine full scan, no pruning") at 10^6 and 10^7 rows.
 """
 _ARRAYS = ("cells", "vectors", "scales", "norms")
+
+
+def _n_lists(meta: dict[str, Any]) -> int:
+    cfg = meta.get("ivf")
+    return int(cfg["lists"]) if isinstance(cfg, dict) and "lists" in cfg else 0
+
+
 _SPLIT_MAX_KEEP = MAX_CANDIDATES + 1
 """Hamming scans keeping fewer rows than this read the word-major planes (all of them).
 
@@ -114,6 +124,8 @@ class KnnTable:
     """``(N,)`` tail norms rounded up (memmap), with :attr:`head`."""
     bin128w: npt.NDArray[np.uint64] | None = field(default=None)
     """``(2, N)`` the binary codes word-major (memmap), or None (older tables, D != 128)."""
+    ivf: IvfArrays | None = field(default=None)
+    """Inverted lists (memmap; :mod:`store.knn.ivf`), or None (small or older tables)."""
 
     @classmethod
     def open(cls, directory: str | os.PathLike[str]) -> KnnTable:
@@ -133,6 +145,7 @@ class KnnTable:
                     *(("bin128",) if meta.get("has_bin128") else ()),
                     *(("head", "tailnorm") if meta.get("head_dims") else ()),
                     *(("bin128w",) if meta.get("has_bin128w") else ()),
+                    *(IVF_FILES if meta.get("ivf") else ()),
                 )
                 arrays = {
                     name: np.load(path / f"{name}.npy", mmap_mode="r", allow_pickle=False)
@@ -152,6 +165,10 @@ class KnnTable:
             "head": (np.int8, (n, int(meta.get("head_dims") or 0))),
             "tailnorm": (np.float32, (n,)),
             "bin128w": (np.uint64, (2, n)),
+            "ivf_centroids": (np.float32, (_n_lists(meta), d)),
+            "ivf_offsets": (np.int64, (_n_lists(meta) + 1,)),
+            "ivf_rows": (np.int32, (n,)),
+            "ivf_codes": (np.uint8, (n, BIN_BYTES)),
         }
         if meta.get("head_dims"):
             hi = meta.get("head_index")
@@ -177,6 +194,7 @@ class KnnTable:
             head=arrays.get("head"),
             tailnorm=arrays.get("tailnorm"),
             bin128w=arrays.get("bin128w"),
+            ivf=IvfArrays(*(arrays[f] for f in IVF_FILES)) if meta.get("ivf") else None,
         )
 
     @property
@@ -191,8 +209,16 @@ class KnnTable:
 
     @property
     def rerank_multiple(self) -> int:
-        """Candidate multiple for ``hamming_then_rerank`` (calibrated one if stored)."""
+        """Candidate multiple of the full Hamming triage (calibrated one if stored)."""
         return int(self.meta.get("rerank_multiple", DEFAULT_RERANK_MULTIPLE))
+
+    @property
+    def ivf_plan(self) -> IvfPlan | None:
+        """Lists probed and candidate multiple of the list triage (None: no lists)."""
+        if self.ivf is None:
+            return None
+        cfg = self.meta["ivf"]
+        return IvfPlan(int(cfg["nprobe"]), int(cfg["multiple"]))
 
     def row_of(self, cell_raw: int) -> int | None:
         """Row of a raw cell64 id, or None when the table has no vector for it."""
@@ -264,6 +290,7 @@ class KnnTable:
         exclude_row: int | None = None,
         rerank_multiple: int | None = None,
         query_code: npt.ArrayLike | None = None,
+        min_candidates: int = 0,
     ) -> KnnResult:
         """Nearest rows to a query vector.
 
@@ -273,10 +300,17 @@ class KnnTable:
             mode: ``cosine``, ``hamming`` or ``hamming_then_rerank``.
             mask: Optional ``(N,)`` bool eligibility (the caller's filter).
             exclude_row: Row never returned.
-            rerank_multiple: Hamming candidates per neighbour for the rerank (default:
-                the table's calibrated ``meta["rerank_multiple"]``, else
-                :data:`DEFAULT_RERANK_MULTIPLE`).
+            rerank_multiple: Candidates per neighbour for the rerank (default: the
+                calibrated multiple of the triage used: ``meta["ivf"]`` for the list
+                triage, ``meta["rerank_multiple"]`` (else :data:`DEFAULT_RERANK_MULTIPLE`)
+                for the full one).
             query_code: The query's 16-byte code if known (default: :func:`binarize`).
+            min_candidates: Fewest candidates a rerank re-scores (whatever the multiple).
+
+        ``hamming_then_rerank`` triages a table with inverted lists (:mod:`store.knn.ivf`)
+        from the lists nearest the query, unless a mask keeps less than
+        :data:`IVF_MIN_MASK` of the rows or the probed lists hold fewer than ``k``
+        eligible rows; otherwise by the Hamming distance over every row.
 
         Raises:
             InvalidVectorQuery: unknown mode, Hamming on a table without codes,
@@ -296,37 +330,14 @@ class KnnTable:
         code = binarize(q) if query_code is None else np.asarray(query_code, np.uint8)
         if mode == "hamming":
             kk = check_k(k)
-            keys, top, scanned = self._hamming_blockwise(code, kk, mask, exclude_row)
+            keys, top, scanned = self.hamming_blockwise(code, kk, mask, exclude_row)
             bits = self.bin128.shape[1] * 8
             return KnnResult(
                 rows=top, scores=1.0 + 2.0 * keys / bits, scanned=scanned, mode="hamming"
             )
-        multiple = self.rerank_multiple if rerank_multiple is None else rerank_multiple
-        if (
-            isinstance(multiple, bool)
-            or not isinstance(multiple, (int, np.integer))
-            or multiple < 1
-        ):
-            raise InvalidVectorQuery(f"multiple must be a positive integer, got {multiple!r}")
-        k = check_k(k)
-        _, cand, scanned = self._hamming_blockwise(
-            code, min(MAX_CANDIDATES, int(multiple) * k), mask, exclude_row
-        )
-        if cand.size == 0:
-            return KnnResult(np.empty(0, np.int64), np.empty(0), scanned, "hamming_then_rerank", 0)
-        cand = np.sort(cand)
-        # Read the candidates with pread, not through the mapping: a page fault on a
-        # hot file maps the whole (large) page-cache folio around it, so a few
-        # thousand scattered rows would make most of the table resident.
-        vectors = self._read_rows(cand)
-        qi, qf, use_float, qnorm = prep_query(q, self.d)
-        # norms computed with the dot products (equal to the stored norms; reading those
-        # would fault their pages in)
-        out = _kernels.cosine_rows_normed(*map(read_only, (vectors, qi, qf, use_float, k)))
-        keys, top = merge_topk(out, k)
-        return KnnResult(cand[top], keys / qnorm, scanned, "hamming_then_rerank", int(cand.size))
+        return rerank(self, q, code, k, mask, exclude_row, rerank_multiple, min_candidates)
 
-    def _hamming_blockwise(
+    def hamming_blockwise(
         self,
         code: npt.NDArray[np.uint8],
         n_keep: int,
@@ -404,7 +415,7 @@ class KnnTable:
         if bad.size:
             raise VectorTableError(f"{self.path}/{name}: short read at row {int(bad.min()) - 1}")
 
-    def _read_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
+    def read_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
         """Rows of ``vectors`` read with ``pread`` (runs coalesced, in a compiled loop)."""
         out = np.empty((rows.size, self.d), dtype=np.int8)
         with open_ro(self.path / "vectors.npy") as fd:
@@ -446,7 +457,7 @@ class KnnTable:
             cand = np.flatnonzero(m).astype(np.int64)
             cand = cand[cand != exclude]
             if cand.size <= _GATHER_ROWS:
-                vectors = self._read_rows(cand)
+                vectors = self.read_rows(cand)
                 part = cosine_topk(vectors, int8_norms(vectors), query, k)
                 return KnnResult(cand[part.rows], part.scores, int(cand.size), "cosine")
         marr = m if m is not None else np.ones(1, np.bool_)
@@ -554,7 +565,7 @@ class KnnTable:
             rows = rows[mask[rows]]
         if rows.size < k:
             return -math.inf
-        vectors = self._read_rows(rows)
+        vectors = self.read_rows(rows)
         args = (vectors, int8_norms(vectors), qi, np.zeros(1, np.float32), False)
         out = _kernels.cosine_scan_serial(
             *map(read_only, (*args, np.ones(1, np.bool_), False, -1, k))

@@ -34,8 +34,9 @@ from store.knn.codes import (
     head_layout,
     int8_norms,
 )
+from store.knn.ivf import IVF_MIN_ROWS, IvfPlan, build_ivf, calibrate_ivf
 from store.knn.mapped import read_meta
-from store.knn.scan import calibrate_rerank_multiple
+from store.knn.scan import calibrate_rerank_multiple, cosine_topk
 from store.knn.table import KnnTable
 from store.leftovers import writing
 
@@ -92,6 +93,7 @@ def write_table(
     *,
     replace: bool = False,
     calibrate: bool = True,
+    ivf: bool | None = None,
 ) -> None:
     """Write one k-NN table atomically.
 
@@ -111,7 +113,11 @@ def write_table(
         calibrate: For tables with bin128 codes, measure the ``hamming_then_rerank``
             candidate multiple that keeps recall@10 >= 0.95 on this table
             (:func:`calibrate_rerank_multiple`, 50 queries) and store it in meta as
-            ``rerank_multiple`` (with the recall per multiple), unless meta has one.
+            ``rerank_multiple`` (with the recall per multiple), unless meta has one; and
+            for a table with inverted lists the lists probed and the multiple of their
+            triage (:func:`store.knn.ivf.calibrate_ivf`; uncalibrated: :data:`UNCALIBRATED_IVF`).
+        ivf: Write inverted lists (:mod:`store.knn.ivf`); None: for tables with bin128
+            codes and at least :data:`~store.knn.ivf.IVF_MIN_ROWS` rows.
 
     Raises:
         VectorTableError: bad shapes/dtypes, duplicate cells, non-positive scales,
@@ -160,6 +166,8 @@ def write_table(
             )
             extra["rerank_multiple"] = chosen
             extra["rerank_recall_at_10"] = {str(m): r for m, r in recall.items()}
+        if (n >= IVF_MIN_ROWS if ivf is None else ivf) and n > 1 and n < 2**31:
+            extra["ivf"] = _add_ivf(arrays, calibrate)
     digest = _digest(arrays)
     full_meta = {
         **meta,
@@ -240,6 +248,38 @@ def _install(path: Path, digest: str, fill: Callable[[Path], None]) -> None:
         shutil.rmtree(old_target, ignore_errors=True)
 
 
+UNCALIBRATED_IVF = IvfPlan(nprobe=8, multiple=64)
+"""The list triage's plan of a table written with ``calibrate=False``."""
+
+
+def _add_ivf(arrays: dict[str, np.ndarray], calibrate: bool) -> dict[str, Any]:
+    """Build a table's inverted lists into ``arrays``; their ``meta["ivf"]`` entry."""
+    vectors, norms = arrays["vectors"], arrays["norms"]
+    lists = build_ivf(vectors, arrays["bin128"])
+    arrays.update(
+        ivf_centroids=lists.centroids,
+        ivf_offsets=lists.offsets,
+        ivf_rows=lists.rows,
+        ivf_codes=lists.codes,
+    )
+    cfg: dict[str, Any] = {"lists": lists.n_lists}
+    if not calibrate:
+        plan = UNCALIBRATED_IVF
+    else:
+        n, d = vectors.shape
+
+        def exact(r: int) -> set[int]:
+            return set(cosine_topk(vectors, norms, vectors[r], 10, exclude_row=r).rows.tolist())
+
+        def rerank(r: int, cand: np.ndarray) -> set[int]:
+            got = cosine_topk(vectors, norms, vectors[r], 10, rows=cand, exclude_row=r)
+            return set(got.rows.tolist())
+
+        plan, recall = calibrate_ivf(lists, exact, rerank, lambda r: vectors[r], n, d)
+        cfg["recall_at_10"] = recall
+    return {**cfg, "nprobe": plan.nprobe, "multiple": plan.multiple, "calibrated": calibrate}
+
+
 _DERIVED_META = (
     "format",
     "n",
@@ -249,11 +289,12 @@ _DERIVED_META = (
     "digest",
     "head_dims",
     "head_index",
+    "ivf",
 )
 
 
 def upgrade_table(directory: str | os.PathLike[str]) -> bool:
-    """Rewrite a table written by an older version with the current layout (heads).
+    """Rewrite a table written by an older version with the current layout (heads, planes, lists).
 
     The rows, cells, scales and caller metadata (including a stored calibration)
     are kept; the derived arrays are recomputed and the new version is swapped in
@@ -266,7 +307,8 @@ def upgrade_table(directory: str | os.PathLike[str]) -> bool:
     t = KnnTable.open(directory)
     heads_ok = t.head is not None or t.d < HEAD_MIN_D
     planes_ok = t.bin128w is not None or t.d != BIN_BYTES * 8
-    if (heads_ok and planes_ok) or t.n == 0:
+    lists_ok = t.ivf is not None or t.n < IVF_MIN_ROWS or t.d != BIN_BYTES * 8
+    if (heads_ok and planes_ok and lists_ok) or t.n == 0:
         return False
     meta = {k: v for k, v in t.meta.items() if k not in _DERIVED_META}
     write_table(

@@ -90,7 +90,7 @@ def test_hamming_paths_equal_brute_force_with_ties(tmp_path, monkeypatch, thread
                         for ex in (None, row):
                             for keep in (1, 10, 64, 700, 5000):
                                 want_d, want_r = ref_hamming(codes, codes[row], keep, m, ex)
-                                keys, rows, _ = table._hamming_blockwise(codes[row], keep, m, ex)
+                                keys, rows, _ = table.hamming_blockwise(codes[row], keep, m, ex)
                                 np.testing.assert_array_equal(rows, want_r)
                                 np.testing.assert_array_equal(-keys, want_d)
                 res = table.search_row(5, k=40, mode="hamming")

@@ -73,7 +73,7 @@ def test_seeded_candidate_scan_is_exact_or_scans_again(tmp_path, monkeypatch) ->
         monkeypatch.setattr(_seed, "SEED_FACTOR", factor)
         for m in (None, mask):
             seeds.clear()
-            got = table._hamming_blockwise(table.bin128[4], 3_000, m, 4)
+            got = table.hamming_blockwise(table.bin128[4], 3_000, m, 4)
             ref = knn_scan.hamming_candidates(table.bin128, table.bin128[4], 3_000, m, 4)
             np.testing.assert_array_equal(got[1], ref[1])
             np.testing.assert_array_equal(got[0], ref[0])

@@ -172,7 +172,7 @@ def test_table_rerank_reads_rows_with_pread_and_matches_the_mapped_path(tmp_path
     n = 3000
     table, vecs = _random_table(tmp_path, n, seed=11)
     rows = np.array([0, 1, 2, 57, 2999], dtype=np.int64)
-    np.testing.assert_array_equal(table._read_rows(rows), vecs[rows])
+    np.testing.assert_array_equal(table.read_rows(rows), vecs[rows])
     for m in (1, 8, 64):
         got = table.search(
             vecs[5], k=10, mode="hamming_then_rerank", rerank_multiple=m, exclude_row=5
@@ -208,7 +208,7 @@ def test_word_major_hamming_equals_the_row_major_scan(tmp_path, monkeypatch) -> 
             code = table.bin128[row]
             for m in (None, mask):
                 for keep in (1, 10, 63, 700, 5000):
-                    got = table._hamming_blockwise(code, keep, m, row)
+                    got = table.hamming_blockwise(code, keep, m, row)
                     ref = knn_scan.hamming_candidates(table.bin128, code, keep, m, row)
                     np.testing.assert_array_equal(got[1], ref[1])
                     np.testing.assert_array_equal(got[0], ref[0])
@@ -216,13 +216,13 @@ def test_word_major_hamming_equals_the_row_major_scan(tmp_path, monkeypatch) -> 
     monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
     # a query far from every row (most rows pass the first word)
     far = np.bitwise_not(table.bin128[3])
-    got = table._hamming_blockwise(far, 300, None, None)
+    got = table.hamming_blockwise(far, 300, None, None)
     ref = knn_scan.hamming_candidates(table.bin128, far, 300, None, None)
     np.testing.assert_array_equal(got[1], ref[1])
     with open(table.path / "bin128w.npy", "r+b") as f:
         f.truncate(int(table.bin128w.offset) + 8 * 60_000 + 800)
     with pytest.raises(VectorTableError, match="truncated"):
-        table._hamming_blockwise(table.bin128[3], 10, None, None)
+        table.hamming_blockwise(table.bin128[3], 10, None, None)
 
 
 def test_concurrent_scans_of_one_table_agree_with_sequential_ones(tmp_path, monkeypatch) -> None:

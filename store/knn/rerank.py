@@ -1,0 +1,146 @@
+"""``hamming_then_rerank`` over a table: a triage of candidates, then exact int8 cosine.
+
+Two triages, chosen per query:
+
+- **the inverted lists** of a table that has them (:mod:`store.knn.ivf`): the rows of the
+  lists nearest the query, ranked by the asymmetric sign-bit estimate; used unless a mask
+  keeps less than :data:`IVF_MIN_MASK` of the rows or the probed lists hold fewer than ``k``
+  eligible rows;
+- **the full Hamming triage** otherwise: the Hamming distance over every row
+  (:meth:`~store.knn.table.KnnTable.hamming_blockwise`).
+
+Either way the best ``multiple * k`` candidates (at least ``min_candidates``) are read with
+``pread`` and re-scored by exact cosine; the result says which triage ran
+(``lists_probed``), how many rows it looked at and how many it re-scored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from store.errors import InvalidVectorQuery
+from store.knn import _kernels
+from store.knn.ivf import IvfPlan, adc_lut, adc_scores, best_candidates, probe
+from store.knn.mapped import release
+from store.knn.scan import (
+    MAX_CANDIDATES,
+    KnnResult,
+    check_k,
+    merge_topk,
+    prep_mask,
+    prep_query,
+    read_only,
+)
+
+if TYPE_CHECKING:
+    from store.knn.table import KnnTable
+
+__all__ = ["IVF_MIN_MASK", "rerank"]
+
+IVF_MIN_MASK = 0.5
+"""A mask keeping less than this share of the rows sends a rerank to the full triage (the
+probed lists could hold too few eligible rows)."""
+MODE = "hamming_then_rerank"
+
+
+def rerank(
+    table: KnnTable,
+    q: npt.NDArray[Any],
+    code: npt.NDArray[np.uint8],
+    k: int,
+    mask: npt.ArrayLike | None,
+    exclude_row: int | None,
+    rerank_multiple: int | None,
+    min_candidates: int,
+) -> KnnResult:
+    """Neighbours of ``q`` (its sign-bit ``code`` given) by a triage and a cosine rerank.
+
+    Args:
+        rerank_multiple: Candidates per neighbour (None: the calibrated one of the triage).
+        min_candidates: Fewest candidates re-scored.
+
+    Raises:
+        InvalidVectorQuery: a multiple that is not a positive integer, bad k or mask.
+    """
+    if rerank_multiple is not None and (
+        isinstance(rerank_multiple, bool)
+        or not isinstance(rerank_multiple, (int, np.integer))
+        or rerank_multiple < 1
+    ):
+        raise InvalidVectorQuery(f"multiple must be a positive integer, got {rerank_multiple!r}")
+    k = check_k(k)
+    m = prep_mask(mask, table.n)
+    plan = table.ivf_plan
+    if plan is not None and (m is None or m.mean() >= IVF_MIN_MASK):
+        res = _list_triage(table, q, k, m, exclude_row, plan, rerank_multiple, min_candidates)
+        if res is not None:
+            return res
+    multiple = int(table.rerank_multiple if rerank_multiple is None else rerank_multiple)
+    n_keep = min(MAX_CANDIDATES, max(multiple * k, int(min_candidates)))
+    _, cand, scanned = table.hamming_blockwise(code, n_keep, m, exclude_row)
+    effective = max(multiple, -(-int(min_candidates) // k))
+    return _rescore(table, q, k, np.sort(cand), scanned, effective, 0)
+
+
+def _list_triage(
+    table: KnnTable,
+    q: npt.NDArray[Any],
+    k: int,
+    m: npt.NDArray[np.bool_] | None,
+    exclude_row: int | None,
+    plan: IvfPlan,
+    rerank_multiple: int | None,
+    min_candidates: int,
+) -> KnnResult | None:
+    """The triage over the inverted lists; None when they hold fewer than ``k`` eligible rows."""
+    ivf = table.ivf
+    assert ivf is not None
+    multiple = int(plan.multiple if rerank_multiple is None else rerank_multiple)
+    qf = np.asarray(q, np.float32)
+    if not np.any(qf):
+        raise InvalidVectorQuery("query vector is all zeros")
+    lists = probe(ivf, qf, plan.nprobe, int(min_candidates))
+    exclude = -1 if exclude_row is None else int(exclude_row)
+    try:
+        rows, scores = adc_scores(ivf, lists, adc_lut(qf, table.d), m, exclude)
+    finally:
+        for li in lists.tolist():  # never leave the lists resident
+            lo, hi = int(ivf.offsets[li]), int(ivf.offsets[li + 1])
+            release(ivf.codes, lo, hi)
+            release(ivf.rows, lo, hi)
+    if rows.size < k:
+        return None
+    n_keep = min(MAX_CANDIDATES, max(multiple * k, int(min_candidates)))
+    cand = best_candidates(rows, scores, n_keep)
+    effective = max(multiple, -(-int(min_candidates) // k))
+    return _rescore(table, q, k, cand, int(rows.size), effective, int(lists.size))
+
+
+def _rescore(
+    table: KnnTable,
+    q: npt.NDArray[Any],
+    k: int,
+    cand: npt.NDArray[np.int64],
+    scanned: int,
+    multiple: int,
+    lists_probed: int,
+) -> KnnResult:
+    """Exact cosine of the candidates (ascending rows), best ``k`` first."""
+    if cand.size == 0:
+        empty = np.empty(0, np.int64)
+        return KnnResult(empty, np.empty(0), scanned, MODE, 0, None, multiple, lists_probed)
+    # Read the candidates with pread, not through the mapping: a page fault on a
+    # hot file maps the whole (large) page-cache folio around it, so a few
+    # thousand scattered rows would make most of the table resident.
+    vectors = table.read_rows(cand)
+    qi, qf, use_float, qnorm = prep_query(q, table.d)
+    # norms computed with the dot products (equal to the stored norms; reading those
+    # would fault their pages in)
+    out = _kernels.cosine_rows_normed(*map(read_only, (vectors, qi, qf, use_float, k)))
+    keys, top = merge_topk(out, k)
+    return KnnResult(
+        cand[top], keys / qnorm, scanned, MODE, int(cand.size), None, multiple, lists_probed
+    )
