@@ -15,16 +15,6 @@ __all__ = ["LIMITS", "limit_of"]
 
 LIMITS: tuple[tuple[str, str, str], ...] = (
     (
-        "knn",
-        "find_like hamming_then_rerank",
-        "the Hamming candidate scan reads the whole first-word plane of the sign bits (80 MB at"
-        " 10^7 rows) and is compute-bound on it: ~12–13 ms of 1-thread CPU for that pass alone,"
-        " then ~7 ms to read the 5,120 candidate rows and 0.7 ms to rescore them (sessions 13–14)."
-        " The seeded distance bound already keeps only rows that can be in the exact Hamming top."
-        " ≤ 0.2 needs fewer candidates (a better estimator than sign bits, at the same recall)"
-        " or a layout whose scan does not read the whole plane.",
-    ),
-    (
         "queries",
         "did_change over HTTP, 16 keep-alive connections",
         "the server's CPU per request: building the answer ~57 % (the series, the facts, sigma,"

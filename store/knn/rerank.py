@@ -74,7 +74,7 @@ def rerank(
     k = check_k(k)
     m = prep_mask(mask, table.n)
     plan = table.ivf_plan
-    if plan is not None and (m is None or m.mean() >= IVF_MIN_MASK):
+    if plan is not None and (m is None or np.count_nonzero(m) >= IVF_MIN_MASK * table.n):
         res = _list_triage(table, q, k, m, exclude_row, plan, rerank_multiple, min_candidates)
         if res is not None:
             return res
