@@ -174,7 +174,11 @@ class FindSimilarBody(BaseModel):
     returned_k: int = Field(description="Neighbours returned.")
     cells_scanned: int = Field(description="Rows scored by the primary scan.")
     reranked: int = Field(description="Candidates re-scored by cosine (hamming_then_rerank).")
-    rerank_multiple: int | None = Field(description="Hamming candidates per neighbour (rerank).")
+    rerank_multiple: int | None = Field(
+        description="Candidates per neighbour re-scored by cosine (rerank): the nearest by"
+        " Hamming distance, or, on a table with inverted lists, by the sign-bit estimate within"
+        " the probed lists (the assumptions say which)."
+    )
     neighbours: list[Neighbour] = Field(description="Nearest first; the query cell is excluded.")
     filter: FilterStats | None = Field(description="Filter statistics when a filter was given.")
     distinct_pixels: DistinctPixels | None = Field(
