@@ -191,18 +191,19 @@ def _vector_fact(
     )
 
 
-def _triage_note(table: Any, triaged: int, lists_probed: int) -> str:
+def _triage_note(table: Any, ranked: int, lists_probed: int) -> str:
     """What a rerank over a table's inverted lists looked at (:mod:`store.knn.ivf`)."""
     cfg = table.meta.get("ivf", {})
     recall = cfg.get("recall_at_10", {}).get(f"{cfg.get('nprobe')}x{cfg.get('multiple')}")
     measured = (
-        f"recall@10 against exact cosine {recall:.2f} on the table's own rows when it was written"
+        f"its plan's recall@10 against exact cosine was {recall:.2f} on the table's own rows"
+        " when it was written (k = 10, no filter)"
         if isinstance(recall, float)
         else "its recall was not calibrated"
     )
     return (
-        f"hamming_then_rerank triaged the {triaged:,} rows of the {lists_probed} of"
-        f" {cfg.get('lists')} k-means lists nearest the query (sign-bit estimates), not every"
+        f"hamming_then_rerank ranked the {ranked:,} eligible rows of the {lists_probed} of"
+        f" {cfg.get('lists')} k-means lists nearest the query by their sign bits, not every"
         f" row; {measured}"
     )
 

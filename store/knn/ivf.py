@@ -41,7 +41,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from store.errors import VectorTableError
 from store.knn.codes import BIN_BYTES, ROTATION_SEED, rotation
+from store.knn.scan import read_only
 
 __all__ = [
     "IVF_FILES",
@@ -104,8 +106,8 @@ class IvfPlan:
 
 
 def list_count(n: int) -> int:
-    """Lists for a table of ``n`` rows: ~sqrt(n), between 16 and :data:`MAX_LISTS`."""
-    return max(16, min(MAX_LISTS, math.isqrt(max(n, 1))))
+    """Lists for a table of ``n`` rows: ~sqrt(n), between 16 and :data:`MAX_LISTS`, at most ``n``."""
+    return min(max(n, 1), max(16, min(MAX_LISTS, math.isqrt(max(n, 1)))))
 
 
 def _unit(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -186,11 +188,15 @@ def probe(
 
 
 @numba.njit(cache=True, nogil=True)
-def _adc_kernel(codes, rows, starts, ends, lut, mask, use_mask, exclude, out_rows, out_scores):  # type: ignore[no-untyped-def]
+def _adc_kernel(codes, rows, starts, ends, lut, mask, use_mask, exclude, n, out_rows, out_scores):  # type: ignore[no-untyped-def]
+    """Estimates of the rows at list positions ``[starts[i], ends[i])``; ``-1 - p`` when the
+    row map at position p names no row of the table (a damaged file)."""
     m = 0
     for i in range(starts.size):
         for p in range(starts[i], ends[i]):
             r = rows[p]
+            if r < 0 or r >= n:
+                return -1 - p
             if r == exclude or (use_mask and not mask[r]):
                 continue
             acc = np.float32(0.0)
@@ -209,25 +215,21 @@ def adc_scores(
     mask: npt.NDArray[np.bool_] | None,
     exclude: int,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-    """Table rows of the eligible rows in ``lists`` and their asymmetric estimates."""
+    """Table rows of the eligible rows in ``lists`` and their asymmetric estimates.
+
+    Raises:
+        VectorTableError: the row map names a row outside the table (a damaged file).
+    """
     starts = np.ascontiguousarray(ivf.offsets[lists])
     ends = np.ascontiguousarray(ivf.offsets[lists + 1])
     total = int((ends - starts).sum())
     out_rows = np.empty(total, np.int64)
     out_scores = np.empty(total, np.float32)
     marr = mask if mask is not None else np.ones(1, np.bool_)
-    m = _adc_kernel(
-        ivf.codes,
-        ivf.rows,
-        starts,
-        ends,
-        lut,
-        marr,
-        mask is not None,
-        exclude,
-        out_rows,
-        out_scores,
-    )
+    args = (ivf.codes, ivf.rows, starts, ends, lut, marr, mask is not None, exclude)
+    m = _adc_kernel(*map(read_only, args), ivf.rows.shape[0], out_rows, out_scores)
+    if m < 0:
+        raise VectorTableError(f"ivf_rows.npy: list position {-1 - m} names no row of the table")
     return out_rows[:m], out_scores[:m]
 
 
@@ -276,25 +278,31 @@ def calibrate_ivf(
     truth = {r: exact(r) for r in qrows}
     recall: dict[str, float] = {}
     best: tuple[float, IvfPlan] | None = None
+    last = IvfPlan(1, 1)
     for nprobe in NPROBES:
         hits = dict.fromkeys(MULTIPLES, 0)
-        triaged = 0
+        triaged = dict.fromkeys(MULTIPLES, 0)
         for r in qrows:
             v = vector(r)
-            lists = probe(ivf, v, nprobe)
-            rows, scores = adc_scores(ivf, lists, adc_lut(v, d), None, r)
-            triaged += rows.size
-            for m in MULTIPLES:
+            lut = adc_lut(v, d)
+            done: dict[tuple[int, ...], tuple[Any, Any]] = {}
+            for m in MULTIPLES:  # the lists a query of this plan probes (more for large m)
+                lists = probe(ivf, v, nprobe, m * k)
+                key = tuple(lists.tolist())
+                if key not in done:
+                    done[key] = adc_scores(ivf, lists, lut, None, r)
+                rows, scores = done[key]
+                triaged[m] += rows.size
                 got = rerank(r, best_candidates(rows, scores, m * k))
                 hits[m] += len(truth[r] & got)
         for m in MULTIPLES:
             rec = hits[m] / (k * len(qrows))
             recall[f"{nprobe}x{m}"] = rec
-            cost = triaged / len(qrows) + READ_COST_ROWS * m * k
+            last = IvfPlan(nprobe, m)
+            cost = triaged[m] / len(qrows) + READ_COST_ROWS * m * k
             low = rec - RECALL_Z * math.sqrt(rec * (1 - rec) / (k * len(qrows)))
             if low >= target and (best is None or cost < best[0]):
                 best = (cost, IvfPlan(nprobe, m))
         if nprobe >= ivf.n_lists:
             break
-    plan = best[1] if best is not None else IvfPlan(min(max(NPROBES), ivf.n_lists), max(MULTIPLES))
-    return plan, recall
+    return (best[1] if best is not None else last), recall

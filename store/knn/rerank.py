@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from store.errors import InvalidVectorQuery
 from store.knn import _kernels
-from store.knn.ivf import IvfPlan, adc_lut, adc_scores, best_candidates, probe
+from store.knn.ivf import adc_lut, adc_scores, best_candidates, probe
 from store.knn.mapped import release
 from store.knn.scan import (
     MAX_CANDIDATES,
@@ -74,15 +74,22 @@ def rerank(
     k = check_k(k)
     m = prep_mask(mask, table.n)
     plan = table.ivf_plan
-    if plan is not None and (m is None or np.count_nonzero(m) >= IVF_MIN_MASK * table.n):
-        res = _list_triage(table, q, k, m, exclude_row, plan, rerank_multiple, min_candidates)
+    eligible = table.n if m is None else int(np.count_nonzero(m))
+    if plan is not None and eligible >= IVF_MIN_MASK * table.n:
+        multiple = _effective(plan.multiple, rerank_multiple, min_candidates, k)
+        res = _list_triage(table, q, k, m, exclude_row, plan.nprobe, multiple, eligible)
         if res is not None:
             return res
-    multiple = int(table.rerank_multiple if rerank_multiple is None else rerank_multiple)
-    n_keep = min(MAX_CANDIDATES, max(multiple * k, int(min_candidates)))
+    multiple = _effective(table.rerank_multiple, rerank_multiple, min_candidates, k)
+    n_keep = min(MAX_CANDIDATES, multiple * k)
     _, cand, scanned = table.hamming_blockwise(code, n_keep, m, exclude_row)
-    effective = max(multiple, -(-int(min_candidates) // k))
-    return _rescore(table, q, k, np.sort(cand), scanned, effective, 0)
+    return _rescore(table, q, k, np.sort(cand), scanned, multiple, 0)
+
+
+def _effective(calibrated: int, given: int | None, min_candidates: int, k: int) -> int:
+    """Candidates per neighbour: the one given (else the triage's calibrated one), raised to
+    ``ceil(min_candidates / k)`` (so ``multiple * k`` candidates, as find_similar always had)."""
+    return max(int(calibrated if given is None else given), -(-int(min_candidates) // k))
 
 
 def _list_triage(
@@ -91,18 +98,24 @@ def _list_triage(
     k: int,
     m: npt.NDArray[np.bool_] | None,
     exclude_row: int | None,
-    plan: IvfPlan,
-    rerank_multiple: int | None,
-    min_candidates: int,
+    nprobe: int,
+    multiple: int,
+    eligible: int,
 ) -> KnnResult | None:
-    """The triage over the inverted lists; None when they hold fewer than ``k`` eligible rows."""
+    """The triage over the inverted lists; None when they hold fewer than ``k`` eligible rows.
+
+    Probes the ``nprobe`` lists nearest the query, and more until they hold about
+    ``multiple * k`` eligible rows (a large ``k``, or a mask: the lists' rows scaled by the
+    mask's share), so the candidates are chosen from at least that many rows.
+    """
     ivf = table.ivf
     assert ivf is not None
-    multiple = int(plan.multiple if rerank_multiple is None else rerank_multiple)
     qf = np.asarray(q, np.float32)
-    if not np.any(qf):
-        raise InvalidVectorQuery("query vector is all zeros")
-    lists = probe(ivf, qf, plan.nprobe, int(min_candidates))
+    if not np.all(np.isfinite(qf)) or not np.any(qf):
+        raise InvalidVectorQuery("query vector must be finite and not all zeros")
+    n_keep = min(MAX_CANDIDATES, multiple * k)
+    # the excluded row counts in the lists but is never a candidate: one more
+    lists = probe(ivf, qf, nprobe, -(-(n_keep + 1) * table.n // max(eligible, 1)))
     exclude = -1 if exclude_row is None else int(exclude_row)
     try:
         rows, scores = adc_scores(ivf, lists, adc_lut(qf, table.d), m, exclude)
@@ -113,10 +126,8 @@ def _list_triage(
             release(ivf.rows, lo, hi)
     if rows.size < k:
         return None
-    n_keep = min(MAX_CANDIDATES, max(multiple * k, int(min_candidates)))
     cand = best_candidates(rows, scores, n_keep)
-    effective = max(multiple, -(-int(min_candidates) // k))
-    return _rescore(table, q, k, cand, int(rows.size), effective, int(lists.size))
+    return _rescore(table, q, k, cand, int(rows.size), multiple, int(lists.size))
 
 
 def _rescore(

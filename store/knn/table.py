@@ -183,6 +183,11 @@ class KnnTable:
             dt, shape = expect[name]
             if arr.dtype != dt or arr.shape != shape or not arr.flags.c_contiguous:
                 raise VectorTableError(f"{path / name}.npy: expected {np.dtype(dt)} {shape}")
+        offsets = arrays.get("ivf_offsets")
+        if offsets is not None and (
+            offsets[0] != 0 or offsets[-1] != n or np.any(np.diff(offsets) < 0)
+        ):
+            raise VectorTableError(f"{path}/ivf_offsets.npy: not list bounds over {n} rows")
         return cls(
             path=path,
             meta=meta,

@@ -120,7 +120,7 @@ def test_rerank_triages_the_lists_and_keeps_recall(clustered: Any) -> None:
     hits = 0
     for r in rows:
         res = t.search_row(r, k=10, mode="hamming_then_rerank")
-        assert res.lists_probed == t.ivf_plan.nprobe
+        assert res.lists_probed >= t.ivf_plan.nprobe
         assert 0 < res.scanned < t.n
         assert res.reranked == min(res.scanned, t.ivf_plan.multiple * 10)
         assert r not in res.rows.tolist()
@@ -200,3 +200,93 @@ def test_open_refuses_lists_of_the_wrong_shape(clustered: Any, tmp_path: Path) -
     np.save(broken / "ivf_rows.npy", np.zeros(5, np.int32))
     with pytest.raises(VectorTableError, match="ivf_rows"):
         KnnTable.open(broken)
+
+
+def test_lists_forced_on_a_table_of_a_few_rows(tmp_path: Path) -> None:
+    cells, vectors, scales = tessera_like(12, seed=6)
+    write_table(tmp_path / "t", cells, vectors, scales, META, ivf=True)
+    t = KnnTable.open(tmp_path / "t")
+    assert t.ivf is not None
+    assert t.ivf.n_lists == 12  # never more lists than rows
+    res = t.search_row(0, k=5, mode="hamming_then_rerank", min_candidates=t.n)
+    assert res.rows.tolist() == t.search_row(0, k=5, mode="cosine").rows.tolist()
+    assert len(t.search_row(0, k=5, mode="hamming_then_rerank").rows) <= 5
+
+
+def test_the_estimate_is_largest_for_the_querys_own_code() -> None:
+    """Independent of the formula: the estimate of a code is the rotated query dotted with its
+    +-1 bits, so the query's own code (binarize) scores sum |R q|, and no code scores more."""
+    rng = np.random.default_rng(8)
+    for _ in range(5):
+        q = rng.normal(size=128).astype(np.float32)
+        lut = adc_lut(q, 128)
+        own = binarize(q)
+        best = sum(float(lut[j, own[j]]) for j in range(16))
+        np.testing.assert_allclose(best, np.abs(rotation(128, ROTATION_SEED) @ q).sum(), rtol=1e-4)
+        others = rng.integers(0, 256, (200, 16), dtype=np.uint8)
+        assert all(sum(float(lut[j, c[j]]) for j in range(16)) <= best + 1e-3 for c in others)
+
+
+def test_the_estimate_ranks_better_than_hamming_at_the_same_budget(clustered: Any) -> None:
+    """Within the same probed lists and the same number of re-scored candidates, candidates by
+    the asymmetric estimate find more of the exact top-10 than candidates by Hamming distance."""
+    t, _ = clustered
+    assert t.ivf is not None
+    hits = {"adc": 0, "hamming": 0}
+    for r in np.random.default_rng(12).choice(t.n, 30, replace=False).tolist():
+        v = np.asarray(t.vectors[r])
+        lists = probe(t.ivf, v, 4)
+        rows, scores = adc_scores(t.ivf, lists, adc_lut(v, 128), None, r)
+        budget = max(10, rows.size // 20)
+        ham = np.bitwise_count(np.asarray(t.bin128)[rows] ^ binarize(v)).sum(axis=1)
+        exact = _exact(t, r)
+        for name, order in (("adc", np.argsort(-scores)), ("hamming", np.argsort(ham))):
+            cand = np.sort(rows[order[:budget]])
+            got = t.search(
+                v, k=10, mode="cosine", mask=np.isin(np.arange(t.n), cand), exclude_row=r
+            )
+            hits[name] += len(set(got.rows.tolist()) & exact)
+    assert hits["adc"] > hits["hamming"], hits
+
+
+def test_large_k_probes_enough_lists_for_its_candidates(clustered: Any) -> None:
+    t, _ = clustered
+    plan = t.ivf_plan
+    res = t.search_row(3, k=1000, mode="hamming_then_rerank")
+    assert res.multiple == plan.multiple
+    assert res.reranked == min(plan.multiple * 1000, t.n - 1)
+    assert res.lists_probed > plan.nprobe
+    assert len(res.rows) == 1000
+
+
+def test_mask_and_excluded_row_with_the_list_triage(clustered: Any) -> None:
+    t, _ = clustered
+    mask = np.ones(t.n, bool)
+    mask[1::2] = False
+    res = t.search_row(40, k=10, mode="hamming_then_rerank", mask=mask)
+    assert res.lists_probed >= t.ivf_plan.nprobe
+    assert 40 not in res.rows.tolist()
+    assert mask[res.rows].all()
+    assert len(res.rows) == 10
+
+
+def test_damaged_lists_are_typed_errors(clustered: Any, tmp_path: Path) -> None:
+    import shutil
+
+    from store.errors import VectorTableError
+
+    t, _ = clustered
+    bad_rows = tmp_path / "rows"
+    shutil.copytree(t.path, bad_rows)
+    rows = np.load(bad_rows / "ivf_rows.npy")
+    rows[:] = t.n + 5  # every list position names a row past the table
+    np.save(bad_rows / "ivf_rows.npy", rows)
+    with pytest.raises(VectorTableError, match="names no row"):
+        KnnTable.open(bad_rows).search_row(3, k=10, mode="hamming_then_rerank")
+    bad_offsets = tmp_path / "offsets"
+    shutil.copytree(t.path, bad_offsets)
+    offs = np.load(bad_offsets / "ivf_offsets.npy")
+    offs[1] = offs[-1] + 1
+    np.save(bad_offsets / "ivf_offsets.npy", offs)
+    with pytest.raises(VectorTableError, match="list bounds"):
+        KnnTable.open(bad_offsets)
