@@ -23,8 +23,8 @@ files, through the same access path (the table's own memory maps, or pread),
 same threads, in the same round (:mod:`bench.stream`). It cannot exceed 100 %;
 if its median does, the row is marked a metric defect.
 
-Caches: warm. The table's files are in the page cache (read whole once before the rows,
-and a warm-up query reads them first); the scans release their mapping after each region, so every query
+Caches: warm. The table's files are in the page cache (dropped from it and read whole once
+before the rows, so every run starts from the same cache state; a warm-up query reads them too); the scans release their mapping after each region, so every query
 faults the pages of the mapped arrays in again from the page cache, and so does
 the bandwidth pass. FAISS holds its index in process memory (resident).
 
@@ -329,16 +329,22 @@ def run_size(n: int, rounds: int, n_recall: int) -> SizeResult:
 
 
 def _page_in(path: Path) -> None:
-    """Read every file of a table once, so all of it is in the page cache (the stated caches).
+    """Put every file of a table in the page cache afresh: dropped, then read whole once.
 
-    A warm-up query reads what a query reads, but a rerank over inverted lists reads only the
-    lists nearest its query: without this, each round's first rerank read its lists from disk
-    (measured at 10^7: a median of 20.9 ms against 5.2 ms for the same queries once read).
+    The stated caches are "warm". A warm-up query reads only what one query reads (a rerank over
+    inverted lists: the lists nearest its query), and pages that stayed cached through other
+    work can sit in small page-cache folios, each mapped by its own fault: the same code on
+    the same files took 20.1 ms (1-thread Hamming) and 91 ms (cosine) at 10^7 in that state
+    and 9.7 and 59 ms once the files were dropped and read again (session 17, bench/HISTORY.md).
     """
     for f in sorted(path.iterdir()):
-        with open(f, "rb", buffering=0) as fh:
-            while fh.read(1 << 24):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            while os.read(fd, 1 << 24):
                 pass
+        finally:
+            os.close(fd)
 
 
 def _triage(t: V.KnnTable) -> str:

@@ -15,6 +15,19 @@ __all__ = ["LIMITS", "limit_of"]
 
 LIMITS: tuple[tuple[str, str, str], ...] = (
     (
+        "knn",
+        "find_like hamming: hamming (earthmem), 1 thread",
+        "on the AMD EPYC host of session 17 FAISS's resident IndexBinaryFlat scan takes ~11.7 ms"
+        " at 10^7 rows (25 ms on the Intel host of sessions 13–16, where this row was 0.38–0.47);"
+        " ours ~14.4 ms, of which ~7 ms is mapping the 80 MB first-word plane into the process"
+        " again on every query: the scan releases each region after it so that a server never"
+        " holds a table, and the same pass over an in-memory copy takes 3.2 ms. Populating each"
+        " region in one call (MADV_POPULATE_READ, or WILLNEED) does not help (10.9–11.4 ms"
+        " against 9.8 ms for plain faults). Meeting the row here means holding the plane"
+        " resident (80 MB at 10^7, past the query server's memory budget) or a read path"
+        " cheaper than the faults.",
+    ),
+    (
         "queries",
         "did_change over HTTP, 16 keep-alive connections",
         "the server's CPU per request: building the answer ~57 % (the series, the facts, sigma,"

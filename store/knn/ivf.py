@@ -227,7 +227,8 @@ def adc_scores(
     out_scores = np.empty(total, np.float32)
     marr = mask if mask is not None else np.ones(1, np.bool_)
     args = (ivf.codes, ivf.rows, starts, ends, lut, marr, mask is not None, exclude)
-    m = _adc_kernel(*map(read_only, args), ivf.rows.shape[0], out_rows, out_scores)
+    call = (*map(read_only, args), ivf.rows.shape[0], out_rows, out_scores)  # outputs writable
+    m = _adc_kernel(*call)
     if m < 0:
         raise VectorTableError(f"ivf_rows.npy: list position {-1 - m} names no row of the table")
     return out_rows[:m], out_scores[:m]
