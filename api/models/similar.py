@@ -58,7 +58,9 @@ class FindSimilarIn(BaseModel):
     mode: str | None = Field(
         None,
         description="cosine (exact; default), hamming (popcount over bin128), hamming_then_rerank "
-        "(Hamming candidates re-scored by exact cosine). Default hamming for band geotessera.bin128.",
+        "(sign-bit candidates re-scored by exact cosine; on large tables from the k-means lists"
+        " nearest the key, the answer's assumptions say which). Default hamming for band"
+        " geotessera.bin128.",
     )
     filter: Claim | None = Field(
         None,
