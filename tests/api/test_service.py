@@ -345,20 +345,20 @@ def test_rerank_recall_at_10_tiny(ctx: ServiceContext) -> None:
     assert _recall(ctx, ctx.table("geotessera/2024"), 20) >= 0.95
 
 
-def test_rerank_recall_at_10_synthetic(tmp_path: Any) -> None:
-    """50k clustered Tessera-like rows (bench.data), where the candidates are ~8% of the table."""
+def _synthetic(tmp_path: Any, **write: Any) -> tuple[ServiceContext, Any]:
+    """A service over one 2024 table of 50k clustered Tessera-like rows (bench.data)."""
     from bench.data import tessera_like
     from store.knn import write_table
 
     cells, vectors, scales = tessera_like(50_000, seed=3)
-    write_table(
-        tmp_path / "knn" / "geotessera" / "2024",
-        cells,
-        vectors,
-        scales,
-        {"band": "geotessera", "tslot": 54, "vintage": 2024},
-    )
-    synthetic = ServiceContext(tmp_path, signer=Signer.generate())
+    meta = {"band": "geotessera", "tslot": 54, "vintage": 2024}
+    write_table(tmp_path / "knn" / "geotessera" / "2024", cells, vectors, scales, meta, **write)
+    return ServiceContext(tmp_path, signer=Signer.generate()), cells
+
+
+def test_rerank_recall_at_10_synthetic(tmp_path: Any) -> None:
+    """50k clustered Tessera-like rows, where the candidates are ~8% of the table."""
+    synthetic, cells = _synthetic(tmp_path)
     recall = _recall(synthetic, synthetic.table("geotessera/2024"), 40)
     assert recall >= 0.95, recall
     ans = run(synthetic, "find_similar", {"key": address.format_cell(int(cells[7])), "k": 3})
@@ -370,19 +370,7 @@ def test_rerank_recall_at_10_inverted_lists(tmp_path: Any) -> None:
     """A table written with inverted lists (store.knn.ivf): find_similar triages the lists
     nearest the key (at least RERANK_MIN_CANDIDATES rows), keeps recall@10 >= 0.95 and says
     which rows it looked at; cosine and hamming still read every row."""
-    from bench.data import tessera_like
-    from store.knn import write_table
-
-    cells, vectors, scales = tessera_like(50_000, seed=3)
-    write_table(
-        tmp_path / "knn" / "geotessera" / "2024",
-        cells,
-        vectors,
-        scales,
-        {"band": "geotessera", "tslot": 54, "vintage": 2024},
-        ivf=True,
-    )
-    synthetic = ServiceContext(tmp_path, signer=Signer.generate())
+    synthetic, cells = _synthetic(tmp_path, ivf=True)
     table = synthetic.table("geotessera/2024")
     assert table.ivf is not None
     recall = _recall(synthetic, table, 40, lists=True)
