@@ -17,8 +17,8 @@ centroids, and the rows' sign-bit codes copied in list order. A query
    ``pread``), as the full triage does.
 
 ``nprobe`` and ``multiple`` are calibrated when the table is written
-(:func:`calibrate_ivf`: the cheapest pair whose mean recall@10 against exact cosine is at
-least 0.95 on 50 of the table's own rows) and stored in ``meta["ivf"]``. Rows outside the
+(:func:`calibrate_ivf`: the cheapest pair whose recall@10 against exact cosine, less its
+sampling margin, is at least 0.95 on 50 of the table's own rows) and stored in ``meta["ivf"]``. Rows outside the
 probed lists are never looked at: the answer says how many rows were triaged and how many
 lists were probed. Exact modes (``cosine``, ``hamming``) never use the lists.
 
@@ -33,7 +33,7 @@ Files (beside the table's others)::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,19 +245,17 @@ def best_candidates(
 
 def calibrate_ivf(
     ivf: IvfArrays,
-    exact: Callable[[int], set[int]],
+    truth: Mapping[int, set[int]],
     rerank: Callable[[int, npt.NDArray[np.int64]], set[int]],
     vector: Callable[[int], npt.NDArray[Any]],
-    n: int,
     d: int,
     *,
     k: int = 10,
     target: float = 0.95,
-    n_queries: int = 50,
-    seed: int = 0,
 ) -> tuple[IvfPlan, dict[str, float]]:
     """The cheapest ``(nprobe, multiple)`` whose recall@k against exact cosine reaches
-    ``target`` on ``n_queries`` of the table's rows (each excluded from its own answer), with
+    ``target`` on the calibration queries (``truth``: query row -> its exact cosine top-k,
+    itself excluded; :func:`store.knn.scan.calibration_truth`), with
     the sampling error of so few queries counted against it: the measured recall less
     :data:`RECALL_Z` standard errors (``sqrt(r (1 - r) / (k n_queries))``) must reach the
     target. Without that margin a plan measured at 0.958 on its 50 queries gave 0.948 on
@@ -268,15 +266,13 @@ def calibrate_ivf(
     largest pair tried.
 
     Args:
-        exact: row -> the exact cosine top-k rows of its vector (itself excluded).
         rerank: (row, candidate rows) -> the cosine top-k of the candidates.
         vector: row -> its int8 vector.
 
     Returns:
         The plan, and the recall of every pair tried (``"nprobe x multiple"``).
     """
-    qrows = np.random.default_rng(seed).choice(n, min(n_queries, n), replace=False).tolist()
-    truth = {r: exact(r) for r in qrows}
+    qrows = list(truth)
     recall: dict[str, float] = {}
     best: tuple[float, IvfPlan] | None = None
     last = IvfPlan(1, 1)

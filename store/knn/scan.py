@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "KnnResult",
     "Mode",
     "calibrate_rerank_multiple",
+    "calibration_truth",
     "check_k",
     "cosine_topk",
     "hamming_candidates",
@@ -440,6 +442,28 @@ def hamming_then_rerank(
     return KnnResult(exact.rows, exact.scores, scanned, "hamming_then_rerank", int(cand.size))
 
 
+def calibration_truth(
+    vectors: npt.NDArray[np.int8],
+    norms: npt.NDArray[np.float32],
+    *,
+    k: int = 10,
+    n_queries: int = 50,
+    seed: int = 0,
+) -> dict[int, set[int]]:
+    """The calibration queries of a table and their answers: ``n_queries`` rows drawn with
+    ``default_rng(seed)`` -> the exact cosine top-``k`` of each (itself excluded), in draw order.
+
+    Both calibrations of a table written with lists use the same queries
+    (:func:`calibrate_rerank_multiple`, :func:`store.knn.ivf.calibrate_ivf`): computed once.
+    """
+    n = vectors.shape[0]
+    rows = np.random.default_rng(seed).choice(n, min(n_queries, n), replace=False)
+    return {
+        r: set(cosine_topk(vectors, norms, vectors[r], k, exclude_row=r).rows.tolist())
+        for r in rows.tolist()
+    }
+
+
 def calibrate_rerank_multiple(
     vectors: npt.NDArray[np.int8],
     norms: npt.NDArray[np.float32],
@@ -450,11 +474,13 @@ def calibrate_rerank_multiple(
     n_queries: int = 50,
     seed: int = 0,
     multiples: tuple[int, ...] = CALIBRATION_MULTIPLES,
+    truth: Mapping[int, set[int]] | None = None,
 ) -> tuple[int, dict[int, float]]:
     """Smallest candidate multiple whose mean recall@k reaches ``target`` on this table.
 
     Queries are ``n_queries`` rows drawn with ``default_rng(seed)`` (each excluded
-    from its own answer); recall is measured against exact cosine. The Hamming
+    from its own answer); recall is measured against exact cosine
+    (:func:`calibration_truth`, or ``truth`` when the caller already has it). The Hamming
     ranking is computed once at the largest multiple: the candidates of a smaller
     multiple are a prefix of it (the order is total), so each multiple costs only
     its rerank. Store the result as ``meta["rerank_multiple"]`` when writing the
@@ -463,16 +489,15 @@ def calibrate_rerank_multiple(
     Returns:
         (chosen multiple, {multiple: recall}); the largest multiple when none reaches target.
     """
-    n = vectors.shape[0]
-    rows = np.random.default_rng(seed).choice(n, min(n_queries, n), replace=False)
+    if truth is None:
+        truth = calibration_truth(vectors, norms, k=k, n_queries=n_queries, seed=seed)
     top_m = max(multiples)
     hits = {m: 0 for m in multiples}
-    for r in rows.tolist():
-        exact = set(cosine_topk(vectors, norms, vectors[r], k, exclude_row=r).rows.tolist())
+    for r, exact in truth.items():
         _, ranked, _ = hamming_candidates(codes, codes[r], min(MAX_CANDIDATES, top_m * k), None, r)
         for m in multiples:
             got = cosine_topk(vectors, norms, vectors[r], k, rows=np.sort(ranked[: m * k]))
             hits[m] += len(exact & set(got.rows.tolist()))
-    recall = {m: hits[m] / (k * rows.size) for m in multiples}
+    recall = {m: hits[m] / (k * len(truth)) for m in multiples}
     chosen = next((m for m in sorted(multiples) if recall[m] >= target), max(multiples))
     return chosen, recall

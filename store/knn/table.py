@@ -314,7 +314,7 @@ class KnnTable:
 
         ``hamming_then_rerank`` triages a table with inverted lists (:mod:`store.knn.ivf`)
         from the lists nearest the query, unless a mask keeps less than
-        :data:`IVF_MIN_MASK` of the rows or the probed lists hold fewer than ``k``
+        :data:`~store.knn.rerank.IVF_MIN_MASK` of the rows or the probed lists hold fewer than ``k``
         eligible rows; otherwise by the Hamming distance over every row.
 
         Raises:

@@ -36,7 +36,7 @@ from store.knn.codes import (
 )
 from store.knn.ivf import IVF_MIN_ROWS, IvfPlan, build_ivf, calibrate_ivf
 from store.knn.mapped import read_meta
-from store.knn.scan import calibrate_rerank_multiple, cosine_topk
+from store.knn.scan import calibrate_rerank_multiple, calibration_truth, cosine_topk
 from store.knn.table import KnnTable
 from store.leftovers import writing
 
@@ -160,14 +160,22 @@ def write_table(
         arrays["bin128"] = binarize(v, ROTATION_SEED)
         # the same codes word-major: plane j holds word j of every row (scanned first-word first)
         arrays["bin128w"] = np.ascontiguousarray(arrays["bin128"].view("<u8").T)
-        if calibrate and "rerank_multiple" not in meta and n > 1:
+        lists = (n >= IVF_MIN_ROWS if ivf is None else ivf) and 1 < n < 2**31
+        full = calibrate and "rerank_multiple" not in meta and n > 1
+        # both calibrations ask the same queries: their exact answers are computed once
+        truth = (
+            calibration_truth(arrays["vectors"], arrays["norms"])
+            if calibrate and (lists or full)
+            else None
+        )
+        if full:
             chosen, recall = calibrate_rerank_multiple(
-                arrays["vectors"], arrays["norms"], arrays["bin128"]
+                arrays["vectors"], arrays["norms"], arrays["bin128"], truth=truth
             )
             extra["rerank_multiple"] = chosen
             extra["rerank_recall_at_10"] = {str(m): r for m, r in recall.items()}
-        if (n >= IVF_MIN_ROWS if ivf is None else ivf) and n > 1 and n < 2**31:
-            extra["ivf"] = _add_ivf(arrays, calibrate)
+        if lists:
+            extra["ivf"] = _add_ivf(arrays, truth)
     digest = _digest(arrays)
     full_meta = {
         **meta,
@@ -252,8 +260,9 @@ UNCALIBRATED_IVF = IvfPlan(nprobe=8, multiple=64)
 """The list triage's plan of a table written with ``calibrate=False``."""
 
 
-def _add_ivf(arrays: dict[str, np.ndarray], calibrate: bool) -> dict[str, Any]:
-    """Build a table's inverted lists into ``arrays``; their ``meta["ivf"]`` entry."""
+def _add_ivf(arrays: dict[str, np.ndarray], truth: dict[int, set[int]] | None) -> dict[str, Any]:
+    """Build a table's inverted lists into ``arrays``; their ``meta["ivf"]`` entry, calibrated
+    on ``truth`` (:func:`~store.knn.scan.calibration_truth`; None: not calibrated)."""
     vectors, norms = arrays["vectors"], arrays["norms"]
     lists = build_ivf(vectors, arrays["bin128"])
     arrays.update(
@@ -263,21 +272,18 @@ def _add_ivf(arrays: dict[str, np.ndarray], calibrate: bool) -> dict[str, Any]:
         ivf_codes=lists.codes,
     )
     cfg: dict[str, Any] = {"lists": lists.n_lists}
-    if not calibrate:
+    if truth is None:
         plan = UNCALIBRATED_IVF
     else:
-        n, d = vectors.shape
-
-        def exact(r: int) -> set[int]:
-            return set(cosine_topk(vectors, norms, vectors[r], 10, exclude_row=r).rows.tolist())
 
         def rerank(r: int, cand: np.ndarray) -> set[int]:
             got = cosine_topk(vectors, norms, vectors[r], 10, rows=cand, exclude_row=r)
             return set(got.rows.tolist())
 
-        plan, recall = calibrate_ivf(lists, exact, rerank, lambda r: vectors[r], n, d)
+        plan, recall = calibrate_ivf(lists, truth, rerank, lambda r: vectors[r], vectors.shape[1])
         cfg["recall_at_10"] = recall
-    return {**cfg, "nprobe": plan.nprobe, "multiple": plan.multiple, "calibrated": calibrate}
+    calibrated = truth is not None
+    return {**cfg, "nprobe": plan.nprobe, "multiple": plan.multiple, "calibrated": calibrated}
 
 
 _DERIVED_META = (
