@@ -5,8 +5,9 @@ makes it: ``call_primitive(ctx, "memory_create", args, token=...)`` (token check
 validation, place resolution, content digest, the write, a signed receipt) in this
 process, and ``POST /v1/memory_create`` with ``Authorization: Bearer ...`` to the
 real ``earthmem serve`` (access log off; one worker, and its default of one per
-core, each worker process with its own interpreter lock) from keep-alive ``httpx``
-clients, one per writer, made and connected before the clock starts, and the server's
+core, each worker process with its own interpreter lock) from :mod:`bench.loadgen` in its
+own process (one keep-alive connection per writer, connected before the clock starts,
+requests pre-encoded: a light client on the shared cores), and the server's
 start-up warm-up finished (:func:`settle`: its CPU idle for half a second). Each row
 carries the CPU milliseconds per write of what served it (``cpu_ms_per_write``: this
 process's ``process_time`` in process, the server's process tree from ``/proc`` over
@@ -22,8 +23,11 @@ the run (``EARTHMEM_WRITE_RATE``), since it would otherwise be what is measured.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,7 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import CACHE_DIR, Timing
+from bench.common import CACHE_DIR, REPO, Timing
+from bench.queries.rows import ENV
 from bench.server_cpu import settle, tree_cpu_s
 
 __all__ = ["api_rows", "claim_rows"]
@@ -105,56 +110,32 @@ def api_rows(
 
             out += _measure(
                 f"in process, {backend}",
-                in_process,
-                run_writers,
-                bare,
+                _threads(run_writers, in_process),
+                _threads(run_writers, bare),
                 n,
                 durability,
                 time.process_time,
             )
             ctx.memory().close()
 
-            import httpx
-
             env = {**_UNLIMITED, **({"EARTHMEM_MEMORY_URL": memory_url} if memory_url else {})}
             log = CACHE_DIR / "logs" / f"serve_memory_{backend.split()[0]}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             for workers in dict.fromkeys((1, os.cpu_count() or 1)):
                 with Server(data, log, quiet=True, workers=workers, env=env) as srv:
-                    headers = {"Authorization": f"Bearer {token}"}
-                    # One keep-alive client per writer, made and connected before the clock
-                    # starts: building an httpx.Client loads a TLS context (tens of ms of CPU),
-                    # which inside the timed window was most of what the 8-writer row measured.
-                    clients = [
-                        httpx.Client(base_url=srv.url, headers=headers, timeout=120)
-                        for _ in range(_MAX_WRITERS)
-                    ]
-                    for client in clients:
-                        client.get("/healthz").raise_for_status()
                     # The server answers /healthz while its start-up warm-up (the cube reader,
                     # the k-NN tables' imports, numba's among them, then gc.freeze) still runs
                     # on a background thread: ~1.3 s of CPU after the first answer, which
                     # otherwise lands in the 1-writer row's window (and competes for its GIL).
                     settle(lambda: tree_cpu_s(srv.proc.pid))
-
-                    def over_http(w: int, i: int, clients: list[Any] = clients) -> None:
-                        r = clients[w].post("/v1/memory_create", json=_args(nxt()))
-                        if r.status_code != 200:
-                            raise RuntimeError(f"{r.status_code}: {r.text[:300]}")
-
-                    try:
-                        out += _measure(
-                            f"over HTTP ({workers} worker{'s' if workers > 1 else ''}), {backend}",
-                            over_http,
-                            run_writers,
-                            bare,
-                            n,
-                            durability,
-                            lambda: tree_cpu_s(srv.proc.pid),
-                        )
-                    finally:
-                        for client in clients:
-                            client.close()
+                    out += _measure(
+                        f"over HTTP ({workers} worker{'s' if workers > 1 else ''}), {backend}",
+                        _loadgen(srv.url, token, nxt),
+                        _threads(run_writers, bare),
+                        n,
+                        durability,
+                        lambda: tree_cpu_s(srv.proc.pid),
+                    )
     finally:
         for k, v in saved.items():
             if v is None:
@@ -214,9 +195,8 @@ def claim_rows(
         try:
             return _measure(
                 "with a claim the cube confirms, in process, sqlite (FULL)",
-                with_claim,
-                run_writers,
-                bare,
+                _threads(run_writers, with_claim),
+                _threads(run_writers, bare),
                 n,
                 durability,
                 time.process_time,
@@ -231,28 +211,65 @@ def claim_rows(
                 os.environ[k] = v
 
 
+Drive = Callable[[int, int], tuple[list[float], float]]
+"""``drive(writers, per_writer)``: that many writers at once, each making ``per_writer``
+writes one after the other; every write's latency (seconds) and the wall seconds."""
+
+
+def _threads(
+    run_writers: Callable[..., tuple[list[float], float]], one: Callable[[int, int], None]
+) -> Drive:
+    """Writers as threads of this process, each calling ``one(writer, i)``."""
+    return lambda writers, per: run_writers(writers, per, one)
+
+
+def _loadgen(url: str, token: str, nxt: Callable[[], int]) -> Drive:
+    """Writers as keep-alive connections of :mod:`bench.loadgen` in its own process: raw
+    HTTP/1.1 on asyncio, every request pre-encoded with its own ``operation_id`` and sent once,
+    connected before its clock starts. The bench's own client costs the shared cores far less
+    than a client library would (``httpx`` clients on threads of this process cost ~1 ms of
+    CPU a write until session 17: on 2 cores, a third of what the 8-writer row measured)."""
+
+    def drive(writers: int, per: int) -> tuple[list[float], float]:
+        bodies = [_args(nxt()) for _ in range(writers * per)]
+        with tempfile.TemporaryDirectory(prefix="bench-loadgen-") as tmp:
+            path, out = Path(tmp) / "bodies.json", Path(tmp) / "out.json"
+            path.write_text(json.dumps(bodies))
+            cmd = [sys.executable, "-m", "bench.loadgen", "--url", url + "/v1/memory_create"]
+            cmd += ["--bodies", str(path), "--connections", str(writers), "--once", "--raw"]
+            cmd += ["--seconds", "600", "--header", f"Authorization: Bearer {token}"]
+            subprocess.run([*cmd, "--json", str(out)], cwd=REPO, env=ENV, check=True)
+            res = json.loads(out.read_text())
+        if res["non_200"] or res["errors"] or res["requests_ok"] != len(bodies):
+            raise RuntimeError(
+                f"memory_create over HTTP: {res['requests_ok']} of {len(bodies)} answered 200"
+                f" ({res['non_200']} other statuses, {res['errors']} transport errors)"
+            )
+        return res["latencies_s"], res["seconds"]
+
+    return drive
+
+
 def _measure(
     where: str,
-    one: Callable[[int, int], None],
-    run_writers: Callable[..., tuple[list[float], float]],
-    bare: Callable[[int, int], None],
+    drive: Drive,
+    bare: Drive,
     n: int,
     durability: str,
     cpu: Callable[[], float],
 ) -> list[dict[str, Any]]:
     """``cpu()``: the CPU seconds so far of what serves the calls."""
     rows: list[dict[str, Any]] = []
-    for _ in range(min(10, n)):  # warm-up: schema caches, the server's first calls
-        one(0, 0)
+    drive(1, min(10, n))  # warm-up: schema caches, the server's first calls
     # ... and as many writers at once as the widest case, so its first calls do not open the
     # store's pooled connections (and the server's worker threads) inside the timed window
-    run_writers(_MAX_WRITERS, 1, one)
+    drive(_MAX_WRITERS, 1)
     for writers in _WRITERS:
         per = max(1, n // writers)
         cpu0 = cpu()
-        lat, wall = run_writers(writers, per, one)
+        lat, wall = drive(writers, per)
         cpu_ms = (cpu() - cpu0) * 1e3 / len(lat)
-        blat, bwall = run_writers(writers, per, bare)
+        blat, bwall = bare(writers, per)
         ms = [x * 1e3 for x in lat]
         t, b = Timing.of(ms), Timing.of([x * 1e3 for x in blat])
         rate, brate = len(lat) / wall, len(blat) / bwall

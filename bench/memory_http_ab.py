@@ -2,8 +2,8 @@
 
 Both servers (``earthmem serve --workers W --no-access-log``, each run from its own tree,
 each with its own data directory and SQLite memory database, ``synchronous=FULL``) are up
-at once; each round drives one with ``writers`` keep-alive ``httpx`` clients (made and
-connected before the clock starts, as :mod:`bench.memory_api` does) for ``writes``
+at once; each round drives one with ``writers`` keep-alive connections of
+:mod:`bench.loadgen` (connected before the clock starts, as :mod:`bench.memory_api` does) for ``writes``
 memory_create calls, then the other (the order alternates round by round). Per window:
 the server's CPU per write (user + system time of its process tree, from /proc), the
 latency p50 and the writes/s. Reported: per-side medians and the median of the
@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.memory_api import _UNLIMITED, _args
+from bench.memory_api import _UNLIMITED, _loadgen
 from bench.paired import ratio_stats
 from bench.queries.http_server import Server
 from bench.server_cpu import settle, tree_cpu_s
@@ -61,42 +60,19 @@ class Side:
         self.server = Server(self.data, log, quiet=True, workers=workers, env=env, tree=tree)
         self.url = self.server.url
         self.proc = self.server.proc
+        self.drive = _loadgen(self.url, self.token, itertools.count(1).__next__)
+        """Writers as :mod:`bench.loadgen` connections (as :mod:`bench.memory_api` drives)."""
 
     def stop(self) -> None:
         self.server.stop()
 
 
-def _window(side: Side, clients: list[Any], writers: int, writes: int, k0: int) -> dict[str, Any]:
+def _window(side: Side, writers: int, writes: int) -> dict[str, Any]:
     per = max(1, writes // writers)
-    lat: list[float] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(writers + 1)
-
-    def work(w: int) -> None:
-        mine = []
-        barrier.wait()
-        for i in range(per):
-            t0 = time.perf_counter()
-            r = clients[w].post("/v1/memory_create", json=_args(k0 + w * per + i))
-            mine.append(time.perf_counter() - t0)
-            if r.status_code != 200:
-                raise RuntimeError(f"{side.name}: {r.status_code} {r.text[:300]}")
-        with lock:
-            lat.extend(mine)
-
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
     cpu0 = tree_cpu_s(side.proc.pid)
-    t0 = time.perf_counter()
-    barrier.wait()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    lat, wall = side.drive(writers, per)
     cpu = tree_cpu_s(side.proc.pid) - cpu0
     n = len(lat)
-    if n != per * writers:
-        raise RuntimeError(f"{side.name}: a writer failed")
     return {
         "cpu_us": cpu * 1e6 / n,
         "p50_ms": statistics.median(lat) * 1e3,
@@ -106,8 +82,6 @@ def _window(side: Side, clients: list[Any], writers: int, writes: int, k0: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    import httpx
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--a-tree", type=Path, required=True)
     p.add_argument("--b-tree", type=Path, required=True)
@@ -125,25 +99,13 @@ def main(argv: list[str] | None = None) -> int:
             "b": Side("b", args.b_tree.resolve(), root, args.workers, root / "b.log"),
         }
         try:
-            clients = {
-                key: [
-                    httpx.Client(
-                        base_url=s.url, headers={"Authorization": f"Bearer {s.token}"}, timeout=120
-                    )
-                    for _ in range(args.writers)
-                ]
-                for key, s in sides.items()
-            }
-            k = 1
-            for key, s in sides.items():  # warm-up: first calls, the pooled connections
+            for s in sides.values():  # warm-up: first calls, the pooled connections
                 settle(functools.partial(tree_cpu_s, s.proc.pid))
-                _window(s, clients[key], args.writers, 4 * args.writers, 10_000_000)
+                _window(s, args.writers, 4 * args.writers)
             for rnd in range(args.rounds):
                 order = ("a", "b") if rnd % 2 == 0 else ("b", "a")
                 for key in order:
-                    w = _window(sides[key], clients[key], args.writers, args.writes, k)
-                    k += args.writes
-                    out[key].append(w)
+                    out[key].append(_window(sides[key], args.writers, args.writes))
                 print(
                     f"round {rnd}: "
                     + "  ".join(
@@ -154,9 +116,6 @@ def main(argv: list[str] | None = None) -> int:
                     + f"  load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
-            for cs in clients.values():
-                for c in cs:
-                    c.close()
         finally:
             for s in sides.values():
                 s.stop()
