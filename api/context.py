@@ -53,6 +53,7 @@ from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, store_e
 from api.knn_handles import TableHandles
 from api.limiter import RateLimiter
 from api.receipts import Signer
+from store import address
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column
 from store.cube.cache import SingleFlight
 from store.errors import InvalidDate, StoreError
@@ -507,8 +508,8 @@ class ServiceContext:
             return reader.inventory.table()
 
     def warm(self) -> bool:
-        """Open what a first query needs: the tip's reader and its inventory's overpass index,
-        the embedder, and the memory store's backend code (the database itself is opened by
+        """Open what a first query needs: the cell names' alphabet, the tip's reader and its
+        inventory's overpass index, the embedder, and the memory store's backend code (the database itself is opened by
         the first memory call, so a server nobody writes memories to creates none).
 
         Servers call it on a background thread at start. A step that fails is left for
@@ -519,6 +520,7 @@ class ServiceContext:
         """
         ok = True
         steps = (
+            ("cell alphabet", address.warm_alphabet),
             ("reader", self.reader),
             ("inventory index", self.overpass_index),
             ("embedder", self.embedder),

@@ -359,6 +359,7 @@ def test_warm_app_opens_the_reader_and_inventory_at_start(
     store = request.getfixturevalue("tiny_store")
     ctx = ServiceContext(store.data, signer=Signer.generate())
     assert ctx._reader is None
+    address._alphabet.cache_clear()  # as in a fresh process (other tests built it)
     app = create_app(ctx, mount_mcp=False, warm=True)
     gc.unfreeze()
     with TestClient(app) as live:
@@ -368,6 +369,7 @@ def test_warm_app_opens_the_reader_and_inventory_at_start(
         gc.unfreeze()  # (this process goes on to other tests)
         assert ctx._reader is not None  # opened before any request
         assert ctx._reader._inventory is not None  # and its snapshot's inventory
+        assert address._alphabet.cache_info().currsize == 1  # cell names, built before a request
         assert live.get("/openapi.json").status_code == 200  # and it serves
     # a data directory with nothing in it: warming fails quietly, queries report it
     empty = ServiceContext(tmp_path, signer=Signer.generate())
