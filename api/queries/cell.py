@@ -42,10 +42,14 @@ if TYPE_CHECKING:
     from store.cube.read import CubeReader
 
 __all__ = [
+    "RULE",
     "SIGMA_FLOOR",
     "Z_THRESHOLD",
     "CellSeries",
+    "cell_text",
     "confirm",
+    "fast_median",
+    "no_observation",
     "read_cell",
     "robust_sigma",
     "trajectory",
@@ -250,12 +254,14 @@ def _read_cell(
 
 
 @functools.lru_cache(maxsize=65536)
-def _cell_text(lat_q: int, lng_q: int) -> str:
+def cell_text(lat_q: int, lng_q: int) -> str:
     """cell64 text of a lattice cell (a neighbour named in ``cells_read``), remembered."""
     return address.format_cell(address.q_to_raw(lat_q, lng_q))
 
 
-def _no_observation(series: CellSeries, cell: CellRef, band: str, t: int) -> NoObservation:
+def no_observation(series: CellSeries, cell: CellRef, band: str, t: int) -> NoObservation:
+    """The typed error for a cell without a clear value at ``t``: why, and the nearest valid
+    tslots before and after it (did_change and read_cell answer it alike)."""
     valid = series.valid_slots()
     before, after = nearest_slots(valid, t)
     i = series.at(t)
@@ -281,7 +287,7 @@ def _no_observation(series: CellSeries, cell: CellRef, band: str, t: int) -> NoO
     )
 
 
-def _median(values: npt.NDArray[np.float64]) -> float:
+def fast_median(values: npt.NDArray[np.float64]) -> float:
     """``float(np.median(values))`` of a non-empty finite 1-D array, bit for bit, minus its overhead.
 
     The same partition (same kth, so equal values such as 0.0 and -0.0 land in
@@ -301,7 +307,7 @@ def robust_sigma(values: npt.NDArray[np.float64], floor: float) -> tuple[float, 
     v = values[np.isfinite(values)]
     if v.size >= 4:
         d = np.diff(v)
-        mad = _median(np.abs(d - _median(d)))
+        mad = fast_median(np.abs(d - fast_median(d)))
         return max(floor, _MAD_TO_SIGMA * mad / math.sqrt(2.0)), int(v.size)
     return floor, int(v.size)
 

@@ -26,9 +26,9 @@ from api.queries.cell import (
     RULE,
     SIGMA_FLOOR,
     Z_THRESHOLD,
-    _cell_text,
-    _median,
-    _no_observation,
+    cell_text,
+    fast_median,
+    no_observation,
     read_cell,
 )
 from api.registry import primitive
@@ -92,7 +92,7 @@ def _did_change_body(
         for t in (t0, t1):
             i = series.at(t)
             if i is None or not math.isfinite(series.values[i]):
-                raise _no_observation(series, cell, band, t)
+                raise no_observation(series, cell, band, t)
             ends.append(i)
         i0, i1 = ends
         v0, v1 = float(series.values[i0]), float(series.values[i1])
@@ -145,7 +145,7 @@ def _did_change_body(
             "z": z,
             "n_observations": n_obs,
             "threshold": Z_THRESHOLD,
-            "neighbour_delta_median": _median(np.array(neighbour_deltas))
+            "neighbour_delta_median": fast_median(np.array(neighbour_deltas))
             if neighbour_deltas
             else None,
             "neighbour_count": len(neighbour_deltas),
@@ -197,7 +197,7 @@ def neighbour_deltas_of(
         a, b = before[dy + 1][dx + 1], after[dy + 1][dx + 1]
         if math.isfinite(a) and math.isfinite(b):
             deltas.append(b - a)
-            cells.append(_cell_text(lat_q + dy, lng_q + dx))
+            cells.append(cell_text(lat_q + dy, lng_q + dx))
     return deltas, cells
 
 
@@ -229,5 +229,5 @@ def _neighbour_deltas_loop(
             a, b = float(col.values[hit[0], y, x]), float(col.values[hit[1], y, x])
             if math.isfinite(a) and math.isfinite(b):
                 neighbour_deltas.append(b - a)
-                cells_read.append(_cell_text(la, ln))
+                cells_read.append(cell_text(la, ln))
     return neighbour_deltas, cells_read
