@@ -23,6 +23,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--keep-days", default="30", help="retention window in days (default: 30; 0 keeps the tip)"
     )
+    p.add_argument(
+        "--grace-hours",
+        default=None,
+        help="on object storage, keep unreachable objects younger than this: writes in flight "
+        "on other machines may commit them (default: EARTHMEM_GC_GRACE_HOURS or 24; local disk: 0)",
+    )
     p.add_argument("--dry-run", action="store_true", help="report what would go; change nothing")
     p.set_defaults(handler=_gc)
 
@@ -34,6 +40,16 @@ def _gc(args: argparse.Namespace) -> int:
         keep_days = float("nan")
     if not (keep_days >= 0 and keep_days != float("inf")):
         raise InvalidArgument(f"--keep-days must be a number of days >= 0, got {args.keep_days!r}")
+    grace: float | None = None
+    if args.grace_hours is not None:
+        try:
+            grace = float(args.grace_hours)
+        except ValueError:
+            grace = float("nan")
+        if not (grace >= 0 and grace != float("inf")):
+            raise InvalidArgument(
+                f"--grace-hours must be a number of hours >= 0, got {args.grace_hours!r}"
+            )
     data = Path(args.data)
     if not data.is_dir():
         raise InvalidArgument(f"data directory {str(data)!r} does not exist", code="no_data_dir")
@@ -44,9 +60,9 @@ def _gc(args: argparse.Namespace) -> int:
     home = Path(os.environ.get("DAGSTER_HOME") or (data / "dagster_home"))
     if (home / "history").is_dir():  # an instance the ingests used (never create one here)
         with open_instance(home) as instance:
-            done = collect(data, instance, keep_days, dry_run=args.dry_run)
+            done = collect(data, instance, keep_days, dry_run=args.dry_run, grace_hours=grace)
     else:
-        done = collect(data, None, keep_days, dry_run=args.dry_run)
+        done = collect(data, None, keep_days, dry_run=args.dry_run, grace_hours=grace)
     verb = "would expire" if args.dry_run else "expired"
     cube = done.cube
     if cube is None:
@@ -60,7 +76,8 @@ def _gc(args: argparse.Namespace) -> int:
         print(
             f"cube: {verb} {cube.expired} snapshots older than {cube.cutoff.isoformat()}, "
             f"kept {cube.kept} ({oldest}), deleted {cube.objects_deleted} objects "
-            f"({cube.bytes_deleted / 1e6:.1f} MB); ",
+            f"({cube.bytes_deleted / 1e6:.1f} MB) unreachable since before "
+            f"{cube.collected_before.isoformat()}; ",
             end="",
         )
     print(

@@ -141,15 +141,19 @@ def _digest(ids: set[str]) -> str:
 
 
 class GcConfig(Config):
-    """The retention window of the ``gc`` job (days)."""
+    """The retention window of the ``gc`` job (days), and on object storage the grace for writes
+    in flight (hours; None: ``EARTHMEM_GC_GRACE_HOURS`` or 24, see :mod:`store.retention`)."""
 
     keep_days: float = DEFAULT_KEEP_DAYS
+    grace_hours: float | None = None
 
 
 @op
 def collect_history(context: OpExecutionContext, config: GcConfig, store: StoreResource) -> None:
     """Expire old cube snapshots and delete old finished runs (see :mod:`pipelines.retention`)."""
-    done = collect(store.data_dir, context.instance, config.keep_days)
+    done = collect(
+        store.data_dir, context.instance, config.keep_days, grace_hours=config.grace_hours
+    )
     cube = done.cube
     context.log.info(
         f"gc (keep {config.keep_days:g} days): "

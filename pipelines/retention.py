@@ -110,15 +110,23 @@ def collect(
     keep_days: float = DEFAULT_KEEP_DAYS,
     *,
     dry_run: bool = False,
+    grace_hours: float | None = None,
 ) -> Collection:
-    """Apply the retention to a data directory's cube and (when given) its Dagster instance."""
+    """Apply the retention to a data directory's cube and (when given) its Dagster instance.
+
+    ``grace_hours``: as in :func:`store.retention.collect_cube` (object storage: unreachable
+    objects younger than this wait, writes in flight on other machines may commit them)."""
     if not (keep_days >= 0 and keep_days != float("inf")):
         raise ValueError(f"keep_days must be a number of days >= 0, got {keep_days!r}")
     now = dt.datetime.now(dt.UTC)
     has_cube = cube_exists(data_dir)
     if has_cube and not dry_run:
         pin_cited_snapshots(data_dir)
-    cube = collect_cube(data_dir, keep_days, dry_run=dry_run, now=now) if has_cube else None
+    cube = (
+        collect_cube(data_dir, keep_days, dry_run=dry_run, now=now, grace_hours=grace_hours)
+        if has_cube
+        else None
+    )
     deleted, kept = (
         prune_runs(instance, keep_days, dry_run=dry_run, now=now) if instance else (0, 0)
     )

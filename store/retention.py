@@ -15,11 +15,21 @@ After an expiry the repository's root snapshot gets a tag
 ``earthmem-expired-before-<time>`` (:data:`store.snapshots.EXPIRED_TAG_PREFIX`), so a
 read ``as_of`` a time before the retained history raises
 :class:`~store.errors.SnapshotExpired` naming the oldest snapshot kept, instead of
-answering from the empty root. Collection holds the data directory's writers lock
-exclusively (:func:`store.snapshots.writers_excluded`): it waits for open write
-transactions to commit, so it never deletes chunks that are about to be committed.
-Readers holding a reader on an expired snapshot may fail afterwards; the tip is never
-affected.
+answering from the empty root.
+
+**Writes in flight.** A write uploads its chunks before its commit makes them reachable, so a
+collection must not delete unreachable objects a write is about to commit. On local disk
+collection holds the data directory's writers lock exclusively
+(:func:`store.snapshots.writers_excluded`): it waits for this host's open write transactions
+to commit, and a local cube has no writers on other hosts. On object storage coordinators and
+Dask workers on other machines write forks no host-local lock sees, so there only objects
+older than a **grace period** are collected (icechunk's ``delete_object_older_than``):
+:data:`DEFAULT_GRACE_HOURS` by default, ``EARTHMEM_GC_GRACE_HOURS`` or ``grace_hours`` to
+change it. A write whose first chunk is older than the grace when a collection runs can lose
+chunks to it, so the grace must exceed the longest write (a partition range's run, from its
+first task to its commit). Unreachable objects younger than the grace wait for a later
+collection. Readers holding a reader on an expired snapshot may fail afterwards; the tip is
+never affected.
 """
 
 from __future__ import annotations
@@ -34,16 +44,28 @@ from store.snapshots import (
     SnapshotInfo,
     commit_lock,
     cube_location,
+    is_object_storage,
     list_snapshots,
     open_repository,
     open_storage,
     writers_excluded,
 )
 
-__all__ = ["DEFAULT_KEEP_DAYS", "CubeCollection", "collect_cube"]
+__all__ = [
+    "DEFAULT_GRACE_HOURS",
+    "DEFAULT_KEEP_DAYS",
+    "GRACE_ENV",
+    "CubeCollection",
+    "collect_cube",
+]
 
 DEFAULT_KEEP_DAYS = 30.0
 """Days of cube history kept by default (``earthmem gc``, the weekly Dagster job)."""
+DEFAULT_GRACE_HOURS = 24.0
+"""On object storage, unreachable objects younger than this are left for a later collection:
+a write in flight on another machine may be about to commit them."""
+GRACE_ENV = "EARTHMEM_GC_GRACE_HOURS"
+"""Environment variable overriding :data:`DEFAULT_GRACE_HOURS` (hours, >= 0)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +80,9 @@ class CubeCollection:
     """Snapshots of ``main`` kept, the root included."""
     oldest_kept: SnapshotInfo | None
     """The oldest kept snapshot after the root (None: the branch holds only the root)."""
+    collected_before: dt.datetime
+    """Unreachable objects written before this instant were deleted (younger ones kept: on
+    object storage the grace for writes in flight, see the module docstring)."""
     bytes_deleted: int
     """Bytes of objects deleted (0 on a dry run)."""
     objects_deleted: int
@@ -71,6 +96,7 @@ def collect_cube(
     *,
     dry_run: bool = False,
     now: dt.datetime | None = None,
+    grace_hours: float | None = None,
 ) -> CubeCollection:
     """Expire snapshots older than ``keep_days`` and delete what nothing reaches any more.
 
@@ -78,21 +104,31 @@ def collect_cube(
         data_dir: The data directory (its ``cube.icechunk``).
         keep_days: The retention window in days (>= 0).
         dry_run: Count what would be expired; change nothing.
-        now: The present (tests); default: the current time.
+        now: The present (tests); default: the current time. It places the window; unreachable
+            objects are judged by their age at the real current time.
+        grace_hours: On object storage, leave unreachable objects younger than this (writes in
+            flight elsewhere); default ``EARTHMEM_GC_GRACE_HOURS`` or
+            :data:`DEFAULT_GRACE_HOURS`. Local disk uses 0 unless given: the writers lock
+            waits for every write of the one host.
 
     Raises:
-        ValueError: a negative or non-finite ``keep_days``.
+        ValueError: a negative or non-finite ``keep_days`` or grace.
         CubeNotFound: no cube in the data directory.
     """
     if not (keep_days >= 0 and keep_days != float("inf")):
         raise ValueError(f"keep_days must be a number of days >= 0, got {keep_days!r}")
     cutoff = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=keep_days)
-    repo = open_repository(open_storage(cube_location(data_dir)))
+    location = cube_location(data_dir)
+    grace = _grace_hours(grace_hours, is_object_storage(location))
+    repo = open_repository(open_storage(location))
     before = list_snapshots(repo, MAIN_BRANCH)
+    collected_before = dt.datetime.now(dt.UTC) - dt.timedelta(hours=grace)
     if dry_run:
         doomed = [s for s in before[1:] if s.parent_id is not None and s.written_at < cutoff]
         kept = [s for s in before if s not in doomed]
-        return CubeCollection(cutoff, len(doomed), len(kept), _oldest(kept), 0, 0, True)
+        return CubeCollection(
+            cutoff, len(doomed), len(kept), _oldest(kept), collected_before, 0, 0, True
+        )
     with writers_excluded(data_dir), commit_lock(data_dir):
         expired = repo.expire_snapshots(cutoff)
         if expired:
@@ -101,7 +137,8 @@ def collect_cube(
             tag = f"{EXPIRED_TAG_PREFIX}{stamp}"
             if tag not in repo.list_tags():
                 repo.create_tag(tag, root)
-        summary = repo.garbage_collect(dt.datetime.now(dt.UTC))
+        collected_before = dt.datetime.now(dt.UTC) - dt.timedelta(hours=grace)
+        summary = repo.garbage_collect(collected_before)
     after = list_snapshots(repo, MAIN_BRANCH)
     on_main = {s.id for s in before} - {s.id for s in after}
     objects = (
@@ -112,8 +149,31 @@ def collect_cube(
         + summary.attributes_deleted
     )
     return CubeCollection(
-        cutoff, len(on_main), len(after), _oldest(after), summary.bytes_deleted, objects, False
+        cutoff,
+        len(on_main),
+        len(after),
+        _oldest(after),
+        collected_before,
+        summary.bytes_deleted,
+        objects,
+        False,
     )
+
+
+def _grace_hours(given: float | None, on_object_storage: bool) -> float:
+    """The grace in hours: ``given``, else on object storage the environment's or the default,
+    else 0 (local disk: the writers lock covers every writer)."""
+    if given is None and not on_object_storage:
+        return 0.0
+    if given is None:
+        text = os.environ.get(GRACE_ENV, "").strip()
+        try:
+            given = float(text) if text else DEFAULT_GRACE_HOURS
+        except ValueError:
+            raise ValueError(f"{GRACE_ENV} must be a number of hours >= 0, got {text!r}") from None
+    if not (given >= 0 and given != float("inf")):
+        raise ValueError(f"the collection's grace must be a number of hours >= 0, got {given!r}")
+    return float(given)
 
 
 def _oldest(kept: list[SnapshotInfo]) -> SnapshotInfo | None:

@@ -81,3 +81,6 @@ def test_gc_after_identical_reingests(tiny_store, tmp_path, monkeypatch, capsys)
         assert runs
         assert all(r.status.value in ("SUCCESS", "FAILURE") for r in runs)
     assert main(["gc", "--data", str(data), "--keep-days", "soon"]) == 2
+    assert main(["gc", "--data", str(data), "--grace-hours", "soon"]) == 2
+    assert main(["gc", "--data", str(data), "--grace-hours", "-1"]) == 2
+    assert "--grace-hours must be a number of hours >= 0" in capsys.readouterr().err
