@@ -55,7 +55,8 @@ def dask_cluster(
     tmp: Path, workers: int = 2, config: dict[str, str] | None = None
 ) -> Iterator[Cluster]:
     """``dask scheduler`` and ``dask worker`` processes on 127.0.0.1 (workers without a nanny,
-    so a killed worker stays dead and the scheduler must move its task elsewhere)."""
+    so a killed worker stays dead and the scheduler must move its task elsewhere), each started
+    in ``tmp`` (a relative path a task used would land there, not in the test's data)."""
     tmp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(config or {})}
     sfile = tmp / "scheduler.json"
@@ -73,6 +74,7 @@ def dask_cluster(
             str(sfile),
         ],
         env=env,
+        cwd=tmp,
         stdout=log,
         stderr=log,
     )
@@ -101,6 +103,7 @@ def dask_cluster(
                         "60",
                     ],
                     env=env,
+                    cwd=tmp,
                     stdout=log,
                     stderr=log,
                 )

@@ -16,6 +16,7 @@ import pytest
 from pipelines.cluster import DaskResource
 from store.cube import CubeReader
 from store.snapshots import cube_location
+from tests import s3_server
 from tests.conftest import IngestedSample
 from tests.pipelines.dask_cluster import (
     dask_cluster,
@@ -43,6 +44,35 @@ def test_dask_ingest_equals_single_process(tiny_store: IngestedSample, tmp_path:
     assert sorted(m["asset"] for m in ranges) == ["s1_backscatter", "s2_indices"]
     for meta in ranges:  # one commit per family's range, naming each of its partitions
         assert len(meta["partition_keys"]) > 1
+
+
+def test_dask_ingest_onto_object_storage(
+    tiny_store: IngestedSample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cluster deployment: the data root on S3 (a moto server on loopback), workers in their
+    own processes with the credentials from their environment and no data directory in
+    common with the coordinator's; the forks they write land on the object store and the
+    commits there hold what the single-process ingest holds."""
+    server = s3_server.start(tmp_path / "moto.log")
+    try:
+        server.create_bucket("cluster")
+        env = {**server.env(), "EARTHMEM_OBJECT_STORE": "s3://cluster/area"}
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        data = tmp_path / "data"
+        workers_cwd = tmp_path / "dask"
+        with dask_cluster(workers_cwd, workers=2, config=env) as cluster:
+            run = ingest_scene_weeks(tiny_store, data, DaskResource(scheduler=cluster.address))
+        assert run.ok
+        location = cube_location(data)
+        assert location == "s3://cluster/area/cube.icechunk"
+        local = str(Path(tiny_store.data) / "cube.icechunk")
+        assert scene_contents(location) == scene_contents(local)
+        assert not (data / "cube.icechunk").exists()  # nothing of the cube on local disk
+        assert not list(workers_cwd.rglob("*.icechunk"))  # nor where the workers ran
+        assert server.keys("cluster", "area/cube.icechunk/chunks/")
+    finally:
+        server.stop()
 
 
 def test_dask_tessera_equals_single_process(tiny_store: IngestedSample, tmp_path: Path) -> None:
