@@ -54,6 +54,13 @@ class S3Server:
             for o in p.get("Contents", [])
         ]
 
+    def get(self, bucket: str, key: str) -> bytes:
+        """One object's bytes."""
+        import boto3
+
+        body = boto3.client("s3", **_client_args(self)).get_object(Bucket=bucket, Key=key)["Body"]
+        return bytes(body.read())
+
     def stop(self) -> None:
         self.process.terminate()
         try:
@@ -91,3 +98,105 @@ def start(log: Path | None = None) -> S3Server:
                 proc.kill()
                 raise RuntimeError(f"moto_server did not start on {endpoint}") from None
             time.sleep(0.2)
+
+
+class FaultProxy:
+    """A loopback HTTP proxy in front of an S3 server that lets reads through and fails writes:
+    ``mode="refuse"`` answers every PUT, POST and DELETE ``403 AccessDenied`` (a bucket policy
+    or credentials that may only read); ``mode="stall"`` never answers them (a store that
+    stops responding). Point ``AWS_ENDPOINT_URL`` at :attr:`endpoint`.
+    """
+
+    def __init__(self, target: str, mode: str) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        if mode not in ("refuse", "stall"):
+            raise ValueError(mode)
+        up = urlsplit(target)
+        stop = threading.Event()
+        self._stop = stop
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # quiet
+                return
+
+            def _body(self) -> bytes:
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                    parts = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return b"".join(parts)
+                        parts.append(self.rfile.read(size))
+                        self.rfile.readline()
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def _forward(self) -> None:
+                body = self._body()
+                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"
+                }
+                if body or self.command in ("PUT", "POST"):
+                    headers["Content-Length"] = str(len(body))
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status, resp.reason)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "content-length", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            def _fail(self) -> None:
+                self._body()
+                if mode == "stall":
+                    stop.wait(600)
+                    return
+                data = (
+                    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+                    b"<Message>Access Denied</Message></Error>"
+                )
+                self.send_response(403, "Forbidden")
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._forward()
+
+            def do_HEAD(self) -> None:
+                self._forward()
+
+            def do_PUT(self) -> None:
+                self._fail()
+
+            def do_POST(self) -> None:
+                self._fail()
+
+            def do_DELETE(self) -> None:
+                self._fail()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        """Where clients send their requests."""
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._server.shutdown()
+        self._server.server_close()

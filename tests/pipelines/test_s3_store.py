@@ -276,6 +276,10 @@ def test_replicas_on_empty_data_directories_answer_from_object_storage_and_agree
         assert [h["id"] for h in recalled.json()["hits"]] == [item_id]  # written on A
     assert published[0] == published[1]
     assert len(published[0]) == 1
+    key_bytes = secret.read_bytes()
+    for name in s3.keys(BUCKET):  # the signing key is never stored in the object store
+        assert key_bytes not in s3.get(BUCKET, name), name
+        assert key_bytes.hex() not in s3.get(BUCKET, name).decode("latin-1"), name
     assert set(published[0]) != {Signer.load_or_create(tmp_path / "own").key_id}
     for a, b in zip(got, got_b, strict=True):  # the replicas agree
         assert _values(a, keep_snapshot=True) == _values(b, keep_snapshot=True)

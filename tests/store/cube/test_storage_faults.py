@@ -1,4 +1,5 @@
-"""Object storage that fails: a missing bucket, a server gone before the commit — typed errors.
+"""Object storage that fails: a missing bucket, a server gone before the commit, a store that
+refuses writes — typed errors, nothing committed, and a rerun converges.
 
 Against a real S3-compatible server on loopback (moto, tests/s3_server.py).
 """
@@ -51,3 +52,58 @@ def test_storage_gone_before_the_commit_is_storage_unavailable(
         server.stop()
         with pytest.raises(StorageUnavailable, match="nothing committed"):
             coop.commit([written], ["p"], "never lands")
+
+
+def _ndvi_at(storage: str) -> float:
+    from store.cube import CubeReader
+
+    da = CubeReader(storage=storage).read_region(
+        "indices.ndvi", 128000, 128001, 256000, 256001, 0, 7, drop_empty=False
+    )
+    return float(np.nanmax(np.asarray(da)))
+
+
+def test_storage_that_refuses_writes_commits_nothing_and_a_rerun_converges(
+    server: s3_server.S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads pass, every write is ``403 AccessDenied`` (read-only credentials, a bucket
+    policy): the write is a typed error naming the store, the branch tip does not move, and the
+    same write against the store that accepts it lands."""
+    server.create_bucket("faults")
+    location = "s3://faults/refused"
+    CubeWriter(tmp_path / "a", storage=location).write_region(
+        "indices.ndvi",
+        np.arange(7),
+        128000,
+        256000,
+        np.full((7, 128, 128), 1.0),
+        partition_key="first",
+    )
+    tip = CubeWriter(tmp_path / "a", storage=location).list_snapshots()[0].id
+    proxy = s3_server.FaultProxy(server.endpoint, "refuse")
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        with pytest.raises(StorageUnavailable, match="nothing committed") as err:
+            CubeWriter(tmp_path / "b", storage=location).write_region(
+                "indices.ndvi",
+                np.arange(7),
+                128000,
+                256000,
+                np.full((7, 128, 128), 2.0),
+                partition_key="refused",
+            )
+        assert location.split("/")[2] in str(err.value) or "faults" in str(err.value)
+    finally:
+        proxy.stop()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+    assert CubeWriter(tmp_path / "a", storage=location).list_snapshots()[0].id == tip
+    assert _ndvi_at(location) == 1.0
+    CubeWriter(tmp_path / "b", storage=location).write_region(
+        "indices.ndvi",
+        np.arange(7),
+        128000,
+        256000,
+        np.full((7, 128, 128), 2.0),
+        partition_key="rerun",
+    )
+    assert _ndvi_at(location) == 2.0
