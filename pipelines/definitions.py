@@ -22,8 +22,9 @@ __all__ = ["ALL_ASSETS", "EXECUTOR", "defs"]
 EXECUTOR: ExecutorDefinition = in_process_executor
 """How a run launched from the UI, a schedule or a sensor executes its steps: in the run's own
 process. The sample's runs are a few steps on a small machine, where the default multiprocess
-executor spends seconds starting a process per step; cube commits are serialised anyway. The
-one place to choose another executor."""
+executor spends seconds starting a process per step, and the scene work that would gain from
+more processes leaves the run's process anyway when a Dask scheduler is named
+(:mod:`pipelines.cluster`). The one place to choose another executor."""
 
 ALL_ASSETS = [*load_assets_from_modules([s2_assets, s1_assets, tessera_assets, memory_assets])]
 
