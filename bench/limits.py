@@ -75,14 +75,14 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         "memory",
         "memory_create",
         "a write's CPU: ~1.5–2.3 ms in process (one process: the interpreter lock caps 8 writers"
-        " near 1 / CPU per write, 431–647/s by the host's state); over HTTP ~0.7 ms on the"
-        " server's event loop (response, thread hand-off, parsing, JSON) and ~2.4 ms on its worker"
-        " thread — the in-process work, ~1.8x dearer because the server's threads sleep between"
-        " requests and wake cold; nothing is done twice (session 16). At 8 writers a write costs"
-        " ~2.7 ms of server CPU plus ~1.05 ms in the bench's own httpx clients on the same 2"
-        " cores: ~530/s with both cores busy, 394–448/s measured. The 1-writer p50 follows the"
-        " disk sync (0.2–4 ms on this VM). Running the write on the event loop saved 13 % of CPU"
-        " but would make the loop wait on every commit's sync (not adopted).",
+        " near 1 / CPU per write, 431–647/s by the host's state); over HTTP ~1.7–2.3 ms of"
+        " server CPU in session 18 (event loop ~0.7 ms — response, thread hand-off, parsing, JSON"
+        " — and the in-process work on a worker thread; nothing is done twice: session 16). Until"
+        " session 17 the bench's own httpx clients took ~1.05 ms a write on the same 2 cores"
+        " (394–448/s); driven by bench.loadgen (raw HTTP/1.1, its own process) the 8-writer rows"
+        " ran 535–654/s (session 18: 611 and 542 by hand, 535 and 654 in the whole run), so a miss"
+        " now means the host's CPU or steal. The 1-writer p50 follows the disk sync (0.2–4 ms"
+        " on this VM).",
     ),
     (
         "ingest",
