@@ -165,6 +165,7 @@ _STORE_STATUS = {
     "snapshot_expired": 404,
     "cube_not_found": 503,
     "storage_unavailable": 503,
+    "storage_timeout": 503,
     "vector_table_error": 503,
     "token_invalid": 401,  # a write's transaction refused its token (store.errors.TokenRefused)
     "token_revoked": 401,

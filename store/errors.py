@@ -23,6 +23,7 @@ __all__ = [
     "RegionTooLarge",
     "SnapshotExpired",
     "SnapshotNotFound",
+    "StorageTimeout",
     "StoreError",
     "TransactionClosed",
     "UnknownBand",
@@ -151,6 +152,14 @@ class StorageUnavailable(StoreError, OSError):
     a missing bucket, denied credentials, a timeout); nothing was committed."""
 
     code = "storage_unavailable"
+
+
+class StorageTimeout(StorageUnavailable):
+    """The object store did not answer a write or a commit within the storage deadline
+    (``EARTHMEM_STORAGE_TIMEOUT_SECONDS``): no commit was made by this call's return, and a
+    commit that had been sent may still land (whole: commits are atomic); rerun to converge."""
+
+    code = "storage_timeout"
 
 
 class TransactionClosed(StoreError, RuntimeError):

@@ -23,6 +23,7 @@ import icechunk as ic
 
 from store.cube.layout import LAYOUT_VERSION
 from store.cube.write import CubeTransaction, CubeWriter
+from store.deadline import UNSENT, within_deadline
 from store.errors import InvalidWrite, TransactionClosed
 from store.snapshots import MAIN_BRANCH, writer_presence
 
@@ -57,7 +58,9 @@ def write_in_fork(
         raise InvalidWrite("partition_key must be a non-empty string")
     tx = CubeTransaction(fork, partition_key)
     write(tx)
-    tx.store_pending()
+    # under the storage deadline wherever the fork lives: a fork abandoned to a store that
+    # stopped answering is never returned, so never merged (store.deadline)
+    within_deadline(tx.store_pending, f"storing {partition_key!r} in a fork", UNSENT)
     return ForkWrite(fork, partition_key, tx.chunks_written)
 
 

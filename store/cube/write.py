@@ -30,6 +30,7 @@ import datetime as dt
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import icechunk as ic
@@ -50,9 +51,11 @@ from store.cube.inventory import (
     write_partitions,
 )
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, LAYOUT_VERSION, ensure_layout
+from store.deadline import SENT, UNSENT, within_deadline
 from store.errors import (
     CommitConflict,
     InvalidWrite,
+    StorageTimeout,
     StorageUnavailable,
     TransactionClosed,
 )
@@ -63,6 +66,7 @@ from store.snapshots import (
     commit_guard,
     commit_lock,
     cube_location,
+    is_object_storage,
     list_snapshots,
     open_repository,
     open_storage,
@@ -462,6 +466,7 @@ class CubeWriter:
                 _LAYOUT_CHECKED[stamp] = self.block_level
         self._codecs: dict[str, ChunkCodec] = {}
         self._inventory_chunks: dict[str, InventoryChunks] = {}
+        self._remote = is_object_storage(self.location)  # writes and commits under a deadline
 
     @contextmanager
     def transaction(
@@ -499,7 +504,13 @@ class CubeWriter:
             tx = CubeTransaction(session, partition_key, self._codecs, self._inventory_chunks)
             try:
                 yield tx
-                tx.store_pending()
+                if self._remote:  # a store that stops answering: a typed error, not a hang
+                    within_deadline(tx.store_pending, f"storing {partition_key!r}", UNSENT)
+                else:
+                    tx.store_pending()
+            except StorageTimeout:
+                tx._close()  # the abandoned call still holds the session: left alone
+                raise
             except BaseException:
                 tx._close()
                 if session.has_uncommitted_changes:
@@ -530,9 +541,15 @@ class CubeWriter:
             return self.repo.lookup_branch(MAIN_BRANCH), False
         with commit_guard(self.location, self.data_dir):
             try:
-                snapshot = session.commit(
-                    message, metadata=metadata, rebase_with=ic.ConflictDetector(), rebase_tries=20
+                commit = partial(
+                    session.commit,
+                    message,
+                    metadata=metadata,
+                    rebase_with=ic.ConflictDetector(),
+                    rebase_tries=20,
                 )
+                what = f"commit to {self.location}"
+                snapshot = within_deadline(commit, what, SENT) if self._remote else commit()
             except ic.RebaseFailedError as exc:
                 paths = sorted({c.path for c in exc.conflicts})
                 raise CommitConflict(

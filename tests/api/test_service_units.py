@@ -11,7 +11,7 @@ from api.charts import ChartSeries, ChartStore, render_area_chart
 from api.errors import from_store_error
 from api.queries.area_stats import mann_kendall, pick_even, weighted_stats
 from store.claims import evaluate, parse_claim
-from store.errors import InvalidCell, InvalidClaim, InvalidWindow, SnapshotNotFound
+from store.errors import InvalidCell, InvalidClaim, InvalidWindow, SnapshotNotFound, StorageTimeout
 
 
 def _claim(**kw: Any):
@@ -113,3 +113,5 @@ def test_store_errors_map_to_api_codes() -> None:
     e = from_store_error(SnapshotNotFound("gone"))
     assert e.code == "snapshot_not_found"
     assert e.status == 404
+    e = from_store_error(StorageTimeout("no answer"))  # the store, not the caller: retry later
+    assert (e.code, e.status) == ("storage_timeout", 503)

@@ -107,3 +107,62 @@ def test_storage_that_refuses_writes_commits_nothing_and_a_rerun_converges(
         partition_key="rerun",
     )
     assert _ndvi_at(location) == 2.0
+
+
+def test_a_store_that_stops_answering_is_a_timeout_not_a_hang(
+    server: s3_server.S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads pass, writes are never answered: the write gives up after the storage deadline
+    with a typed error (icechunk's client alone waits for ever), the tip does not move, and
+    the same write against a store that answers lands. Noise makes chunk objects, whose upload
+    stalls first (nothing committed); a constant region compresses into the manifest, so the
+    commit itself stalls (its outcome unknown, said so)."""
+    import time
+
+    from store.errors import StorageTimeout
+
+    server.create_bucket("faults")
+    location = "s3://faults/stalled"
+    _write(tmp_path / "a", location, np.full((7, 128, 128), 1.0), "first")
+    noise = np.random.default_rng(3).random((7, 128, 128))
+    for values, outcome in (
+        (noise, "nothing committed"),
+        (np.full((7, 128, 128), 2.0), "may still land"),
+    ):
+        tip = CubeWriter(tmp_path / "a", storage=location).list_snapshots()[0].id
+        proxy = s3_server.FaultProxy(server.endpoint, "stall")
+        monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "2")
+        try:
+            monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+            t0 = time.monotonic()
+            with pytest.raises(StorageTimeout, match="did not answer within 2 s") as err:
+                _write(tmp_path / "b", location, values, "stalled")
+            assert time.monotonic() - t0 < 60
+            assert outcome in str(err.value)
+            assert err.value.code == "storage_timeout"
+        finally:
+            proxy.stop()  # the abandoned call's connection is closed: its thread ends
+            monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+            monkeypatch.delenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS")
+        assert CubeWriter(tmp_path / "a", storage=location).list_snapshots()[0].id == tip
+        assert _ndvi_at(location) == 1.0
+    _write(tmp_path / "b", location, noise, "rerun")
+    assert _ndvi_at(location) == float(noise[:, 0, 0].astype(np.float32).max())
+
+
+def _write(data: Path, location: str, values: np.ndarray, key: str) -> None:
+    CubeWriter(data, storage=location).write_region(
+        "indices.ndvi", np.arange(7), 128000, 256000, values, partition_key=key
+    )
+
+
+def test_a_bad_storage_deadline_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from store.deadline import storage_timeout
+    from store.errors import UnsupportedStorage
+
+    for bad in ("soon", "0", "-3", "inf"):
+        monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", bad)
+        with pytest.raises(UnsupportedStorage, match="EARTHMEM_STORAGE_TIMEOUT_SECONDS"):
+            storage_timeout()
+    monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "12.5")
+    assert storage_timeout() == 12.5

@@ -1,0 +1,101 @@
+"""A deadline on writes and commits to object storage, which may stop answering.
+
+icechunk 1.1's S3 client has no per-operation timeout: a store that accepts a connection and
+never answers a ``PUT`` holds the call for ever (measured: > 300 s, with its
+``network_stream_timeout_seconds`` at 5 s, which only guards streams that stall mid-body).
+:func:`within_deadline` runs such a call on a daemon thread and gives up waiting after
+:func:`storage_timeout` seconds (``EARTHMEM_STORAGE_TIMEOUT_SECONDS``, default
+:data:`DEFAULT_TIMEOUT_S`), raising :class:`~store.errors.StorageTimeout` to the caller.
+
+The abandoned call is not cancelled (the Rust future cannot be stopped from here): it ends
+when the store answers or drops the connection. What that means, by the call:
+
+* storing a transaction's or a fork's chunks: they stay unreachable (no commit names them)
+  and garbage collection removes them later;
+* a commit: the caller is told the outcome is unknown. A commit is atomic, so it either lands
+  whole later or never; a rerun of the partition writes the same contents either way.
+
+Callers must not touch the session after a timeout (the abandoned call still holds it). Used
+on object storage only: on local disk a commit holds the host's commit lock, which the caller
+would release while the abandoned commit still ran.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from store.errors import StorageTimeout, UnsupportedStorage
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "SENT",
+    "TIMEOUT_ENV",
+    "UNSENT",
+    "storage_timeout",
+    "within_deadline",
+]
+
+T = TypeVar("T")
+
+TIMEOUT_ENV = "EARTHMEM_STORAGE_TIMEOUT_SECONDS"
+"""Environment variable: seconds a write or commit to object storage may take."""
+DEFAULT_TIMEOUT_S = 300.0
+"""Default deadline: well above a partition's chunk upload or a commit on a slow link."""
+UNSENT = "nothing committed"
+"""The outcome of a timed-out call made before any commit."""
+SENT = (
+    "the commit was sent and may still land, whole (commits are atomic); rerun the partition"
+    " to converge"
+)
+"""The outcome of a timed-out commit."""
+
+
+def storage_timeout() -> float:
+    """The deadline in seconds (from :data:`TIMEOUT_ENV`, else the default).
+
+    Raises:
+        UnsupportedStorage: the setting is not a positive number of seconds.
+    """
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise UnsupportedStorage(f"{TIMEOUT_ENV} must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def within_deadline(call: Callable[[], T], what: str, outcome: str) -> T:
+    """``call()``, or :class:`StorageTimeout` when it has not returned within the deadline.
+
+    Args:
+        call: The storage call (its exceptions propagate unchanged).
+        what: What it does, for the message (``"storing the chunks of 'p'"``).
+        outcome: What the caller may assume after a timeout (``"nothing committed"``).
+    """
+    timeout = storage_timeout()
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the waiting caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="earthmem-storage-call", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise StorageTimeout(
+            f"{what}: the object store did not answer within {timeout:g} s ({TIMEOUT_ENV});"
+            f" {outcome}"
+        )
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]
