@@ -269,14 +269,16 @@ def _commit_row(local: dict[str, Any], remote: dict[str, Any]) -> dict[str, Any]
 def bench_dask(
     area: Any, tmp: Path, rounds: int = 3
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The area's ingest on a LocalCluster of 1 and of 2 worker processes, paired in rounds.
+    """The area's ingest on a LocalCluster of 1 and of 2 worker processes, paired in rounds, and
+    in process (the default executor) beside them.
 
-    Each round ingests the area once with 1 worker and once with 2, each in a fresh child
+    Each round ingests the area once with 1 worker, once with 2 and once in process, each in a fresh child
     process into a fresh data directory (deleted after the run; nothing is shared between
     runs but the OS page cache of the sample's files and numba's on-disk cache, both warm
-    after the first run). The order alternates (1, 2 / 2, 1 / ...), so a drift in the
-    machine's speed over the rounds does not favour one arm. The row is the median of the
-    per-round ratios t(1) / t(2) with its p10–p90.
+    after the first run). The order rotates (1, 2, in process / 2, in process, 1 / ...), so a
+    drift in the machine's speed over the rounds does not favour one arm. The row is the median
+    of the per-round ratios t(1) / t(2) with its p10–p90; a second row pairs in process with 2
+    workers (is the default, in process, the faster on this machine?).
     """
     import shutil
 
@@ -285,13 +287,23 @@ def bench_dask(
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    local: list[dict[str, Any]] = []  # the default executor: in the run's own process
     for i in range(rounds):
-        for workers in (1, 2) if i % 2 == 0 else (2, 1):
-            env = {"EARTHMEM_INGEST_EXECUTOR": "dask", "EARTHMEM_DASK_WORKERS": str(workers)}
+        arms: list[int] = [1, 2, 0]  # 0: in process
+        for workers in arms[i % 3 :] + arms[: i % 3]:  # each arm first, middle and last in turn
+            env = (
+                {"EARTHMEM_INGEST_EXECUTOR": "dask", "EARTHMEM_DASK_WORKERS": str(workers)}
+                if workers
+                else {"EARTHMEM_INGEST_EXECUTOR": "local"}
+            )
             data = tmp / f"dask{workers}_r{i}"
             run = _ingest(area.sample, data, env, tmp / f"dask{workers}_r{i}.log")
             shutil.rmtree(data, ignore_errors=True)
             run["round"] = i
+            if not workers:
+                local.append(run)
+                _log(f"round {i}, in process: {run['seconds']:.1f} s")
+                continue
             run["share"] = _serial_share(run)
             runs[workers].append(run)
             _log(
@@ -308,6 +320,7 @@ def bench_dask(
         f"dask: t(1)/t(2) per round {per_round}"
         f" median {speedup.median:.2f} [{speedup.p10:.2f}-{speedup.p90:.2f}]"
     )
+    p_local = paired_samples([r["seconds"] for r in runs[2]], [r["seconds"] for r in local])
     serial = [r["share"]["serial_share"] for r in runs[1]]
     s_med = statistics.median(serial)
     rows = [
@@ -348,7 +361,28 @@ def bench_dask(
             bound_2_cores=2 / (1 + s_med),
         ),
     ]
-    return rows, {"runs": {str(w): rs for w, rs in runs.items()}}
+    rows.append(
+        row(
+            "ingest of the area in process (the default executor) vs Dask LocalCluster of 2",
+            "s",
+            p_local.b,
+            baseline_case="the same ingest on a LocalCluster of 2 worker processes",
+            baseline=p_local.a,
+            ratio=p_local.ratio.median,
+            ratio_p10=p_local.ratio.p10,
+            ratio_p90=p_local.ratio.p90,
+            rounds=p_local.rounds,
+            ratio_def=(
+                "median over rounds of t(2 workers) / t(in process): above 1, in process is"
+                " the faster on this machine (pipelines/cluster.py chooses it by default)"
+            ),
+            target="(info: which executor the sample should default to here)",
+            met=None,
+            load=[[r["load_before"][0], r["load_after"][0]] for r in local],
+            steal=[_steal_share(r) for r in local],
+        )
+    )
+    return rows, {"runs": {**{str(w): rs for w, rs in runs.items()}, "in_process": local}}
 
 
 def _steal_share(run: dict[str, Any]) -> dict[str, Any] | None:

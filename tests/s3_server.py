@@ -127,7 +127,7 @@ class FaultProxy:
 
             def _body(self) -> bytes:
                 if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-                    parts = []
+                    parts: list[bytes] = []
                     while True:
                         size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                         if size == 0:
@@ -140,7 +140,7 @@ class FaultProxy:
 
             def _forward(self) -> None:
                 body = self._body()
-                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+                conn = http.client.HTTPConnection(up.hostname or "127.0.0.1", up.port, timeout=60)
                 headers = {
                     k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"
                 }
