@@ -18,14 +18,23 @@ when the store answers or drops the connection. What that means, by the call:
 Callers must not touch the session after a timeout (the abandoned call still holds it). Used
 on object storage only: on local disk a commit holds the host's commit lock, which the caller
 would release while the abandoned commit still ran.
+
+Reads (:class:`store.cube.read.CubeReader`: opening a snapshot, listing and fetching chunks)
+take the same deadline on object storage through :func:`bounded_sync` and
+:func:`within_deadline`, so a query server whose store stops answering answers
+``storage_timeout`` (503) instead of holding the request; the abandoned read ends when the
+store answers or drops the connection. Not bounded yet: the inventory's rows, read when a
+snapshot's inventory is first loaded.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from zarr.core.sync import sync
 
 from store.errors import StorageTimeout, UnsupportedStorage
 
@@ -34,6 +43,7 @@ __all__ = [
     "SENT",
     "TIMEOUT_ENV",
     "UNSENT",
+    "bounded_sync",
     "storage_timeout",
     "within_deadline",
 ]
@@ -99,3 +109,18 @@ def within_deadline(call: Callable[[], T], what: str, outcome: str) -> T:
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]
+
+
+def bounded_sync(coro: Coroutine[Any, Any, T], remote: bool, what: str) -> T:
+    """zarr's ``sync(coro)``; on object storage (``remote``) with the deadline, past which the
+    caller gets :class:`StorageTimeout` (the coroutine is left to end on zarr's loop)."""
+    if not remote:
+        return sync(coro)
+    timeout = storage_timeout()
+    try:
+        return sync(coro, timeout=timeout)
+    except TimeoutError:
+        raise StorageTimeout(
+            f"{what}: the object store did not answer within {timeout:g} s ({TIMEOUT_ENV});"
+            " nothing read"
+        ) from None

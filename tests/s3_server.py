@@ -104,7 +104,8 @@ class FaultProxy:
     """A loopback HTTP proxy in front of an S3 server that lets reads through and fails writes:
     ``mode="refuse"`` answers every PUT, POST and DELETE ``403 AccessDenied`` (a bucket policy
     or credentials that may only read); ``mode="stall"`` never answers them (a store that
-    stops responding). Point ``AWS_ENDPOINT_URL`` at :attr:`endpoint`.
+    stops responding); ``"stall_all"`` answers nothing; ``"pass"`` forwards everything.
+    :attr:`mode` may change while it runs. Point ``AWS_ENDPOINT_URL`` at :attr:`endpoint`.
     """
 
     def __init__(self, target: str, mode: str) -> None:
@@ -113,11 +114,14 @@ class FaultProxy:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         from urllib.parse import urlsplit
 
-        if mode not in ("refuse", "stall"):
+        if mode not in self.MODES:
             raise ValueError(mode)
+        self.mode = mode
+        """What the proxy does now (one of :attr:`MODES`)."""
         up = urlsplit(target)
         stop = threading.Event()
         self._stop = stop
+        proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -139,7 +143,13 @@ class FaultProxy:
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
             def _forward(self) -> None:
-                body = self._body()
+                if proxy.mode == "stall_all":
+                    self._body()
+                    stop.wait(600)
+                    return
+                self._send(self._body())
+
+            def _send(self, body: bytes) -> None:
                 conn = http.client.HTTPConnection(up.hostname or "127.0.0.1", up.port, timeout=60)
                 headers = {
                     k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"
@@ -160,8 +170,10 @@ class FaultProxy:
                 conn.close()
 
             def _fail(self) -> None:
-                self._body()
-                if mode == "stall":
+                body = self._body()
+                if proxy.mode == "pass":
+                    return self._send(body)
+                if proxy.mode in ("stall", "stall_all"):
                     stop.wait(600)
                     return
                 data = (
@@ -195,6 +207,8 @@ class FaultProxy:
         """Where clients send their requests."""
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
+
+    MODES = ("pass", "refuse", "stall", "stall_all")
 
     def stop(self) -> None:
         self._stop.set()

@@ -33,7 +33,6 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 import zarr.errors
-from zarr.core.sync import sync
 
 from store.cube.bands import X_SIZE, BandSpec, band_spec
 from store.cube.cache import ChunkCache, Column
@@ -49,11 +48,13 @@ from store.cube.inventory import SnapshotInventory
 from store.cube.layout import DEFAULT_BLOCK_LEVEL, MAX_REGION_ELEMENTS, block_level_of
 from store.cube.regions import RegionReads
 from store.cube.summaries import summary_path
+from store.deadline import bounded_sync, within_deadline
 from store.errors import SnapshotNotFound
 from store.snapshots import (
     MAIN_BRANCH,
     SnapshotInfo,
     cube_location,
+    is_object_storage,
     list_snapshots,
     lookup_snapshot,
     open_repository,
@@ -110,29 +111,44 @@ class CubeReader(RegionReads):
             if data_dir is None:
                 raise ValueError("give data_dir or storage")
             storage = cube_location(data_dir)
-        self.repo = open_repository(open_storage(storage))
-        if as_of is not None:
-            found = snapshot_at(self.repo, as_of)
-            if found is None:
-                raise SnapshotNotFound(f"no snapshot committed at or before {as_of.isoformat()}")
-            snapshot_id = found.id
-        if snapshot_id is not None:
-            lookup_snapshot(self.repo, snapshot_id)
-            self.session = self.repo.readonly_session(snapshot_id=snapshot_id)
-        else:
-            self.session = self.repo.readonly_session(MAIN_BRANCH)
+        self._remote = is_object_storage(storage)  # reads under the storage deadline
+        location = os.fspath(storage)
+
+        def open_snapshot() -> tuple[Any, Any, Any]:
+            repo = open_repository(open_storage(location))
+            sid = snapshot_id
+            if as_of is not None:
+                found = snapshot_at(repo, as_of)
+                if found is None:
+                    raise SnapshotNotFound(
+                        f"no snapshot committed at or before {as_of.isoformat()}"
+                    )
+                sid = found.id
+            if sid is not None:
+                lookup_snapshot(repo, sid)
+                session = repo.readonly_session(snapshot_id=sid)
+            else:
+                session = repo.readonly_session(MAIN_BRANCH)
+            try:
+                return repo, session, zarr.open_group(session.store, mode="r")
+            except zarr.errors.GroupNotFoundError:
+                return repo, session, None
+
+        self.repo, self.session, root = (
+            within_deadline(open_snapshot, f"opening the cube at {location}", "nothing read")
+            if self._remote
+            else open_snapshot()
+        )
         self._snapshot_id = str(self.session.snapshot_id)
         self.max_region_elements = max_region_elements
         self.cache = cache if cache is not None else ChunkCache()
         """Decoded columns and tiles (shared by the readers given the same cache)."""
-        try:
-            root = zarr.open_group(self.session.store, mode="r")
-        except zarr.errors.GroupNotFoundError:
+        if root is None:
             # the repository's root snapshot (icechunk's initial commit) precedes the layout
             raise SnapshotNotFound(
                 f"snapshot {self._snapshot_id} holds no cube yet (the repository's empty first "
                 "commit, before the layout); read a later snapshot"
-            ) from None
+            )
         self.block_level = block_level_of(dict(root.attrs), DEFAULT_BLOCK_LEVEL)
         self._root = root  # the summary probe looks its arrays up here (no second open)
         self._arrays: dict[str, zarr.Array] = {}
@@ -212,7 +228,7 @@ class CubeReader(RegionReads):
             )
             return [c async for c in coords]
 
-        found = sync(collect())
+        found = bounded_sync(collect(), self._remote, f"listing the chunks of {band}")
         ndim = len(spec.shape)
         out = np.array(sorted(found), dtype=np.int64).reshape(len(found), ndim)
         return out
@@ -415,12 +431,14 @@ class CubeReader(RegionReads):
                 missing.setdefault(k, []).append(i)
         if missing:
             wanted = list(missing)
-            raws = sync(
+            raws = bounded_sync(
                 get_many(
                     self.session.store,
                     [codec.key((tc, cy, cx, 0)) for cy, cx, tc in wanted],
                     codec.prototype,
-                )
+                ),
+                self._remote,
+                f"reading the summaries of {band}",
             )
             got: list[npt.NDArray[np.float64] | None] = [
                 None if r is None else codec.decode_view(r) for r in raws
@@ -490,4 +508,4 @@ class CubeReader(RegionReads):
             done = await asyncio.gather(*(group(p) for p in key_groups(keys)))
             return [a for part in done for a in part]
 
-        return sync(fetch())
+        return bounded_sync(fetch(), self._remote, f"reading chunks of {band}")

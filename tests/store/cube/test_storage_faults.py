@@ -166,3 +166,41 @@ def test_a_bad_storage_deadline_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
             storage_timeout()
     monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "12.5")
     assert storage_timeout() == 12.5
+
+
+def test_reads_from_a_store_that_stops_answering_are_a_timeout_not_a_hang(
+    server: s3_server.S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader (a query server's) whose store stops answering: reading chunks it has not read
+    yet, and opening a snapshot, give up after the deadline with a typed error; once the store
+    answers again the same reads succeed."""
+    import time
+
+    from store.cube import CubeReader
+    from store.errors import StorageTimeout
+
+    server.create_bucket("faults")
+    location = "s3://faults/reads"
+    noise = np.random.default_rng(5).random((7, 128, 128))
+    _write(tmp_path / "a", location, noise, "first")
+    proxy = s3_server.FaultProxy(server.endpoint, "pass")
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        reader = CubeReader(storage=location)
+        proxy.mode = "stall_all"
+        monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "2")
+        t0 = time.monotonic()
+        with pytest.raises(StorageTimeout, match="did not answer within 2 s"):
+            reader.read_region("indices.ndvi", 128000, 128010, 256000, 256010, 0, 7)
+        with pytest.raises(StorageTimeout, match="opening the cube"):
+            CubeReader(storage=location)
+        assert time.monotonic() - t0 < 60
+        proxy.mode = "pass"
+        got = np.asarray(
+            CubeReader(storage=location).read_region(
+                "indices.ndvi", 128000, 128001, 256000, 256001, 0, 7, drop_empty=False
+            )
+        ).reshape(-1)
+        np.testing.assert_allclose(got, noise[:, 0, 0].astype(np.float32))
+    finally:
+        proxy.stop()
