@@ -333,15 +333,14 @@ class ServiceContext:
 
     def _check_tip(self, now: float) -> CubeReader:
         from store.cube.read import CubeReader
-        from store.snapshots import MAIN_BRANCH
 
         with self._lock:
             reader = self._reader
             if reader is not None and now - self._tip_checked < self.tip_check_seconds:
                 return reader  # checked by the thread this one waited for
         with store_errors():
-            if reader is not None:
-                tip = reader.repo.lookup_branch(MAIN_BRANCH)
+            if reader is not None and not reader.stalled:  # a stalled one is replaced
+                tip = reader.branch_tip()
                 if tip == reader.snapshot_id:
                     with self._lock:
                         self._tip_checked = now

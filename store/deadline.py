@@ -19,12 +19,11 @@ Callers must not touch the session after a timeout (the abandoned call still hol
 on object storage only: on local disk a commit holds the host's commit lock, which the caller
 would release while the abandoned commit still ran.
 
-Reads (:class:`store.cube.read.CubeReader`: opening a snapshot, listing and fetching chunks)
-take the same deadline on object storage through :func:`bounded_sync` and
+Reads (:class:`store.cube.read.CubeReader`: opening a snapshot, its inventory, listing and
+fetching chunks) take the same deadline on object storage through :func:`bounded_sync` and
 :func:`within_deadline`, so a query server whose store stops answering answers
 ``storage_timeout`` (503) instead of holding the request; the abandoned read ends when the
-store answers or drops the connection. Not bounded yet: the inventory's rows, read when a
-snapshot's inventory is first loaded.
+store answers or drops the connection.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
-from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -49,7 +49,7 @@ from store.cube.layout import DEFAULT_BLOCK_LEVEL, MAX_REGION_ELEMENTS, block_le
 from store.cube.regions import RegionReads
 from store.cube.summaries import summary_path
 from store.deadline import bounded_sync, within_deadline
-from store.errors import SnapshotNotFound
+from store.errors import SnapshotNotFound, StorageTimeout
 from store.snapshots import (
     MAIN_BRANCH,
     SnapshotInfo,
@@ -62,6 +62,8 @@ from store.snapshots import (
     snapshot_at,
 )
 from store.threads import worker_pool
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     pass
@@ -159,6 +161,32 @@ class CubeReader(RegionReads):
         self._inventory: SnapshotInventory | None = None
         self._inventory_base = inventory_from._inventory if inventory_from is not None else None
 
+    stalled = False
+    """Whether a read of this reader timed out (:mod:`store.deadline`): its session may still
+    wait on the abandoned requests (icechunk shares a fetch in flight), so a server opens a
+    new reader of the snapshot instead of reusing this one (:meth:`branch_tip`)."""
+
+    def _sync(self, coro: Coroutine[Any, Any, T], what: str) -> T:
+        try:
+            return bounded_sync(coro, self._remote, what)
+        except StorageTimeout:
+            self.stalled = True
+            raise
+
+    def _within(self, call: Callable[[], T], what: str) -> T:
+        if not self._remote:
+            return call()
+        try:
+            return within_deadline(call, what, "nothing read")
+        except StorageTimeout:
+            self.stalled = True
+            raise
+
+    def branch_tip(self) -> str:
+        """The id of ``main``'s tip now (one read of the branch ref; under the storage deadline
+        on object storage)."""
+        return self._within(lambda: str(self.repo.lookup_branch(MAIN_BRANCH)), "reading the tip")
+
     @property
     def snapshot_id(self) -> str:
         """Id of the snapshot this reader sees (read once: it never changes)."""
@@ -174,7 +202,12 @@ class CubeReader(RegionReads):
         :meth:`SnapshotInventory.load_partitions`), or the whole inventory once loaded."""
         if self._inventory is not None:
             return self._inventory
-        return SnapshotInventory.load_partitions(self.session, keys, data_dir=self._data_dir)
+        keys = list(keys)
+
+        def load() -> SnapshotInventory:
+            return SnapshotInventory.load_partitions(self.session, keys, data_dir=self._data_dir)
+
+        return self._within(load, "reading inventory rows") if self._remote else load()
 
     @property
     def inventory(self) -> SnapshotInventory:
@@ -182,11 +215,17 @@ class CubeReader(RegionReads):
         if self._inventory is None:
             with self.cache.single_flight(("inventory", self._snapshot_id)):
                 if self._inventory is None:
-                    self._inventory = SnapshotInventory.load(
-                        self.session,
-                        data_dir=self._data_dir,
-                        previous=self._inventory_base,
-                        repo=self.repo,
+
+                    def load() -> SnapshotInventory:
+                        return SnapshotInventory.load(
+                            self.session,
+                            data_dir=self._data_dir,
+                            previous=self._inventory_base,
+                            repo=self.repo,
+                        )
+
+                    self._inventory = (
+                        self._within(load, "reading the inventory") if self._remote else load()
                     )
                     self._inventory_base = None
         return self._inventory
@@ -228,7 +267,7 @@ class CubeReader(RegionReads):
             )
             return [c async for c in coords]
 
-        found = bounded_sync(collect(), self._remote, f"listing the chunks of {band}")
+        found = self._sync(collect(), f"listing the chunks of {band}")
         ndim = len(spec.shape)
         out = np.array(sorted(found), dtype=np.int64).reshape(len(found), ndim)
         return out
@@ -431,13 +470,12 @@ class CubeReader(RegionReads):
                 missing.setdefault(k, []).append(i)
         if missing:
             wanted = list(missing)
-            raws = bounded_sync(
+            raws = self._sync(
                 get_many(
                     self.session.store,
                     [codec.key((tc, cy, cx, 0)) for cy, cx, tc in wanted],
                     codec.prototype,
                 ),
-                self._remote,
                 f"reading the summaries of {band}",
             )
             got: list[npt.NDArray[np.float64] | None] = [
@@ -508,4 +546,4 @@ class CubeReader(RegionReads):
             done = await asyncio.gather(*(group(p) for p in key_groups(keys)))
             return [a for part in done for a in part]
 
-        return bounded_sync(fetch(), self._remote, f"reading chunks of {band}")
+        return self._sync(fetch(), f"reading chunks of {band}")

@@ -172,8 +172,8 @@ def test_reads_from_a_store_that_stops_answering_are_a_timeout_not_a_hang(
     server: s3_server.S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reader (a query server's) whose store stops answering: reading chunks it has not read
-    yet, and opening a snapshot, give up after the deadline with a typed error; once the store
-    answers again the same reads succeed."""
+    yet, opening a snapshot and loading its inventory give up after the deadline with a typed
+    error; once the store answers again the same reads succeed."""
     import time
 
     from store.cube import CubeReader
@@ -183,6 +183,10 @@ def test_reads_from_a_store_that_stops_answering_are_a_timeout_not_a_hang(
     location = "s3://faults/reads"
     noise = np.random.default_rng(5).random((7, 128, 128))
     _write(tmp_path / "a", location, noise, "first")
+    from store.inventory import InventoryRow
+
+    with CubeWriter(tmp_path / "a", storage=location).transaction("w1|b7.1.2") as tx:
+        tx.write_inventory("s2|w1|b7.1.2", [InventoryRow("s2", 3, "b7.1.2", ("item",), 5, 10)])
     proxy = s3_server.FaultProxy(server.endpoint, "pass")
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
@@ -194,10 +198,58 @@ def test_reads_from_a_store_that_stops_answering_are_a_timeout_not_a_hang(
             reader.read_region("indices.ndvi", 128000, 128010, 256000, 256010, 0, 7)
         with pytest.raises(StorageTimeout, match="opening the cube"):
             CubeReader(storage=location)
+        with pytest.raises(StorageTimeout, match="reading the inventory"):
+            _ = reader.inventory
         assert time.monotonic() - t0 < 60
         proxy.mode = "pass"
+        # a new reader (the old one's abandoned requests may still hold its fetches: icechunk
+        # shares a fetch in flight, and the stalled connections never answer)
+        fresh = CubeReader(storage=location)
+        assert fresh.inventory.table().num_rows == 1
         got = np.asarray(
-            CubeReader(storage=location).read_region(
+            fresh.read_region(
+                "indices.ndvi", 128000, 128001, 256000, 256001, 0, 7, drop_empty=False
+            )
+        ).reshape(-1)
+        np.testing.assert_allclose(got, noise[:, 0, 0].astype(np.float32))
+    finally:
+        proxy.stop()
+
+
+def test_a_server_recovers_when_its_store_answers_again(
+    server: s3_server.S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query server's context over object storage: while the store stops answering its reads
+    are ``storage_timeout``; once it answers again the next request opens a new reader of the
+    same snapshot (the stalled one may still wait on its abandoned fetches) and answers."""
+    from api.context import ServiceContext
+    from api.errors import Unavailable
+    from store.errors import StorageTimeout
+
+    server.create_bucket("faults")
+    monkeypatch.setenv("EARTHMEM_OBJECT_STORE", "s3://faults/served")
+    monkeypatch.setenv("EARTHMEM_REFRESH_SECONDS", "0")
+    noise = np.random.default_rng(9).random((7, 128, 128))
+    _write(tmp_path / "ingest", "s3://faults/served/cube.icechunk", noise, "first")
+    proxy = s3_server.FaultProxy(server.endpoint, "pass")
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        replica = tmp_path / "replica"
+        replica.mkdir()
+        ctx = ServiceContext(replica)
+        first = ctx.reader()
+        proxy.mode = "stall_all"
+        monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "2")
+        # the tip check (Unavailable, 503) or the read (StorageTimeout, 503): either way
+        with pytest.raises((StorageTimeout, Unavailable), match="did not answer") as err:
+            ctx.reader().read_region("indices.ndvi", 128000, 128004, 256000, 256004, 0, 7)
+        assert err.value.code == "storage_timeout"
+        proxy.mode = "pass"
+        again = ctx.reader()
+        assert again is not first
+        assert again.snapshot_id == first.snapshot_id
+        got = np.asarray(
+            again.read_region(
                 "indices.ndvi", 128000, 128001, 256000, 256001, 0, 7, drop_empty=False
             )
         ).reshape(-1)
