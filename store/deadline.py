@@ -15,8 +15,9 @@ when the store answers or drops the connection. What that means, by the call:
 * a commit: the caller is told the outcome is unknown. A commit is atomic, so it either lands
   whole later or never; a rerun of the partition writes the same contents either way.
 
-Callers must not touch the session after a timeout (the abandoned call still holds it). Used
-on object storage only: on local disk a commit holds the host's commit lock, which the caller
+Callers must not touch the session after a timeout (the abandoned call still holds it, and
+icechunk's session waits on its lock: ``has_uncommitted_changes`` would block until the store
+answers). Used on object storage only: on local disk a commit holds the host's commit lock, which the caller
 would release while the abandoned commit still ran.
 
 Reads (:class:`store.cube.read.CubeReader`: opening a snapshot, its inventory, listing and

@@ -155,9 +155,10 @@ class StorageUnavailable(StoreError, OSError):
 
 
 class StorageTimeout(StorageUnavailable):
-    """The object store did not answer a write or a commit within the storage deadline
-    (``EARTHMEM_STORAGE_TIMEOUT_SECONDS``): no commit was made by this call's return, and a
-    commit that had been sent may still land (whole: commits are atomic); rerun to converge."""
+    """The object store did not answer a read, a write or a commit within the storage deadline
+    (``EARTHMEM_STORAGE_TIMEOUT_SECONDS``, :mod:`store.deadline`). Its message says what the
+    caller may assume: nothing read, nothing committed, or — for a commit that had been sent —
+    that it may still land (whole: commits are atomic); rerun to converge."""
 
     code = "storage_timeout"
 

@@ -142,11 +142,16 @@ class FaultProxy:
                         self.rfile.readline()
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
+            def _stall(self) -> None:
+                """Answer nothing until the proxy stops, then drop the connection (the
+                client's abandoned call then fails and its thread ends)."""
+                stop.wait(600)
+                self.close_connection = True
+
             def _forward(self) -> None:
                 if proxy.mode == "stall_all":
                     self._body()
-                    stop.wait(600)
-                    return
+                    return self._stall()
                 self._send(self._body())
 
             def _send(self, body: bytes) -> None:
@@ -156,26 +161,31 @@ class FaultProxy:
                 }
                 if body or self.command in ("PUT", "POST"):
                     headers["Content-Length"] = str(len(body))
-                conn.request(self.command, self.path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
+                try:
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    length = resp.getheader("Content-Length") or "0"
+                finally:
+                    conn.close()
                 self.send_response(resp.status, resp.reason)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "content-length", "connection"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # a HEAD answer keeps the object's size
+                self.send_header(
+                    "Content-Length", length if self.command == "HEAD" else str(len(data))
+                )
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
-                conn.close()
 
             def _fail(self) -> None:
                 body = self._body()
                 if proxy.mode == "pass":
                     return self._send(body)
                 if proxy.mode in ("stall", "stall_all"):
-                    stop.wait(600)
-                    return
+                    return self._stall()
                 data = (
                     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
                     b"<Message>Access Denied</Message></Error>"

@@ -169,6 +169,7 @@ def _on_cluster(
                 window=area.window,
                 area=area.name,
             ),
+            remote=coop.remote,
         )
         snapshot, _ = coop.commit(
             [*(r.write for r in done), row],

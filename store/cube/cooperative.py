@@ -24,8 +24,8 @@ import icechunk as ic
 from store.cube.layout import LAYOUT_VERSION
 from store.cube.write import CubeTransaction, CubeWriter
 from store.deadline import UNSENT, within_deadline
-from store.errors import InvalidWrite, TransactionClosed
-from store.snapshots import MAIN_BRANCH, writer_presence
+from store.errors import InvalidWrite, StorageTimeout, TransactionClosed
+from store.snapshots import MAIN_BRANCH, object_root, writer_presence
 
 __all__ = ["CooperativeCommit", "ForkWrite", "write_in_fork"]
 
@@ -43,7 +43,10 @@ class ForkWrite:
 
 
 def write_in_fork(
-    fork: ic.ForkSession, partition_key: str, write: Callable[[CubeTransaction], None]
+    fork: ic.ForkSession,
+    partition_key: str,
+    write: Callable[[CubeTransaction], None],
+    remote: bool | None = None,
 ) -> ForkWrite:
     """Run ``write`` on a transaction over a fork and store its chunks there (no commit).
 
@@ -51,16 +54,24 @@ def write_in_fork(
     inventory rows are encoded exactly alike; it needs no data directory and no lock, so it
     runs on any machine that reaches the cube's storage.
 
+    ``remote``: whether the cube is on object storage (None: whether this process's
+    environment names an object-storage root, as every machine of a cluster deployment's
+    does). There the writes run under the storage deadline (:mod:`store.deadline`): a fork
+    abandoned to a store that stopped answering is never returned, so never merged.
+
     Raises:
         Whatever ``write`` raises (the fork is then not returned, so never merged).
+        StorageTimeout: On object storage, the store did not answer within the deadline.
     """
     if not partition_key:
         raise InvalidWrite("partition_key must be a non-empty string")
-    tx = CubeTransaction(fork, partition_key)
+    remote = object_root() is not None if remote is None else remote
+    tx = CubeTransaction(fork, partition_key, remote=remote)
     write(tx)
-    # under the storage deadline wherever the fork lives: a fork abandoned to a store that
-    # stopped answering is never returned, so never merged (store.deadline)
-    within_deadline(tx.store_pending, f"storing {partition_key!r} in a fork", UNSENT)
+    if remote:
+        within_deadline(tx.store_pending, f"storing {partition_key!r} in a fork", UNSENT)
+    else:
+        tx.store_pending()
     return ForkWrite(fork, partition_key, tx.chunks_written)
 
 
@@ -89,8 +100,15 @@ class CooperativeCommit:
         self._session = self._writer.repo.writable_session(MAIN_BRANCH)
         return self
 
+    @property
+    def remote(self) -> bool:
+        """Whether the cube is on object storage (writes and commits under the deadline)."""
+        return bool(self._writer._remote)
+
     def __exit__(self, *exc: Any) -> None:
         session, self._session = self._session, None
+        if exc[0] is not None and issubclass(exc[0], StorageTimeout):
+            session = None  # an abandoned call still holds it (store.deadline): left alone
         try:
             if session is not None and exc[0] is not None and session.has_uncommitted_changes:
                 session.discard_changes()
@@ -136,6 +154,8 @@ class CooperativeCommit:
 
         Raises:
             CommitConflict: A concurrent commit changed the same chunks (nothing committed).
+            StorageTimeout: On object storage, the store did not answer the commit within the
+                deadline (its outcome unknown; :mod:`store.deadline`).
         """
         session = self._open()
         keys = sorted(partition_keys)
@@ -148,6 +168,10 @@ class CooperativeCommit:
             "partition_keys": keys,
             "layout_version": LAYOUT_VERSION,
         }
-        self.snapshot_id, self.committed = self._writer.commit_session(session, message, meta)
+        try:
+            self.snapshot_id, self.committed = self._writer.commit_session(session, message, meta)
+        except StorageTimeout:
+            self._session = None  # the abandoned commit still holds it: never touched again
+            raise
         self._session = None
         return self.snapshot_id, self.committed

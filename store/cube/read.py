@@ -314,9 +314,13 @@ class CubeReader(RegionReads):
         self, spec: BandSpec, slots: npt.NDArray[np.int64], ys: slice, xs: slice
     ) -> npt.NDArray[Any]:
         arr = self.array(spec.name)
-        if is_contiguous(slots):
-            return np.asarray(arr[(slice(int(slots[0]), int(slots[-1]) + 1), ys, xs)])
-        return np.asarray(arr.oindex[(slots, ys, xs)])
+
+        def read() -> npt.NDArray[Any]:
+            if is_contiguous(slots):
+                return np.asarray(arr[(slice(int(slots[0]), int(slots[-1]) + 1), ys, xs)])
+            return np.asarray(arr.oindex[(slots, ys, xs)])
+
+        return self._within(read, f"reading {spec.name}")
 
     # ------------------------------------------------------------------ cached block reads
 

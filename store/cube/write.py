@@ -100,8 +100,10 @@ class CubeTransaction:
         partition_key: str,
         codecs: dict[str, ChunkCodec] | None = None,
         inventory: dict[str, InventoryChunks] | None = None,
+        remote: bool = False,
     ) -> None:
         self._session = session
+        self._remote = remote  # object storage: writes through Zarr under the storage deadline
         self._inventory_chunks = inventory if inventory is not None else {}
         self._arrays: dict[str, zarr.Array] = {}
         self._codecs = codecs if codecs is not None else {}
@@ -263,13 +265,23 @@ class CubeTransaction:
             )
         h, w = data.shape[1], data.shape[2]
         check_box(lat_q0, lat_q0 + h, lng_q0, lng_q0 + w)
-        ys, xs = slice(lat_q0, lat_q0 + h), slice(lng_q0, lng_q0 + w)
         contiguous = is_contiguous(t)
         if contiguous:
             codec = self._codec(spec)
             if codec.supported:
                 self._stage(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data, copy)
                 return
+        write = partial(self._write_zarr, spec, t, lat_q0, lng_q0, data, contiguous)
+        if self._remote:  # Zarr reads and writes the store now: under the storage deadline
+            within_deadline(write, f"writing {spec.name}", UNSENT)
+        else:
+            write()
+
+    def _write_zarr(
+        self, spec: BandSpec, t: Any, lat_q0: int, lng_q0: int, data: Any, contiguous: bool
+    ) -> None:
+        h, w = data.shape[1], data.shape[2]
+        ys, xs = slice(lat_q0, lat_q0 + h), slice(lng_q0, lng_q0 + w)
         self._flush()  # Zarr reads the store: it must see this transaction's chunks
         side = self._array(spec).chunks[1]
         tcs = sorted({int(x) // spec.time_chunk for x in t})
@@ -501,7 +513,9 @@ class CubeWriter:
             raise InvalidWrite("partition_key must be a non-empty string")
         with writer_presence(self.data_dir):  # garbage collection waits for the commit
             session = self.repo.writable_session(MAIN_BRANCH)
-            tx = CubeTransaction(session, partition_key, self._codecs, self._inventory_chunks)
+            tx = CubeTransaction(
+                session, partition_key, self._codecs, self._inventory_chunks, remote=self._remote
+            )
             try:
                 yield tx
                 if self._remote:  # a store that stops answering: a typed error, not a hang
@@ -536,6 +550,8 @@ class CubeWriter:
         Raises:
             CommitConflict: A concurrent commit changed the same chunks.
             StorageUnavailable: The storage refused the commit (nothing committed).
+            StorageTimeout: On object storage, no answer within the deadline (its outcome
+                unknown; :mod:`store.deadline`).
         """
         if not session.has_uncommitted_changes:
             return self.repo.lookup_branch(MAIN_BRANCH), False

@@ -141,7 +141,7 @@ def test_a_store_that_stops_answering_is_a_timeout_not_a_hang(
             assert outcome in str(err.value)
             assert err.value.code == "storage_timeout"
         finally:
-            proxy.stop()  # the abandoned call's connection is closed: its thread ends
+            proxy.stop()  # the stalled connections are dropped: the abandoned calls end
             monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
             monkeypatch.delenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS")
         assert CubeWriter(tmp_path / "a", storage=location).list_snapshots()[0].id == tip
@@ -202,6 +202,7 @@ def test_reads_from_a_store_that_stops_answering_are_a_timeout_not_a_hang(
             _ = reader.inventory
         assert time.monotonic() - t0 < 60
         proxy.mode = "pass"
+        monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "60")  # a busy machine's proxy
         # a new reader (the old one's abandoned requests may still hold its fetches: icechunk
         # shares a fetch in flight, and the stalled connections never answer)
         fresh = CubeReader(storage=location)
@@ -245,6 +246,7 @@ def test_a_server_recovers_when_its_store_answers_again(
             ctx.reader().read_region("indices.ndvi", 128000, 128004, 256000, 256004, 0, 7)
         assert err.value.code == "storage_timeout"
         proxy.mode = "pass"
+        monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "60")  # a busy machine's proxy
         again = ctx.reader()
         assert again is not first
         assert again.snapshot_id == first.snapshot_id
@@ -254,5 +256,46 @@ def test_a_server_recovers_when_its_store_answers_again(
             )
         ).reshape(-1)
         np.testing.assert_allclose(got, noise[:, 0, 0].astype(np.float32))
+    finally:
+        proxy.stop()
+
+
+def test_a_cooperative_commit_to_a_store_that_stops_answering_is_a_timeout(
+    server: s3_server.S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Dask path's coordinator: forks written, then the store stops answering the commit.
+    The commit is a typed error within the deadline and leaving the block does not wait on
+    the abandoned commit's session; a rerun once the store answers lands."""
+    import time
+
+    from store.errors import StorageTimeout
+
+    server.create_bucket("faults")
+    location = "s3://faults/coop"
+    proxy = s3_server.FaultProxy(server.endpoint, "pass")
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        noise = np.random.default_rng(11).random((7, 128, 128))
+
+        def write(tx: object) -> None:
+            tx.write("indices.ndvi", np.arange(7), 128000, 256000, noise)  # type: ignore[attr-defined]
+
+        def stalled_commit() -> None:
+            with CooperativeCommit(CubeWriter(tmp_path, storage=location)) as coop:
+                written = write_in_fork(coop.fork(), "p", write, remote=coop.remote)
+                proxy.mode = "stall"
+                monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "2")
+                coop.commit([written], ["p"], "stalled")
+
+        t0 = time.monotonic()
+        with pytest.raises(StorageTimeout, match="may still land"):
+            stalled_commit()
+        assert time.monotonic() - t0 < 60  # the block's exit did not wait on the session
+        proxy.mode = "pass"
+        monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "60")
+        with CooperativeCommit(CubeWriter(tmp_path, storage=location)) as coop:
+            written = write_in_fork(coop.fork(), "p", write, remote=coop.remote)
+            coop.commit([written], ["p"], "rerun")
+        assert _ndvi_at(location) == float(noise[:, 0, 0].astype(np.float32).max())
     finally:
         proxy.stop()
