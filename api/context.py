@@ -56,7 +56,8 @@ from api.receipts import Signer
 from store import address
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column
 from store.cube.cache import SingleFlight
-from store.errors import InvalidDate, StoreError
+from store.deadline import storage_timeout
+from store.errors import InvalidDate, StorageTimeout, StoreError
 from store.memo import BoundedMemo
 from store.memory import MEMORY_URL_ENV, default_url, open_store
 from store.memory import backend as memory_backend
@@ -198,6 +199,7 @@ class ServiceContext:
         """Decoded block columns and tiles, shared by every reader this context opens."""
         self._reader: CubeReader | None = None
         self._tip_checked = 0.0
+        self._storage_down_until = 0.0  # after a storage timeout: fail fast until then
         self._as_of: OrderedDict[str, CubeReader] = OrderedDict()
         self._knn = TableHandles(self.data_dir)
         self.manifest_path: Path | None = (
@@ -339,13 +341,24 @@ class ServiceContext:
             if reader is not None and now - self._tip_checked < self.tip_check_seconds:
                 return reader  # checked by the thread this one waited for
         with store_errors():
-            if reader is not None and not reader.stalled:  # a stalled one is replaced
-                tip = reader.branch_tip()
-                if tip == reader.snapshot_id:
-                    with self._lock:
-                        self._tip_checked = now
-                    return reader
-            fresh = CubeReader(self.data_dir, cache=self.chunks, inventory_from=reader)
+            if time.monotonic() < self._storage_down_until:  # requests queued behind a timeout
+                raise StorageTimeout(
+                    "the object store did not answer the last check of the tip (within"
+                    f" {storage_timeout():g} s); retry in a few seconds; nothing read"
+                )
+            try:
+                if reader is not None and not reader.stalled:  # a stalled one is replaced
+                    tip = reader.branch_tip()
+                    if tip == reader.snapshot_id:
+                        with self._lock:
+                            self._tip_checked = now
+                        return reader
+                fresh = CubeReader(self.data_dir, cache=self.chunks, inventory_from=reader)
+            except StorageTimeout:
+                # the requests waiting on this check fail at once for a short while, instead
+                # of each waiting out its own deadline in turn
+                self._storage_down_until = time.monotonic() + STORAGE_BACKOFF_S
+                raise
         with self._lock:
             self._reader = fresh
             self._tip_checked = now
@@ -583,6 +596,10 @@ class ServiceContext:
         """
         return self._knn.table(name, self.tip_check_seconds)
 
+
+STORAGE_BACKOFF_S = 5.0
+"""After a tip check timed out on object storage, the requests of the next seconds fail at once
+(``storage_timeout``) instead of each waiting for the store in turn; then one checks again."""
 
 MANIFEST_CANDIDATES = ("sample/manifest.json", "places.json")
 """Where a context looks for its place manifest, relative to the data directory, in order."""

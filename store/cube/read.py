@@ -166,7 +166,17 @@ class CubeReader(RegionReads):
     wait on the abandoned requests (icechunk shares a fetch in flight), so a server opens a
     new reader of the snapshot instead of reusing this one (:meth:`branch_tip`)."""
 
+    def _stalled_error(self, what: str) -> StorageTimeout:
+        return StorageTimeout(
+            f"{what}: an earlier read of this snapshot's reader timed out (the object store"
+            " stopped answering); a new reader is opened at the next check of the tip; nothing"
+            " read"
+        )
+
     def _sync(self, coro: Coroutine[Any, Any, T], what: str) -> T:
+        if self.stalled:  # fail at once: requests queued behind the one that timed out
+            coro.close()
+            raise self._stalled_error(what)
         try:
             return bounded_sync(coro, self._remote, what)
         except StorageTimeout:
@@ -176,6 +186,8 @@ class CubeReader(RegionReads):
     def _within(self, call: Callable[[], T], what: str) -> T:
         if not self._remote:
             return call()
+        if self.stalled:
+            raise self._stalled_error(what)
         try:
             return within_deadline(call, what, "nothing read")
         except StorageTimeout:

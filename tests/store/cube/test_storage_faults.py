@@ -222,7 +222,10 @@ def test_a_server_recovers_when_its_store_answers_again(
 ) -> None:
     """A query server's context over object storage: while the store stops answering its reads
     are ``storage_timeout``; once it answers again the next request opens a new reader of the
-    same snapshot (the stalled one may still wait on its abandoned fetches) and answers."""
+    same snapshot (the stalled one may still wait on its abandoned fetches) and answers.
+    Requests right behind a timeout fail at once for a short back-off."""
+    import time
+
     from api.context import ServiceContext
     from api.errors import Unavailable
     from store.errors import StorageTimeout
@@ -241,10 +244,17 @@ def test_a_server_recovers_when_its_store_answers_again(
         first = ctx.reader()
         proxy.mode = "stall_all"
         monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "2")
+        monkeypatch.setattr("api.context.STORAGE_BACKOFF_S", 1.0)
         # the tip check (Unavailable, 503) or the read (StorageTimeout, 503): either way
         with pytest.raises((StorageTimeout, Unavailable), match="did not answer") as err:
             ctx.reader().read_region("indices.ndvi", 128000, 128004, 256000, 256004, 0, 7)
         assert err.value.code == "storage_timeout"
+        t0 = time.monotonic()  # a request right behind it fails at once, not after 2 s more
+        with pytest.raises(Unavailable, match="retry in a few seconds") as err:
+            ctx.reader()
+        assert err.value.code == "storage_timeout"
+        assert time.monotonic() - t0 < 1.0
+        time.sleep(1.1)  # the back-off is over: the next request asks the store again
         proxy.mode = "pass"
         monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "60")  # a busy machine's proxy
         again = ctx.reader()
