@@ -54,13 +54,18 @@ def test_storage_gone_before_the_commit_is_storage_unavailable(
             coop.commit([written], ["p"], "never lands")
 
 
+def _series(reader: object) -> np.ndarray:
+    """The NDVI of the tests' first cell over its week (7 day slots)."""
+    da = reader.read_region(  # type: ignore[attr-defined]
+        "indices.ndvi", 128000, 128001, 256000, 256001, 0, 7, drop_empty=False
+    )
+    return np.asarray(da).reshape(-1)
+
+
 def _ndvi_at(storage: str) -> float:
     from store.cube import CubeReader
 
-    da = CubeReader(storage=storage).read_region(
-        "indices.ndvi", 128000, 128001, 256000, 256001, 0, 7, drop_empty=False
-    )
-    return float(np.nanmax(np.asarray(da)))
+    return float(np.nanmax(_series(CubeReader(storage=storage))))
 
 
 def test_storage_that_refuses_writes_commits_nothing_and_a_rerun_converges(
@@ -207,12 +212,7 @@ def test_reads_from_a_store_that_stops_answering_are_a_timeout_not_a_hang(
         # shares a fetch in flight, and the stalled connections never answer)
         fresh = CubeReader(storage=location)
         assert fresh.inventory.table().num_rows == 1
-        got = np.asarray(
-            fresh.read_region(
-                "indices.ndvi", 128000, 128001, 256000, 256001, 0, 7, drop_empty=False
-            )
-        ).reshape(-1)
-        np.testing.assert_allclose(got, noise[:, 0, 0].astype(np.float32))
+        np.testing.assert_allclose(_series(fresh), noise[:, 0, 0].astype(np.float32))
     finally:
         proxy.stop()
 
@@ -260,12 +260,7 @@ def test_a_server_recovers_when_its_store_answers_again(
         again = ctx.reader()
         assert again is not first
         assert again.snapshot_id == first.snapshot_id
-        got = np.asarray(
-            again.read_region(
-                "indices.ndvi", 128000, 128001, 256000, 256001, 0, 7, drop_empty=False
-            )
-        ).reshape(-1)
-        np.testing.assert_allclose(got, noise[:, 0, 0].astype(np.float32))
+        np.testing.assert_allclose(_series(again), noise[:, 0, 0].astype(np.float32))
     finally:
         proxy.stop()
 
