@@ -34,8 +34,6 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from zarr.core.sync import sync
-
 from store.errors import StorageTimeout, UnsupportedStorage
 
 __all__ = [
@@ -114,6 +112,8 @@ def within_deadline(call: Callable[[], T], what: str, outcome: str) -> T:
 def bounded_sync(coro: Coroutine[Any, Any, T], remote: bool, what: str) -> T:
     """zarr's ``sync(coro)``; on object storage (``remote``) with the deadline, past which the
     caller gets :class:`StorageTimeout` (the coroutine is left to end on zarr's loop)."""
+    from zarr.core.sync import sync  # deferred: describing the API loads no storage library
+
     if not remote:
         return sync(coro)
     timeout = storage_timeout()
