@@ -49,7 +49,14 @@ import numpy as np
 import numpy.typing as npt
 
 from api.charts import ChartStore
-from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, store_errors
+from api.errors import (
+    ApiError,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    from_store_error,
+    store_errors,
+)
 from api.knn_handles import TableHandles
 from api.limiter import RateLimiter
 from api.receipts import Signer
@@ -366,11 +373,10 @@ class ServiceContext:
 
     def _reader_as_of(self, when: dt.datetime) -> CubeReader:
         from store.cube.read import CubeReader
-        from store.snapshots import snapshot_at
 
         with store_errors():
             tip = self.reader()
-            found = snapshot_at(tip.repo, when)
+            found = tip.snapshot_at(when)
             if found is None:
                 raise NotFound(
                     f"no snapshot committed at or before {when.isoformat()}",
@@ -378,7 +384,7 @@ class ServiceContext:
                 )
             with self._lock:
                 cached = self._as_of.get(found.id)
-                if cached is not None:
+                if cached is not None and not cached.stalled:  # a stalled one is reopened
                     self._as_of.move_to_end(found.id)
                     return cached
             reader = (
@@ -424,15 +430,16 @@ class ServiceContext:
             return tip
         with self._lock:
             cached = self._as_of.get(text)
-            if cached is not None:
+            if cached is not None and not cached.stalled:  # a stalled one is reopened
                 self._as_of.move_to_end(text)
                 return cached
         from store.cube.read import CubeReader
-        from store.snapshots import lookup_snapshot
 
         try:
-            lookup_snapshot(tip.repo, text)
+            tip.lookup(text)
             reader = CubeReader(self.data_dir, snapshot_id=text, cache=self.chunks)
+        except StorageTimeout as exc:  # the store, not the id: 503, not "no such snapshot"
+            raise from_store_error(exc) from exc
         except StoreError as exc:
             raise NotFound(
                 f"no snapshot {text!r} in this cube's history",
@@ -467,10 +474,8 @@ class ServiceContext:
 
     def snapshot_time(self, snapshot_id: str) -> dt.datetime | None:
         """Commit time of a snapshot, or None if unknown."""
-        from store.snapshots import lookup_snapshot
-
         try:
-            return lookup_snapshot(self.reader().repo, snapshot_id).written_at
+            return self.reader().lookup(snapshot_id).written_at
         except (StoreError, ApiError):
             return None
 

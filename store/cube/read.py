@@ -207,7 +207,7 @@ class CubeReader(RegionReads):
     @property
     def snapshot(self) -> SnapshotInfo:
         """Info (time, message, metadata) of the snapshot this reader sees."""
-        return lookup_snapshot(self.repo, self.snapshot_id)
+        return self.lookup(self.snapshot_id)
 
     def inventory_of(self, keys: Iterable[str]) -> SnapshotInventory:
         """The inventory rows of the partitions ``keys`` only (read now, not kept:
@@ -244,7 +244,19 @@ class CubeReader(RegionReads):
 
     def list_snapshots(self) -> list[SnapshotInfo]:
         """Snapshots of ``main``, newest first (not only those up to this reader's)."""
-        return list_snapshots(self.repo)
+        return self._within(lambda: list_snapshots(self.repo), "listing snapshots")
+
+    def snapshot_at(self, when: dt.datetime) -> SnapshotInfo | None:
+        """The latest snapshot of ``main`` committed at or before ``when`` (None: none)."""
+        return self._within(lambda: snapshot_at(self.repo, when), "finding a snapshot by time")
+
+    def lookup(self, snapshot_id: str) -> SnapshotInfo:
+        """A snapshot of this repository by id.
+
+        Raises:
+            SnapshotNotFound: no such snapshot.
+        """
+        return self._within(lambda: lookup_snapshot(self.repo, snapshot_id), "finding a snapshot")
 
     def array(self, band: str) -> zarr.Array:
         """The band's Zarr array in this snapshot (read-only store; writes raise).
