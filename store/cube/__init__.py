@@ -38,7 +38,8 @@ if TYPE_CHECKING:
         geotransform,
     )
     from store.cube.read import CubeReader
-    from store.cube.write import CubeTransaction, CubeWriter
+    from store.cube.transaction import CubeTransaction
+    from store.cube.write import CubeWriter
 
 _LAZY: dict[str, str] = {
     "DEFAULT_BLOCK_LEVEL": "store.cube.layout",
@@ -46,7 +47,7 @@ _LAZY: dict[str, str] = {
     "MAX_REGION_ELEMENTS": "store.cube.layout",
     "geotransform": "store.cube.layout",
     "CubeReader": "store.cube.read",
-    "CubeTransaction": "store.cube.write",
+    "CubeTransaction": "store.cube.transaction",
     "CubeWriter": "store.cube.write",
 }
 """Names whose modules import zarr, icechunk, pyarrow and pyproj (seconds of start-up): loaded

@@ -16,7 +16,7 @@ from zarr.core.buffer import default_buffer_prototype
 import store.cube as cube
 import store.cube.codec as cube_codec
 import store.cube.layout as layout
-import store.cube.write as cube_write
+import store.cube.transaction as cube_transaction
 from store.cube import CubeReader, CubeWriter, band_spec
 
 SIDE = 128  # default block level 7
@@ -153,13 +153,13 @@ def test_a_failed_transaction_stores_none_of_its_chunks(
         tx.write("indices.ndvi", np.arange(T0, T0 + 7), Y0, X0, np.ones((7, 8, 8), np.float32))
     before = _raw_chunks(tmp_path, "indices.ndvi")
     puts: list[Any] = []
-    put_all = cube_write.put_many
+    put_all = cube_transaction.put_many
 
     async def spy(store: Any, items: Any) -> None:
         puts.append(items)
         await put_all(store, items)
 
-    monkeypatch.setattr(cube_write, "put_many", spy)
+    monkeypatch.setattr(cube_transaction, "put_many", spy)
     sessions: list[Any] = []
 
     def fail_after_writing() -> None:
