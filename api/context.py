@@ -49,21 +49,14 @@ import numpy as np
 import numpy.typing as npt
 
 from api.charts import ChartStore
-from api.errors import (
-    ApiError,
-    InvalidArgument,
-    NotFound,
-    Unavailable,
-    from_store_error,
-    store_errors,
-)
+from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, store_errors
 from api.knn_handles import TableHandles
 from api.limiter import RateLimiter
 from api.receipts import Signer
 from store import address
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column
 from store.cube.cache import SingleFlight
-from store.deadline import storage_timeout
+from store.deadline import Backoff
 from store.errors import InvalidDate, StorageTimeout, StoreError
 from store.memo import BoundedMemo
 from store.memory import MEMORY_URL_ENV, default_url, open_store
@@ -206,7 +199,8 @@ class ServiceContext:
         """Decoded block columns and tiles, shared by every reader this context opens."""
         self._reader: CubeReader | None = None
         self._tip_checked = 0.0
-        self._storage_down_until = 0.0  # after a storage timeout: fail fast until then
+        self.storage_backoff = Backoff()
+        """After a tip check timed out on object storage, requests fail at once for a while."""
         self._as_of: OrderedDict[str, CubeReader] = OrderedDict()
         self._knn = TableHandles(self.data_dir)
         self.manifest_path: Path | None = (
@@ -347,25 +341,14 @@ class ServiceContext:
             reader = self._reader
             if reader is not None and now - self._tip_checked < self.tip_check_seconds:
                 return reader  # checked by the thread this one waited for
-        with store_errors():
-            if time.monotonic() < self._storage_down_until:  # requests queued behind a timeout
-                raise StorageTimeout(
-                    "the object store did not answer the last check of the tip (within"
-                    f" {storage_timeout():g} s); retry in a few seconds; nothing read"
-                )
-            try:
-                if reader is not None and not reader.stalled:  # a stalled one is replaced
-                    tip = reader.branch_tip()
-                    if tip == reader.snapshot_id:
-                        with self._lock:
-                            self._tip_checked = now
-                        return reader
-                fresh = CubeReader(self.data_dir, cache=self.chunks, inventory_from=reader)
-            except StorageTimeout:
-                # the requests waiting on this check fail at once for a short while, instead
-                # of each waiting out its own deadline in turn
-                self._storage_down_until = time.monotonic() + STORAGE_BACKOFF_S
-                raise
+        with store_errors(), self.storage_backoff.guard("checking the tip"):
+            if reader is not None and not reader.stalled:  # a stalled one is replaced
+                tip = reader.branch_tip()
+                if tip == reader.snapshot_id:
+                    with self._lock:
+                        self._tip_checked = now
+                    return reader
+            fresh = CubeReader(self.data_dir, cache=self.chunks, inventory_from=reader)
         with self._lock:
             self._reader = fresh
             self._tip_checked = now
@@ -439,7 +422,7 @@ class ServiceContext:
             tip.lookup(text)
             reader = CubeReader(self.data_dir, snapshot_id=text, cache=self.chunks)
         except StorageTimeout as exc:  # the store, not the id: 503, not "no such snapshot"
-            raise from_store_error(exc) from exc
+            raise Unavailable(str(exc), code=exc.code) from exc
         except StoreError as exc:
             raise NotFound(
                 f"no snapshot {text!r} in this cube's history",
@@ -526,8 +509,9 @@ class ServiceContext:
 
     def warm(self) -> bool:
         """Open what a first query needs: the cell names' alphabet, the tip's reader and its
-        inventory's overpass index, the embedder, and the memory store's backend code (the database itself is opened by
-        the first memory call, so a server nobody writes memories to creates none).
+        inventory's overpass index, the embedder, and the memory store's backend code (the
+        database itself is opened by the first memory call, so a server nobody writes
+        memories to creates none).
 
         Servers call it on a background thread at start. A step that fails is left for
         the first query that needs it to report (as that query's typed error).
@@ -601,10 +585,6 @@ class ServiceContext:
         """
         return self._knn.table(name, self.tip_check_seconds)
 
-
-STORAGE_BACKOFF_S = 5.0
-"""After a tip check timed out on object storage, the requests of the next seconds fail at once
-(``storage_timeout``) instead of each waiting for the store in turn; then one checks again."""
 
 MANIFEST_CANDIDATES = ("sample/manifest.json", "places.json")
 """Where a context looks for its place manifest, relative to the data directory, in order."""

@@ -31,16 +31,20 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from store.errors import StorageTimeout, UnsupportedStorage
 
 __all__ = [
+    "BACKOFF_S",
     "DEFAULT_TIMEOUT_S",
     "SENT",
     "TIMEOUT_ENV",
     "UNSENT",
+    "Backoff",
     "bounded_sync",
     "storage_timeout",
     "within_deadline",
@@ -124,3 +128,32 @@ def bounded_sync(coro: Coroutine[Any, Any, T], remote: bool, what: str) -> T:
             f"{what}: the object store did not answer within {timeout:g} s ({TIMEOUT_ENV});"
             " nothing read"
         ) from None
+
+
+BACKOFF_S = 5.0
+"""How long :class:`Backoff` fails calls at once after a timeout."""
+
+
+class Backoff:
+    """After a call timed out, the calls of the next :attr:`seconds` fail at once with
+    :class:`StorageTimeout` instead of each waiting out its own deadline in turn (callers
+    queued behind one that timed out); then one asks the store again."""
+
+    def __init__(self, seconds: float = BACKOFF_S) -> None:
+        self.seconds = seconds
+        """The back-off after a timeout."""
+        self._until = 0.0
+
+    @contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Fail at once while backing off; start backing off when the block times out."""
+        if time.monotonic() < self._until:
+            raise StorageTimeout(
+                f"{what}: the object store did not answer the last try (within"
+                f" {storage_timeout():g} s); retry in a few seconds; nothing read"
+            )
+        try:
+            yield
+        except StorageTimeout:
+            self._until = time.monotonic() + self.seconds
+            raise

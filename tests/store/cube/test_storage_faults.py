@@ -244,7 +244,7 @@ def test_a_server_recovers_when_its_store_answers_again(
         first = ctx.reader()
         proxy.mode = "stall_all"
         monkeypatch.setenv("EARTHMEM_STORAGE_TIMEOUT_SECONDS", "2")
-        monkeypatch.setattr("api.context.STORAGE_BACKOFF_S", 1.0)
+        ctx.storage_backoff.seconds = 1.0
         # the tip check (Unavailable, 503) or the read (StorageTimeout, 503): either way
         with pytest.raises((StorageTimeout, Unavailable), match="did not answer") as err:
             ctx.reader().read_region("indices.ndvi", 128000, 128004, 256000, 256004, 0, 7)
