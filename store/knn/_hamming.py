@@ -285,7 +285,7 @@ def hamming_scan(codes, q, mask, use_mask, exclude, k, nchunk, release):  # type
                 shared,
             )
             if release:
-                _drop(codes, a, a + m)
+                _drop(codes, a, a + m, a + m >= hi)
         sizes[c] = _hamming_finish(out_k[c], out_r[c], st)
     return out_k, out_r, sizes
 
@@ -379,9 +379,9 @@ def hamming_scan_split(planes, q, mask, use_mask, exclude, k, nchunk, release, s
                     _hamming_keep(dist, g, k, keys, rows, st, hist, shared)
                     lim = np.int32(min(st[1], shared[0] + 1))
             if release:
-                _drop(p0, a, a + m)
-                if touched1:
-                    _drop(p1, a, a + m)
+                _drop(p0, a, a + m, a + m >= hi)
+                if touched1:  # sparse: each release its own, rounded out
+                    _drop(p1, a, a + m, True)
         sizes[c] = _hamming_finish(keys, rows, st)
     return out_k, out_r, sizes
 
@@ -410,6 +410,6 @@ def hamming_seed_counts(planes, q, starts, run, mask, use_mask, exclude, release
             hist[_popcnt(w0[i] ^ q0) + _popcnt(w1[i] ^ q1)] += 1
             total += 1
         if release:
-            _drop(p0, a, a + w0.shape[0])
-            _drop(p1, a, a + w1.shape[0])
+            _drop(p0, a, a + w0.shape[0], True)
+            _drop(p1, a, a + w1.shape[0], True)
     return hist, total

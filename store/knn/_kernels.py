@@ -433,9 +433,9 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
             m = min(step, hi - a)
             if a - region >= REGION_ROWS:
                 if release:
-                    _drop(head, region, a)
-                    _drop(norms, region, a)
-                    _drop(tailnorm, region, a)
+                    _drop(head, region, a, False)
+                    _drop(norms, region, a, False)
+                    _drop(tailnorm, region, a, False)
                 region = a
             hbuf = head[a : a + m]
             nbuf = norms[a : a + m]
@@ -514,9 +514,9 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
             if size == k and keys[0] > shared[0]:
                 shared[0] = keys[0]
         if release:
-            _drop(head, region, hi)
-            _drop(norms, region, hi)
-            _drop(tailnorm, region, hi)
+            _drop(head, region, hi, True)
+            _drop(norms, region, hi, True)
+            _drop(tailnorm, region, hi, True)
         sizes[c] = size
     return out_k, out_r, sizes, errs, full_reads
 

@@ -111,19 +111,36 @@ REGION_BYTES = 4 << 20
 """Bytes of one mapped array a scan reads before releasing them (see :data:`REGION_ROWS`)."""
 
 
+HUGE = 2 << 20
+"""Huge-page span (x86-64 PMD) the release ranges keep to: the page cache maps large folios of
+a table's files with 2 MB entries, and releasing part of one splits it, each split a TLB
+flush (an inter-processor interrupt, a VM exit on a virtual machine) while the other scan
+thread runs: ~15 ms of a 45 ms pruned cosine scan at 10^7 rows (bench/HISTORY.md, session 19)."""
+
+
 @njit(inline="always")
-def _drop(arr, lo, hi):  # type: ignore[no-untyped-def]
+def _drop(arr, lo, hi, final):  # type: ignore[no-untyped-def]
     """Release rows lo..hi of a C-contiguous mapped array from the resident set.
 
-    Rounded out to whole pages: a shared boundary page dropped while another thread
-    reads it is simply faulted in again (read-only file mapping).
+    The range keeps to :data:`HUGE` boundaries of the address space, clamped to the
+    array's own pages: its start is rounded down; its end rounded down while a scan
+    goes on (the rest of that span goes with the next release, which starts where this
+    one ended), up at its last release (``final``). So no 2 MB mapping is split, and
+    releases of consecutive regions tile the range. A span shared with rows another
+    thread reads is simply faulted in again (read-only file mapping); nothing outside
+    the array's pages is touched.
     """
     if hi <= lo:
         return
-    start = arr[lo:].ctypes.data
-    end = start + (hi - lo) * arr.strides[0]
-    p0 = start // PAGE * PAGE
-    _madvise(p0, end - p0, MADV_DONTNEED)
+    base = arr.ctypes.data
+    stride = arr.strides[0]
+    first = base // PAGE * PAGE
+    last = (base + arr.shape[0] * stride + PAGE - 1) // PAGE * PAGE
+    p0 = max(first, (base + lo * stride) // HUGE * HUGE)
+    end = base + hi * stride
+    p1 = min(last, (end + HUGE - 1) // HUGE * HUGE) if final else min(last, end // HUGE * HUGE)
+    if p1 > p0:
+        _madvise(p0, p1 - p0, MADV_DONTNEED)
 
 
 @njit(inline="always")

@@ -308,3 +308,70 @@ def test_concurrent_scans_survive_numba_workqueue_layer() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "1 passed" in proc.stdout
+
+
+def _mapping_rss_kb(arr: np.ndarray) -> int:
+    """Resident kB of the mapping holding ``arr`` (its ``/proc/self/smaps`` entry)."""
+    start = arr.ctypes.data
+    inside = False
+    with open("/proc/self/smaps") as f_:
+        smaps = f_.read().splitlines()
+    for line in smaps:
+        f = line.split()
+        if "-" in f[0] and len(f) >= 5:
+            lo, hi = (int(v, 16) for v in f[0].split("-"))
+            inside = lo <= start < hi
+        elif inside and f[0] == "Rss:":
+            return int(f[1])
+    raise AssertionError("no mapping holds the array")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux smaps")
+def test_mapped_scans_leave_nothing_of_the_table_resident(tmp_path, monkeypatch) -> None:
+    """The scans release what they read in whole 2 MB spans (no huge mapping split) and
+    round the last release of each chunk up, so no span stays resident after a query."""
+    cells, vecs, scales = tessera_like(120_000, 128, 8, seed=8)  # 7.7 MB of heads
+    V.write_table(
+        tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
+    )
+    table = V.KnnTable.open(tmp_path / "t")
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
+    assert table.head is not None
+    assert table.bin128w is not None
+    for arr in (table.head, table.norms, table.tailnorm, table.bin128w):
+        np.asarray(arr).view(np.uint8).sum()  # everything resident before
+        assert _mapping_rss_kb(arr) > 100
+    table.search_row(7, k=10, mode="cosine")
+    table.search_row(7, k=10, mode="hamming")
+    for arr in (table.head, table.norms, table.tailnorm, table.bin128w):
+        assert _mapping_rss_kb(arr) <= 8  # at most a page or two faulted by the seed sample
+
+
+def test_release_stays_inside_the_arrays_pages() -> None:
+    """A release rounds out to 2 MB spans but never past the array's own first and last
+    page: on anonymous memory around it (where MADV_DONTNEED would zero the data) every
+    byte outside those pages is kept."""
+    from numba import njit
+
+    from store.knn._prims import PAGE, _drop
+
+    @njit
+    def drop(a, lo, hi, final):  # type: ignore[no-untyped-def]
+        _drop(a, lo, hi, final)
+
+    big = np.ones(8 << 20, np.uint8)
+    off = (-big.ctypes.data) % (2 << 20)  # a 2 MB boundary inside the buffer
+    lo_b, hi_b = off + (1 << 20) + 100, off + (3 << 20) + 50
+    view = big[lo_b:hi_b]
+    drop(view, 0, view.shape[0], True)
+    first = (view.ctypes.data // PAGE) * PAGE - big.ctypes.data
+    last = -(-(view.ctypes.data + view.shape[0]) // PAGE) * PAGE - big.ctypes.data
+    assert big[:first].all()
+    assert big[last:].all()
+    assert not big[first:last].any()  # the whole range was released (zeroed: anonymous)
+    big[:] = 1
+    drop(view, 0, view.shape[0] // 2, False)  # mid-scan: only whole 2 MB spans up to there
+    assert big[:first].all()
+    assert big[off + (2 << 20) :].all()
+    assert not big[first : off + (2 << 20)].any()
