@@ -1,6 +1,6 @@
 """The bench harness: run every benchmark as a subprocess, merge, write ``bench/RESULTS.md``.
 
-    python -m bench.run [--quick | --large] [--only address,knn,queries,ingest,memory,recall]
+    python -m bench.run [--quick | --large] [--only address,knn,queries,ingest,memory,recall,scale]
                         [--out PATH] [--repeat N] [--workdir DIR]
     python -m bench.run --from-runs DIR1/merged.json DIR2/merged.json ... [--out PATH]
 
@@ -23,7 +23,10 @@ with a large mode (recall at 10^6 items; ``make bench-large``) and writes
 ``bench/RESULTS-large.md``. ``--repeat N`` runs the benches N
 times in turn and adds the spread of every ratio row across the runs (min /
 median / max, and whether every run is within ±20 % of the median run); three
-default runs take about three times as long as one.
+default runs take about three times as long as one. ``scale`` (local disk vs a loopback S3
+server, 1 vs 2 Dask workers: whole ingests of the demo, ~8 minutes) runs only when named
+(``--only scale``); ``--from-runs`` takes each bench's tables from the last run that ran it, so
+a run of ``--only scale`` beside the default runs puts its rows in the same report.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ class Bench:
     """Kill the bench after this long (default run)."""
     large_args: tuple[str, ...] | None = None
     """Arguments of the ``--large`` run (None: the bench has no large mode)."""
+    default: bool = True
+    """Part of a run without ``--only`` (False: only when named, e.g. ``--only scale``)."""
 
 
 BENCHES: tuple[Bench, ...] = (
@@ -82,12 +87,18 @@ BENCHES: tuple[Bench, ...] = (
     Bench("ingest", "bench.bench_ingest", timeout_s=1800),
     Bench("memory", "bench.bench_memory", timeout_s=900),
     Bench("recall", "bench.bench_recall", timeout_s=900, large_args=("--large",)),
+    # whole ingests of the demo: ~8 minutes, past the default run's ~15-minute budget
+    Bench("scale", "bench.bench_scale", timeout_s=2400, default=False),
 )
-"""Every bench, in run order."""
+"""Every bench, in run order (``scale`` only when named)."""
 
 
 def _log(msg: str) -> None:
     print(f"[bench.run] {msg}", file=sys.stderr, flush=True)
+
+
+def _by_name(name: str) -> Bench:
+    return next(b for b in BENCHES if b.name == name)
 
 
 def run_one(bench: Bench, quick: bool, workdir: Path, large: bool = False) -> dict[str, Any]:
@@ -188,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [b.name for b in BENCHES]
     if args.large:
         names = [b.name for b in BENCHES if b.large_args is not None]
-    only = args.only.split(",") if args.only else names
+    only = args.only.split(",") if args.only else [n for n in names if _by_name(n).default]
     unknown = set(only) - set(names)
     if unknown:
         ap.error(f"unknown bench(es) {sorted(unknown)}; valid: {names}")
