@@ -17,23 +17,27 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
     (
         "knn",
         "find_like cosine: share of the read-bandwidth limit",
-        "measured only: on the AMD EPYC host of session 17 the read pass over the same mapped"
-        " bytes runs at 17.7–33.1 GB/s and the pruned scan at 10.5–15.4 GB/s (on the Intel host"
-        " of sessions 13–16: ~13 and 6–7 GB/s, 85 %). Memory here is faster than the scan's"
-        " compute keeps up with; where the scan's time goes on this host is not profiled yet.",
+        "profiled in session 19 (perf with kernel symbols): the scan over an in-memory copy of"
+        " the heads takes 23.5 ms at 10^7 (~30 GB/s: memory-bound), through the mapping ~40 ms;"
+        " the rest is the Linux kernel faulting the mapping in and releasing it region by region"
+        " (so a server never holds a table), 27 % of the scan's CPU until releases split the page"
+        " cache's 2 MB mappings (10.5 % in TLB-flush interrupts, VM exits here), 18 % since they"
+        " keep to 2 MB spans (46 -> 40 ms). The read pass releases once before it and computes"
+        " nothing between faults; on this VM it ran at 21.6–33.5 GB/s across rounds and runs,"
+        " the scan at 15.7–18.8 GB/s (47–59 % in session 19's three runs).",
     ),
     (
         "knn",
         "find_like hamming: hamming (earthmem), 1 thread",
-        "on the AMD EPYC host of session 17 ours took 10.4–11.8 ms at 10^7 rows in the three"
-        " runs and FAISS's resident IndexBinaryFlat 12.0–22.3 ms (0.51, 0.58, 0.86; 25 ms and"
-        " 0.38–0.47 on the Intel host of sessions 13–16). Of our ~10–14 ms, ~7 ms is mapping"
-        " the 80 MB first-word plane into the process again on every query: the scan releases"
-        " each region after it so that a server never holds a table, and the same pass over an"
-        " in-memory copy takes 3.2 ms. Populating each region in one call (MADV_POPULATE_READ,"
-        " or WILLNEED) does not help (10.9–11.4 ms against 9.8 ms for plain faults). Meeting"
-        " the row in every run here means holding the plane resident (80 MB at 10^7, past the"
-        " query server's memory budget) or a read path cheaper than the faults.",
+        "session 19's three runs: ours 8.2–9.0 ms at 10^7 rows, FAISS's resident IndexBinaryFlat"
+        " a steady 11.4 ms (0.72–0.79; session 17's runs met it when FAISS took 12–22 ms). The"
+        " kernel over an in-memory copy of the first-word plane takes 4.4 ms, through the mapping"
+        " 4.9–5.7 ms in the page cache the table's writing left, and ~7.5–8.5 ms as the bench"
+        " leaves it (the files dropped and read again, by read() or through a mapping alike: 38"
+        " of the planes' 156 MB then map with 2 MB entries, the rest page by page):"
+        " the faults of a plane the scan releases region by region so that a server never holds"
+        " a table (80 MB at 10^7, past the query server's memory budget if kept). Populating each"
+        " region in one call (MADV_POPULATE_READ, WILLNEED) did not help (session 17).",
     ),
     (
         "queries",
