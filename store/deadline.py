@@ -8,7 +8,10 @@ never answers a ``PUT`` holds the call for ever (measured: > 300 s, with its
 :data:`DEFAULT_TIMEOUT_S`), raising :class:`~store.errors.StorageTimeout` to the caller.
 
 The abandoned call is not cancelled (the Rust future cannot be stopped from here): it ends
-when the store answers or drops the connection. What that means, by the call:
+when the store answers or drops the connection, and its thread with it. At most
+:data:`MAX_ABANDONED` such threads wait at once in a process: past that, a call fails at once
+(nothing sent) until some of them end, so a store that holds connections open for hours
+cannot make a process pile up threads. What an abandoned call means, by the call:
 
 * storing a transaction's or a fork's chunks: they stay unreachable (no commit names them)
   and garbage collection removes them later;
@@ -41,10 +44,12 @@ from store.errors import StorageTimeout, UnsupportedStorage
 __all__ = [
     "BACKOFF_S",
     "DEFAULT_TIMEOUT_S",
+    "MAX_ABANDONED",
     "SENT",
     "TIMEOUT_ENV",
     "UNSENT",
     "Backoff",
+    "abandoned_calls",
     "bounded_sync",
     "storage_timeout",
     "within_deadline",
@@ -83,6 +88,19 @@ def storage_timeout() -> float:
     return value
 
 
+MAX_ABANDONED = 16
+"""Abandoned storage calls (threads still waiting on the store) a process keeps at most."""
+
+_ABANDONED_LOCK = threading.Lock()
+_ABANDONED: set[object] = set()
+"""One token per abandoned call whose thread still waits on the store."""
+
+
+def abandoned_calls() -> int:
+    """Storage calls of this process given up on whose threads still wait on the store."""
+    return len(_ABANDONED)
+
+
 def within_deadline(call: Callable[[], T], what: str, outcome: str) -> T:
     """``call()``, or :class:`StorageTimeout` when it has not returned within the deadline.
 
@@ -90,24 +108,43 @@ def within_deadline(call: Callable[[], T], what: str, outcome: str) -> T:
         call: The storage call (its exceptions propagate unchanged).
         what: What it does, for the message (``"storing the chunks of 'p'"``).
         outcome: What the caller may assume after a timeout (``"nothing committed"``).
+
+    Raises:
+        StorageTimeout: The call did not return in time (``outcome`` holds); or
+            :data:`MAX_ABANDONED` earlier calls still wait on the store, and this one was
+            not made.
     """
     timeout = storage_timeout()
+    waiting = len(_ABANDONED)
+    if waiting >= MAX_ABANDONED:
+        raise StorageTimeout(
+            f"{what}: {waiting} earlier calls to the object store have not returned (each"
+            f" given up after {timeout:g} s, {TIMEOUT_ENV}); not tried; nothing sent"
+        )
     box: dict[str, object] = {}
+    token = object()
+    done = threading.Event()
 
     def run() -> None:
         try:
             box["value"] = call()
         except BaseException as exc:  # handed to the waiting caller
             box["error"] = exc
+        finally:
+            with _ABANDONED_LOCK:
+                done.set()
+                _ABANDONED.discard(token)
 
     worker = threading.Thread(target=run, name="earthmem-storage-call", daemon=True)
     worker.start()
     worker.join(timeout)
-    if worker.is_alive():
-        raise StorageTimeout(
-            f"{what}: the object store did not answer within {timeout:g} s ({TIMEOUT_ENV});"
-            f" {outcome}"
-        )
+    with _ABANDONED_LOCK:
+        if not done.is_set():
+            _ABANDONED.add(token)
+            raise StorageTimeout(
+                f"{what}: the object store did not answer within {timeout:g} s ({TIMEOUT_ENV});"
+                f" {outcome}"
+            )
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]
