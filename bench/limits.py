@@ -22,15 +22,18 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         " the rest is the Linux kernel faulting the mapping in and releasing it region by region"
         " (so a server never holds a table), 27 % of the scan's CPU until releases split the page"
         " cache's 2 MB mappings (10.5 % in TLB-flush interrupts, VM exits here), 18 % since they"
-        " keep to 2 MB spans (46 -> 40 ms). The read pass releases once before it and computes"
-        " nothing between faults; on this VM it ran at 21.6–33.5 GB/s across rounds and runs,"
-        " the scan at 15.7–18.8 GB/s (47–59 % in session 19's three runs).",
+        " keep to 2 MB spans (46 -> 40 ms in a probe of six process pairs; 47.7 / 40.5 / 38.4 ms"
+        " in session 19's three runs against 48.4 ms in session 18's). The read pass releases"
+        " once before it and computes nothing between faults: 32.7–33.9 GB/s in those runs, the"
+        " scan 15.7–19.2 GB/s (47 / 56 / 59 %; session 18: 57 / 49 / 60 %, so no gain in share"
+        " shows through the runs' spread).",
     ),
     (
         "knn",
         "find_like hamming: hamming (earthmem), 1 thread",
         "session 19's three runs: ours 8.2–9.0 ms at 10^7 rows, FAISS's resident IndexBinaryFlat"
-        " a steady 11.4 ms (0.72–0.79; session 17's runs met it when FAISS took 12–22 ms). The"
+        " a steady 11.4–11.8 ms (0.72–0.79; sessions 17 and 18 met it in four of their six runs,"
+        " FAISS taking 12–22 ms there). The"
         " kernel over an in-memory copy of the first-word plane takes 4.4 ms, through the mapping"
         " 4.9–5.7 ms in the page cache the table's writing left, and ~7.5–8.5 ms as the bench"
         " leaves it (the files dropped and read again, by read() or through a mapping alike: 38"
@@ -96,7 +99,7 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         " instance, plan and runs; 20 gaps with no task running, 7.6 s, for each family's merge,"
         " commit and events and the next step's discovery; 3.3 s after the last task) against"
         " ~24 s with both workers busy, and the same tasks cost ~16 % more CPU when two run at"
-        " once. The coordinator's share s = 22.6–23.3 % bounds the row at 2 / (1 + s) = 1.62"
+        " once. The coordinator's share s = 22.6–23.9 % bounds the row at 2 / (1 + s) = 1.61–1.63"
         " (Amdahl), and the gaps and the shared cores put it at 1.2–1.5 (sessions 14–18). The"
         " demo's ~420 tasks of ~0.13 s cannot amortise ~10 s of coordinator CPU; in process is as"
         " fast as 2 workers here (0.95 [0.87–1.07], session 18), so in process stays the default.",

@@ -8,10 +8,13 @@ never answers a ``PUT`` holds the call for ever (measured: > 300 s, with its
 :data:`DEFAULT_TIMEOUT_S`), raising :class:`~store.errors.StorageTimeout` to the caller.
 
 The abandoned call is not cancelled (the Rust future cannot be stopped from here): it ends
-when the store answers or drops the connection, and its thread with it. At most
-:data:`MAX_ABANDONED` such threads wait at once in a process: past that, a call fails at once
-(nothing sent) until some of them end, so a store that holds connections open for hours
-cannot make a process pile up threads. What an abandoned call means, by the call:
+when the store answers or drops the connection, and its thread with it. Once
+:data:`MAX_ABANDONED` such threads wait in a process, a new call fails at once (nothing sent)
+until some of them end, so a store that holds connections open for hours cannot make a process
+pile up threads: at most :data:`MAX_ABANDONED` plus the calls already in flight when the limit
+was reached (bounded by the callers' own threads). Reads through :func:`bounded_sync` leave no
+thread (their coroutine ends on zarr's loop) and are not counted. What an abandoned call
+means, by the call:
 
 * storing a transaction's or a fork's chunks: they stay unreachable (no commit names them)
   and garbage collection removes them later;
@@ -112,10 +115,12 @@ def within_deadline(call: Callable[[], T], what: str, outcome: str) -> T:
     Raises:
         StorageTimeout: The call did not return in time (``outcome`` holds); or
             :data:`MAX_ABANDONED` earlier calls still wait on the store, and this one was
-            not made.
+            not made (calls already past that check when the limit is reached may still
+            be abandoned: the bound is the limit plus the calls in flight).
     """
     timeout = storage_timeout()
-    waiting = len(_ABANDONED)
+    registry = _ABANDONED  # this call's, whatever the module's is when its thread ends
+    waiting = len(registry)
     if waiting >= MAX_ABANDONED:
         raise StorageTimeout(
             f"{what}: {waiting} earlier calls to the object store have not returned (each"
@@ -133,14 +138,14 @@ def within_deadline(call: Callable[[], T], what: str, outcome: str) -> T:
         finally:
             with _ABANDONED_LOCK:
                 done.set()
-                _ABANDONED.discard(token)
+                registry.discard(token)
 
     worker = threading.Thread(target=run, name="earthmem-storage-call", daemon=True)
     worker.start()
     worker.join(timeout)
     with _ABANDONED_LOCK:
         if not done.is_set():
-            _ABANDONED.add(token)
+            registry.add(token)
             raise StorageTimeout(
                 f"{what}: the object store did not answer within {timeout:g} s ({TIMEOUT_ENV});"
                 f" {outcome}"

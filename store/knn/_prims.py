@@ -115,7 +115,8 @@ HUGE = 2 << 20
 """Huge-page span (x86-64 PMD) the release ranges keep to: the page cache maps large folios of
 a table's files with 2 MB entries, and releasing part of one splits it, each split a TLB
 flush (an inter-processor interrupt, a VM exit on a virtual machine) while the other scan
-thread runs: ~15 ms of a 45 ms pruned cosine scan at 10^7 rows (bench/HISTORY.md, session 19)."""
+thread runs. Releasing cost ~15 ms of a 45 ms pruned cosine scan at 10^7 rows (29.8 ms never
+released); keeping to 2 MB spans won back about half of it in a probe (bench/HISTORY.md, session 19)."""
 
 
 @njit(inline="always")

@@ -10,6 +10,7 @@ through it, its scene ranges in two processes that each open the instance themse
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,12 @@ def test_the_sample_ingest_runs_on_postgres(
             assert written[family] <= stored  # every week the cube holds, recorded per partition
         runs = other.get_runs()
         mats = other.fetch_materializations(AssetKey("s2_indices"), limit=10_000).records
-        assert len({m.run_id for m in mats}) > 1  # several ranges: the two-process path ran
+        pids = {
+            m.event_log_entry.dagster_event.pid for m in mats if m.event_log_entry.dagster_event
+        }
+        assert pids
+        assert os.getpid() not in pids  # the ranges ran in the worker processes
+        assert len({m.run_id for m in mats}) > 1
         assert all(r.status == DagsterRunStatus.SUCCESS for r in runs)
         for asset in ("geotessera_year_table", "geotessera_multi_year", "memory_rechecks"):
             assert other.get_latest_materialization_event(AssetKey(asset)) is not None

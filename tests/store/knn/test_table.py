@@ -329,8 +329,10 @@ def _mapping_rss_kb(arr: np.ndarray) -> int:
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux smaps")
 def test_mapped_scans_leave_nothing_of_the_table_resident(tmp_path, monkeypatch) -> None:
     """The scans release what they read in whole 2 MB spans (no huge mapping split) and
-    round the last release of each chunk up, so no span stays resident after a query."""
-    cells, vecs, scales = tessera_like(120_000, 128, 8, seed=8)  # 7.7 MB of heads
+    round the last release of each chunk up, so no span stays resident after a query: the
+    pruned cosine scan, the word-major Hamming scan, a rerank's triage (its sampled seed
+    first) and the row-major Hamming scan of a very long candidate list."""
+    cells, vecs, scales = tessera_like(140_000, 128, 8, seed=8)  # 9 MB of heads
     V.write_table(
         tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
     )
@@ -338,14 +340,19 @@ def test_mapped_scans_leave_nothing_of_the_table_resident(tmp_path, monkeypatch)
     monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
     monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
     assert table.head is not None
+    assert table.bin128 is not None
     assert table.bin128w is not None
-    for arr in (table.head, table.norms, table.tailnorm, table.bin128w):
+    arrays = (table.head, table.norms, table.tailnorm, table.bin128, table.bin128w)
+    for arr in arrays:
         np.asarray(arr).view(np.uint8).sum()  # everything resident before
         assert _mapping_rss_kb(arr) > 100
     table.search_row(7, k=10, mode="cosine")
     table.search_row(7, k=10, mode="hamming")
-    for arr in (table.head, table.norms, table.tailnorm, table.bin128w):
-        assert _mapping_rss_kb(arr) <= 8  # at most a page or two faulted by the seed sample
+    table.search_row(7, k=10, mode="hamming_then_rerank", min_candidates=4096)
+    long = table.hamming_blockwise(table.bin128[7], knn_table._SPLIT_MAX_KEEP, None, None)
+    assert long[1].size == knn_table._SPLIT_MAX_KEEP  # the row-major scan (long lists) ran
+    for arr in arrays:
+        assert _mapping_rss_kb(arr) == 0
 
 
 def test_release_stays_inside_the_arrays_pages() -> None:
