@@ -64,11 +64,13 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         "area_over_time ~1 km^2 x 1 year, cold",
         "the ~1 km² box (105 x 114 cells) lies in 4 storage chunks that all hold edge cells, so"
         " no block summary answers it: a cold call fetches and decodes 384 chunks (5.8 MB"
-        " compressed, 89 MB decoded) — decode ~60 ms of CPU, first touch of the memory ~50 ms,"
-        " fetch 45–60 ms, the inventory 27–35 ms, the statistics ~25 ms — where 100x of the"
-        " rioxarray baseline allows ~11–26 ms (session 12). Finer decode units (zarr sharding,"
-        " measured) cut the decode by a third at best, and fetch, inventory and statistics alone"
-        " stay above the budget.",
+        " compressed, 89 MB decoded; session 12). Session 19 (py-spy over 150 cold calls of a"
+        " probe, median 123 ms, the call's own thread): waiting on the tiles' fetch and decode"
+        " ~52 % (~64 ms), loading the snapshot's whole inventory and overpass index ~30 % (~37"
+        " ms), the chunk index ~7 %, the series and anomaly statistics the rest — where 100x of"
+        " the rioxarray baseline (~1.3 s) allows ~13 ms. Finer decode units (zarr sharding,"
+        " measured) cut the decode by a third at best; an inventory read for the box's"
+        " partitions only would save at most its ~37 ms: neither reaches the budget.",
     ),
     (
         "memory",
