@@ -70,7 +70,7 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         " ms), the chunk index ~7 %, the series and anomaly statistics the rest — where 100x of"
         " the rioxarray baseline (~1.3 s) allows ~13 ms. Finer decode units (zarr sharding,"
         " measured) cut the decode by a third at best; an inventory read for the box's"
-        " partitions only would save at most its ~37 ms: neither reaches the budget.",
+        " partitions only would save about half of its ~37 ms: neither reaches the budget.",
     ),
     (
         "memory",
