@@ -23,12 +23,13 @@ SCRIPT = REPO / "deploy" / "dagster-dev.sh"
 FAKE_DAGSTER = textwrap.dedent(
     """\
     #!/usr/bin/env bash
-    # stand-in for `dagster dev`: a child that ignores INT/TERM, then wait (exit on INT)
+    # stand-in for `dagster dev`: a child that ignores INT/TERM, then wait (exit on INT);
+    # the trap is set before anything is recorded, and "args" is recorded last
+    trap 'exit 0' INT
     bash -c 'trap "" INT TERM; echo $$ > "$OUT/child"; while :; do sleep 0.1; done' &
     echo $$ > "$OUT/dev"
     echo "$EARTHMEM_DATA $EARTHMEM_AREA" > "$OUT/env"
     echo "$@" > "$OUT/args"
-    trap 'exit 0' INT
     while :; do sleep 0.1; done
     """
 )
@@ -82,7 +83,7 @@ def test_start_refreshes_config_and_a_signal_stops_everything(tmp_path: Path, si
     )
     try:
         _wait_for(out / "child")
-        _wait_for(out / "dev")
+        _wait_for(out / "args")  # written last: "dev" and "env" are complete by then
         assert (home / "dagster.yaml").read_bytes() == (REPO / "deploy/dagster.yaml").read_bytes()
         assert (out / "args").read_text().split()[:3] == ["dev", "-w", "workspace.yaml"]
         data = tmp_path / "data"
