@@ -97,10 +97,6 @@ def _log(msg: str) -> None:
     print(f"[bench.run] {msg}", file=sys.stderr, flush=True)
 
 
-def _by_name(name: str) -> Bench:
-    return next(b for b in BENCHES if b.name == name)
-
-
 def run_one(bench: Bench, quick: bool, workdir: Path, large: bool = False) -> dict[str, Any]:
     """Run one bench script; return its JSON document plus run metadata."""
     out = workdir / f"{bench.name}.json"
@@ -199,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     names = [b.name for b in BENCHES]
     if args.large:
         names = [b.name for b in BENCHES if b.large_args is not None]
-    only = args.only.split(",") if args.only else [n for n in names if _by_name(n).default]
+    only = (
+        args.only.split(",")
+        if args.only
+        else [b.name for b in BENCHES if b.default and b.name in names]
+    )
     unknown = set(only) - set(names)
     if unknown:
         ap.error(f"unknown bench(es) {sorted(unknown)}; valid: {names}")

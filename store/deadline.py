@@ -104,13 +104,22 @@ def abandoned_calls() -> int:
     return len(_ABANDONED)
 
 
-def within_deadline(call: Callable[[], T], what: str, outcome: str) -> T:
+def _timed_out(what: str, timeout: float, outcome: str) -> StorageTimeout:
+    return StorageTimeout(
+        f"{what}: the object store did not answer within {timeout:g} s ({TIMEOUT_ENV}); {outcome}"
+    )
+
+
+def within_deadline(call: Callable[[], T], what: str, outcome: str, *, remote: bool = True) -> T:
     """``call()``, or :class:`StorageTimeout` when it has not returned within the deadline.
 
     Args:
         call: The storage call (its exceptions propagate unchanged).
         what: What it does, for the message (``"storing the chunks of 'p'"``).
         outcome: What the caller may assume after a timeout (``"nothing committed"``).
+        remote: Whether the store is object storage; ``False`` calls ``call()`` directly (on
+            local disk a commit holds the host's commit lock, which a caller given up on
+            would release while the abandoned commit still ran).
 
     Raises:
         StorageTimeout: The call did not return in time (``outcome`` holds); or
@@ -118,6 +127,8 @@ def within_deadline(call: Callable[[], T], what: str, outcome: str) -> T:
             not made (calls already past that check when the limit is reached may still
             be abandoned: the bound is the limit plus the calls in flight).
     """
+    if not remote:
+        return call()
     timeout = storage_timeout()
     registry = _ABANDONED  # this call's, whatever the module's is when its thread ends
     waiting = len(registry)
@@ -146,10 +157,7 @@ def within_deadline(call: Callable[[], T], what: str, outcome: str) -> T:
     with _ABANDONED_LOCK:
         if not done.is_set():
             registry.add(token)
-            raise StorageTimeout(
-                f"{what}: the object store did not answer within {timeout:g} s ({TIMEOUT_ENV});"
-                f" {outcome}"
-            )
+            raise _timed_out(what, timeout, outcome)
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]
@@ -166,10 +174,7 @@ def bounded_sync(coro: Coroutine[Any, Any, T], remote: bool, what: str) -> T:
     try:
         return sync(coro, timeout=timeout)
     except TimeoutError:
-        raise StorageTimeout(
-            f"{what}: the object store did not answer within {timeout:g} s ({TIMEOUT_ENV});"
-            " nothing read"
-        ) from None
+        raise _timed_out(what, timeout, "nothing read") from None
 
 
 BACKOFF_S = 5.0

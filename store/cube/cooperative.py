@@ -68,10 +68,8 @@ def write_in_fork(
     remote = object_root() is not None if remote is None else remote
     tx = CubeTransaction(fork, partition_key, remote=remote)
     write(tx)
-    if remote:
-        within_deadline(tx.store_pending, f"storing {partition_key!r} in a fork", UNSENT)
-    else:
-        tx.store_pending()
+    what = f"storing {partition_key!r} in a fork"
+    within_deadline(tx.store_pending, what, UNSENT, remote=remote)
     return ForkWrite(fork, partition_key, tx.chunks_written)
 
 

@@ -136,10 +136,8 @@ class CubeReader(RegionReads):
             except zarr.errors.GroupNotFoundError:
                 return repo, session, None
 
-        self.repo, self.session, root = (
-            within_deadline(open_snapshot, f"opening the cube at {location}", "nothing read")
-            if self._remote
-            else open_snapshot()
+        self.repo, self.session, root = within_deadline(
+            open_snapshot, f"opening the cube at {location}", "nothing read", remote=self._remote
         )
         self._snapshot_id = str(self.session.snapshot_id)
         self.max_region_elements = max_region_elements
@@ -173,26 +171,26 @@ class CubeReader(RegionReads):
             " read"
         )
 
-    def _sync(self, coro: Coroutine[Any, Any, T], what: str) -> T:
-        if self.stalled:  # fail at once: requests queued behind the one that timed out
-            coro.close()
+    def _guarded(self, call: Callable[[], T], what: str) -> T:
+        """``call()``, failing at once once a read timed out (requests queued behind it), and
+        marking the reader stalled when ``call`` times out."""
+        if self.stalled:
             raise self._stalled_error(what)
         try:
-            return bounded_sync(coro, self._remote, what)
+            return call()
         except StorageTimeout:
             self.stalled = True
             raise
 
-    def _within(self, call: Callable[[], T], what: str) -> T:
-        if not self._remote:
-            return call()
+    def _sync(self, coro: Coroutine[Any, Any, T], what: str) -> T:
         if self.stalled:
-            raise self._stalled_error(what)
-        try:
-            return within_deadline(call, what, "nothing read")
-        except StorageTimeout:
-            self.stalled = True
-            raise
+            coro.close()  # never awaited: closed, not left to warn
+        return self._guarded(lambda: bounded_sync(coro, self._remote, what), what)
+
+    def _within(self, call: Callable[[], T], what: str) -> T:
+        return self._guarded(
+            lambda: within_deadline(call, what, "nothing read", remote=self._remote), what
+        )
 
     def branch_tip(self) -> str:
         """The id of ``main``'s tip now (one read of the branch ref; under the storage deadline
@@ -219,7 +217,7 @@ class CubeReader(RegionReads):
         def load() -> SnapshotInventory:
             return SnapshotInventory.load_partitions(self.session, keys, data_dir=self._data_dir)
 
-        return self._within(load, "reading inventory rows") if self._remote else load()
+        return self._within(load, "reading inventory rows")
 
     @property
     def inventory(self) -> SnapshotInventory:
@@ -236,9 +234,7 @@ class CubeReader(RegionReads):
                             repo=self.repo,
                         )
 
-                    self._inventory = (
-                        self._within(load, "reading the inventory") if self._remote else load()
-                    )
+                    self._inventory = self._within(load, "reading the inventory")
                     self._inventory_base = None
         return self._inventory
 

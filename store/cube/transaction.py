@@ -242,10 +242,8 @@ class CubeTransaction:
                 self._stage(codec, (int(t[0]), lat_q0, lng_q0, *(0,) * len(extra)), data, copy)
                 return
         write = partial(self._write_zarr, spec, t, lat_q0, lng_q0, data, contiguous)
-        if self._remote:  # Zarr reads and writes the store now: under the storage deadline
-            within_deadline(write, f"writing {spec.name}", UNSENT)
-        else:
-            write()
+        # Zarr reads and writes the store now: under the storage deadline on object storage
+        within_deadline(write, f"writing {spec.name}", UNSENT, remote=self._remote)
 
     def _write_zarr(
         self, spec: BandSpec, t: Any, lat_q0: int, lng_q0: int, data: Any, contiguous: bool

@@ -158,10 +158,9 @@ class CubeWriter:
             )
             try:
                 yield tx
-                if self._remote:  # a store that stops answering: a typed error, not a hang
-                    within_deadline(tx.store_pending, f"storing {partition_key!r}", UNSENT)
-                else:
-                    tx.store_pending()
+                # a store that stops answering: a typed error, not a hang
+                what = f"storing {partition_key!r}"
+                within_deadline(tx.store_pending, what, UNSENT, remote=self._remote)
             except StorageTimeout:
                 tx._close()  # the abandoned call still holds the session: left alone
                 raise
@@ -205,7 +204,7 @@ class CubeWriter:
                     rebase_tries=20,
                 )
                 what = f"commit to {self.location}"
-                snapshot = within_deadline(commit, what, SENT) if self._remote else commit()
+                snapshot = within_deadline(commit, what, SENT, remote=self._remote)
             except ic.RebaseFailedError as exc:
                 paths = sorted({c.path for c in exc.conflicts})
                 raise CommitConflict(

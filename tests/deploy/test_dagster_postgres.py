@@ -76,22 +76,18 @@ def test_materialisation_recorded_in_postgres(
         event = other.get_latest_materialization_event(AssetKey("memory_rechecks"))
         assert event is not None
         assert event.run_id == run_id
-    rows: Any
-    with psycopg.connect(postgres_url) as conn:
-        rows = conn.execute(
-            "SELECT count(*) FROM event_logs WHERE run_id = %s"
-            " AND dagster_event_type = 'ASSET_MATERIALIZATION'",
-            (run_id,),
-        ).fetchone()
-    assert rows[0] == 1
+    assert _event_count(postgres_url, "ASSET_MATERIALIZATION", run_id) == 1
 
 
-def _event_count(postgres_url: str, kind: str) -> int:
+def _event_count(postgres_url: str, kind: str, run_id: str | None = None) -> int:
+    """Rows of PostgreSQL's ``event_logs`` of one event type (of one run, when given)."""
+    query = "SELECT count(*) FROM event_logs WHERE dagster_event_type = %s"
+    params: tuple[str, ...] = (kind,)
+    if run_id is not None:
+        query, params = query + " AND run_id = %s", (kind, run_id)
     rows: Any
     with psycopg.connect(postgres_url) as conn:
-        rows = conn.execute(
-            "SELECT count(*) FROM event_logs WHERE dagster_event_type = %s", (kind,)
-        ).fetchone()
+        rows = conn.execute(query, params).fetchone()
     return int(rows[0])
 
 
@@ -135,7 +131,6 @@ def test_the_sample_ingest_runs_on_postgres(
         for family, asset in (("s2", "s2_indices"), ("s1", "s1_backscatter")):
             stored = {str(k) for k in other.get_materialized_partitions(AssetKey(asset))}
             assert written[family] <= stored  # every week the cube holds, recorded per partition
-        runs = other.get_runs()
         mats = other.fetch_materializations(AssetKey("s2_indices"), limit=10_000).records
         pids = {
             m.event_log_entry.dagster_event.pid for m in mats if m.event_log_entry.dagster_event
@@ -143,7 +138,7 @@ def test_the_sample_ingest_runs_on_postgres(
         assert pids
         assert os.getpid() not in pids  # the ranges ran in the worker processes
         assert len({m.run_id for m in mats}) > 1
-        assert all(r.status == DagsterRunStatus.SUCCESS for r in runs)
+        assert all(r.status == DagsterRunStatus.SUCCESS for r in other.get_runs())
         for asset in ("geotessera_year_table", "geotessera_multi_year", "memory_rechecks"):
             assert other.get_latest_materialization_event(AssetKey(asset)) is not None
     assert _event_count(postgres_url, "ASSET_CHECK_EVALUATION") > 0
