@@ -18,7 +18,15 @@ import numpy as np
 
 from store.errors import VectorTableError
 
-__all__ = ["check_mapped", "data_offset", "file_mapped", "open_ro", "read_meta", "release"]
+__all__ = [
+    "advise_huge",
+    "check_mapped",
+    "data_offset",
+    "file_mapped",
+    "open_ro",
+    "read_meta",
+    "release",
+]
 
 
 @contextlib.contextmanager
@@ -104,6 +112,31 @@ def release(arr: Any, start_row: int, end_row: int) -> None:
     if hi > lo:
         with contextlib.suppress(OSError, ValueError):
             mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
+def advise_huge(arr: Any) -> bool:
+    """Ask the kernel for 2 MB pages under a mapped array (``MADV_HUGEPAGE``); True if it took.
+
+    A scan faults a table in through its mapping and releases it region by region, so
+    its cost is the page faults and the page-table work of each release, not the bytes.
+    Pages a fault brings into the page cache under this advice come in 2 MB folios
+    (readahead of the huge-page order) that the mapping maps with one entry each: one
+    fault and one release per 2 MB instead of one per 64 kB of fault-around, and the
+    page cache keeps them so for every later mapping of the file. Pages already cached
+    in small folios (read by ``read()``, say) stay as they are until the kernel drops
+    them. A hint only: with transparent huge pages off (``never``) or without
+    ``MADV_HUGEPAGE`` it does nothing, and nothing else changes (the same bytes are read).
+    Measured in ``bench/HISTORY.md`` (session 20).
+    """
+    mm = getattr(arr, "_mmap", None)
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if mm is None or advice is None:
+        return False
+    try:
+        mm.madvise(advice)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def read_meta(path: Path) -> dict[str, Any]:

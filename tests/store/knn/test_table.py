@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 
@@ -14,6 +15,7 @@ from store.errors import InvalidVectorQuery, VectorTableError
 from store.knn import mapped as knn_mapped
 from store.knn import scan as knn_scan
 from store.knn import table as knn_table
+from store.knn.mapped import advise_huge
 
 META = {"band": "geotessera", "tslot": 54, "vintage": 2024}
 
@@ -310,8 +312,8 @@ def test_concurrent_scans_survive_numba_workqueue_layer() -> None:
     assert "1 passed" in proc.stdout
 
 
-def _mapping_rss_kb(arr: np.ndarray) -> int:
-    """Resident kB of the mapping holding ``arr`` (its ``/proc/self/smaps`` entry)."""
+def _mapping_field(arr: np.ndarray, name: str) -> list[str]:
+    """The values of field ``name`` of the mapping holding ``arr`` (its ``/proc/self/smaps`` entry)."""
     start = arr.ctypes.data
     inside = False
     with open("/proc/self/smaps") as f_:
@@ -321,9 +323,34 @@ def _mapping_rss_kb(arr: np.ndarray) -> int:
         if "-" in f[0] and len(f) >= 5:
             lo, hi = (int(v, 16) for v in f[0].split("-"))
             inside = lo <= start < hi
-        elif inside and f[0] == "Rss:":
-            return int(f[1])
+        elif inside and f[0] == f"{name}:":
+            return f[1:]
     raise AssertionError("no mapping holds the array")
+
+
+def _mapping_rss_kb(arr: np.ndarray) -> int:
+    """Resident kB of the mapping holding ``arr``."""
+    return int(_mapping_field(arr, "Rss")[0])
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/sys/kernel/mm/transparent_hugepage") or not hasattr(mmap, "MADV_HUGEPAGE"),
+    reason="needs transparent huge pages (Linux)",
+)
+def test_open_advises_every_mapping_for_huge_pages(tmp_path) -> None:
+    """Every array of an opened table lies in a mapping advised for 2 MB pages (``hg`` in
+    its smaps VmFlags), so the pages its scans fault in come in 2 MB folios."""
+    cells, vecs, scales = tessera_like(3000, 128, 8, seed=3)
+    V.write_table(
+        tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
+    )
+    table = V.KnnTable.open(tmp_path / "t")
+    named = (table.cells, table.vectors, table.scales, table.norms, table.bin128, table.head)
+    arrays = [a for a in (*named, table.tailnorm, table.bin128w) if a is not None]
+    assert len(arrays) == 8
+    for arr in arrays:
+        assert "hg" in _mapping_field(arr, "VmFlags")
+    assert advise_huge(np.zeros(4)) is False  # not a mapping: nothing asked
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux smaps")
