@@ -17,30 +17,16 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
     (
         "knn",
         "find_like cosine: share of the read-bandwidth limit",
-        "profiled in session 19 (perf with kernel symbols): the scan over an in-memory copy of"
-        " the heads takes 23.5 ms at 10^7 (~30 GB/s: memory-bound), through the mapping ~40 ms;"
-        " the rest is the Linux kernel faulting the mapping in and releasing it region by region"
-        " (so a server never holds a table), 27 % of the scan's CPU until releases split the page"
-        " cache's 2 MB mappings (10.5 % in TLB-flush interrupts, VM exits here), 18 % since they"
-        " keep to 2 MB spans (46 -> 40 ms in a probe of six process pairs; 47.7 / 40.5 / 38.4 ms"
-        " in session 19's three runs against 48.4 ms in session 18's). The read pass releases"
-        " once before it and computes nothing between faults: 32.7–33.9 GB/s in those runs, the"
-        " scan 15.7–19.2 GB/s (47 / 56 / 59 %; session 18: 57 / 49 / 60 %, so no gain in share"
-        " shows through the runs' spread).",
-    ),
-    (
-        "knn",
-        "find_like hamming: hamming (earthmem), 1 thread",
-        "session 19's three runs: ours 8.2–9.0 ms at 10^7 rows, FAISS's resident IndexBinaryFlat"
-        " a steady 11.4–11.8 ms (0.72–0.79; sessions 17 and 18 met it in four of their six runs,"
-        " FAISS taking 12–22 ms there). The"
-        " kernel over an in-memory copy of the first-word plane takes 4.4 ms, through the mapping"
-        " 4.9–5.7 ms in the page cache the table's writing left, and ~7.5–8.5 ms as the bench"
-        " leaves it (the files dropped and read again, by read() or through a mapping alike: 38"
-        " of the planes' 156 MB then map with 2 MB entries, the rest page by page):"
-        " the faults of a plane the scan releases region by region so that a server never holds"
-        " a table (80 MB at 10^7, past the query server's memory budget if kept). Populating each"
-        " region in one call (MADV_POPULATE_READ, WILLNEED) did not help (session 17).",
+        "the scan computes: over an in-memory copy of the heads it takes 23.5 ms at 10^7 (~30"
+        " GB/s; session 19's perf profile), against a read pass that now reaches 44–45 GB/s"
+        " through the same mapping. Session 20 advised the table's mappings for 2 MB pages"
+        " (store.knn.mapped.advise_huge), so a fault brings a 2 MB folio in and the page-table"
+        " work of faulting and releasing regions (27 % of the scan's CPU in session 19's"
+        " profile, 18 % after releases kept to 2 MB spans) shrinks for both: the scan went"
+        " 19.9 -> 22.3 GB/s and the read pass 36.3 -> 44.6 GB/s in one pair of runs, so the"
+        " share fell (55–56 % -> 49–50 %, two pairs) while the scan got faster (38.8 / 40.5 ->"
+        " 37.4 / 37.6 ms). What is left is the kernel's own arithmetic per row (the SIMD head"
+        " dots and the bound test), not the memory.",
     ),
     (
         "queries",
