@@ -5,9 +5,10 @@ test talks to it over HTTP exactly as to S3; :func:`s3_env` is the environment a
 needs to use it (credentials, region, endpoint — never written to a file).
 
 moto 5.2.5 implements the conditional writes icechunk relies on (``If-None-Match: *`` and
-``If-Match`` on PutObject and CompleteMultipartUpload, 412 PreconditionFailed otherwise);
-its check and its write are two steps in a threaded server, not one atomic operation, so
-it orders commits that race over the network but is not a proof of S3's atomicity.
+``If-Match`` on PutObject and CompleteMultipartUpload, 412 PreconditionFailed otherwise),
+but its check and its write are two steps in a threaded server: two commits that race can
+both pass the check and both land. The server runs through :mod:`tests.moto_atomic`, which
+makes each conditional write one step, as S3 does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-MOTO = str(Path(sys.executable).with_name("moto_server"))
+MOTO = [sys.executable, "-P", str(Path(__file__).with_name("moto_atomic.py"))]
+"""``moto_server`` with atomic conditional writes (:mod:`tests.moto_atomic`)."""
 
 
 @dataclass
@@ -86,7 +88,7 @@ def start(log: Path | None = None) -> S3Server:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
-    proc = subprocess.Popen([MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out)
+    proc = subprocess.Popen([*MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out)
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
