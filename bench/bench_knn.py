@@ -23,9 +23,10 @@ files, through the same access path (the table's own memory maps, or pread),
 same threads, in the same round (:mod:`bench.stream`). It cannot exceed 100 %;
 if its median does, the row is marked a metric defect.
 
-Caches: warm. The table's files are in the page cache (dropped from it and faulted in once
-through the table's own mappings before the rows, as a server's first queries bring them in,
-so every run starts from the same cache state; a warm-up query reads them too); the scans
+Caches: warm. The table's files are in the page cache (dropped from it before the rows, then
+the arrays the scans read in place faulted in through the table's own mappings and the rest
+read, as a server's first queries bring them in: :func:`bench.stream.page_in`; so every run
+starts from the same cache state; a warm-up query reads them too); the scans
 release their mapping after each region, so every query
 faults the pages of the mapped arrays in again from the page cache, and so does
 the bandwidth pass. FAISS holds its index in process memory (resident).
@@ -40,7 +41,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import mmap
 import os
 import platform
 import sys
@@ -60,7 +60,6 @@ from bench import stream
 from bench.data import cached_table
 from bench.paired import Paired, Share, paired, paired_calls, share_of_limit
 from store import knn as V
-from store.knn.mapped import release
 from store.knn.scan import n_chunks
 from store.knn.table import FILE_SCAN_BYTES
 
@@ -216,7 +215,7 @@ def run_size(n: int, rounds: int, n_recall: int) -> SizeResult:
 
     t = V.KnnTable.open(cached_table(n))
     assert t.bin128 is not None
-    _page_in(t)
+    stream.page_in(t)
     codes = t.bin128
     rng = np.random.default_rng(12345)
     qrows = [int(r) for r in rng.choice(t.n, max(rounds, n_recall) + 1, replace=False)]
@@ -330,34 +329,6 @@ def run_size(n: int, rounds: int, n_recall: int) -> SizeResult:
         n_recall,
         nbytes,
     )
-
-
-def _page_in(t: V.KnnTable) -> None:
-    """Put every file of a table in the page cache afresh: dropped, then faulted in once
-    through the table's own mappings (every page touched), which are then released.
-
-    That is how a server's first queries bring a table in: through its mappings, which
-    :meth:`store.knn.KnnTable.open` advises for 2 MB pages, so the page cache holds the
-    files in 2 MB folios that the scans map with one entry each. Until session 19 the
-    files were read with ``read()`` here, which leaves them in small folios (readahead's
-    size) that every scan faults in 64 kB at a time: 1-thread Hamming at 10^7 took
-    6.5-6.7 ms in that state and 4.2-4.4 ms in this one, cosine 34-37 and 30 ms
-    (session 20, bench/HISTORY.md). The stated caches are "warm": a warm-up query reads
-    only what one query reads, and pages that stayed cached through other work can sit
-    in small folios (session 17: 20.1 ms Hamming, 91 ms cosine in such a state).
-    """
-    for f in sorted(t.path.iterdir()):
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    ivf = [getattr(t.ivf, f.name) for f in dataclasses.fields(t.ivf)] if t.ivf else []
-    named = (t.cells, t.vectors, t.scales, t.norms, t.bin128, t.head, t.tailnorm, t.bin128w)
-    for arr in [a for a in named if a is not None] + ivf:
-        if arr.shape[0]:
-            int(arr.reshape(-1).view(np.uint8)[:: mmap.PAGESIZE].sum())  # one byte a page
-            release(arr, 0, arr.shape[0])
 
 
 def _triage(t: V.KnnTable) -> str:

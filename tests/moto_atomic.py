@@ -4,10 +4,12 @@ moto 5.2.5 checks ``If-Match`` / ``If-None-Match`` and then writes, two steps in
 server: two conditional writes of one key that arrive together can both pass the check
 and both land (both commits "succeed", the later one's reference overwrites the earlier).
 S3 makes the check and the write one operation. Here every conditional PutObject,
-DeleteObject and CompleteMultipartUpload holds one lock from its check to its write;
-unconditional requests run concurrently as before. icechunk's commits are conditional
-writes of the branch reference, so two coordinators committing at once are ordered by
-this server as S3 orders them (``tests/store/cube/test_cooperative.py``).
+DeleteObject and CompleteMultipartUpload holds one lock from its check to its write, so
+conditional writes are atomic with respect to each other; unconditional requests are not
+locked and run concurrently as before (an unconditional write of the same key could still
+land between a check and its write: icechunk writes its references only conditionally).
+So two coordinators committing at once are ordered by this server as S3 orders them
+(``tests/store/cube/test_cooperative.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ test talks to it over HTTP exactly as to S3; :func:`s3_env` is the environment a
 needs to use it (credentials, region, endpoint — never written to a file).
 
 moto 5.2.5 implements the conditional writes icechunk relies on (``If-None-Match: *`` and
-``If-Match`` on PutObject and CompleteMultipartUpload, 412 PreconditionFailed otherwise),
+``If-Match`` on PutObject, ``If-None-Match: *`` on CompleteMultipartUpload; 412
+PreconditionFailed otherwise),
 but its check and its write are two steps in a threaded server: two commits that race can
 both pass the check and both land. The server runs through :mod:`tests.moto_atomic`, which
 makes each conditional write one step, as S3 does.

@@ -46,7 +46,8 @@ def _race(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, atomic: bool) -> list
 
 @pytest.mark.slow  # two moto servers
 def test_racing_conditional_writes_one_lands(tmp_path, monkeypatch) -> None:
-    # moto alone: both checks pass before either writes, both writes land
+    # moto alone (5.2.5, pinned): both checks pass before either writes, both writes land;
+    # a moto that makes them atomic itself fails here, and this wrapper can then go
     assert _race(tmp_path / "plain", monkeypatch, atomic=False) == ["ok", "ok"]
     # the test server: the later check sees the earlier write
     assert _race(tmp_path / "atomic", monkeypatch, atomic=True) == ["PreconditionFailed", "ok"]

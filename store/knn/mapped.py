@@ -19,14 +19,23 @@ import numpy as np
 from store.errors import VectorTableError
 
 __all__ = [
+    "SCANNED",
     "advise_huge",
     "check_mapped",
     "data_offset",
     "file_mapped",
+    "map_arrays",
     "open_ro",
     "read_meta",
     "release",
 ]
+
+SCANNED = ("head", "norms", "tailnorm", "bin128", "bin128w")
+"""Arrays the scans read in order through their mappings, region by region: the ones
+advised for 2 MB pages (:func:`advise_huge`). The others are read a row or a list at a
+time (the cell ids' binary search, single rows, the inverted lists) or with ``pread``
+(the full rows of large tables), where a 2 MB read-ahead per fault would read more than
+they need."""
 
 
 @contextlib.contextmanager
@@ -114,8 +123,25 @@ def release(arr: Any, start_row: int, end_row: int) -> None:
             mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
 
+def map_arrays(path: Path, names: Any) -> dict[str, Any]:
+    """Memory-map ``<path>/<name>.npy`` read-only for each name, the :data:`SCANNED` ones
+    advised for 2 MB pages (:func:`advise_huge`).
+
+    Raises:
+        OSError, ValueError: a file is missing or not an ``.npy`` array.
+    """
+    arrays = {
+        name: np.load(path / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in names
+    }
+    for name in SCANNED:
+        if name in arrays:
+            advise_huge(arrays[name])
+    return arrays
+
+
 def advise_huge(arr: Any) -> bool:
-    """Ask the kernel for 2 MB pages under a mapped array (``MADV_HUGEPAGE``); True if it took.
+    """Ask the kernel for 2 MB pages under a mapped array (``MADV_HUGEPAGE``); True if the
+    kernel accepted the advice (it does with transparent huge pages off, to no effect).
 
     A scan faults a table in through its mapping and releases it region by region, so
     its cost is the page faults and the page-table work of each release, not the bytes.

@@ -15,8 +15,8 @@ Layout of a table directory (all arrays ``.npy``, C-contiguous, little-endian)::
                                  head_dims, head_index, rerank_multiple, ...
 
 :meth:`KnnTable.open` resolves the table's symlink once and memory-maps every
-array (``np.load(mmap_mode="r")``, advised for 2 MB pages:
-:func:`store.knn.mapped.advise_huge`): opening a table reads only headers. Tables
+array (``np.load(mmap_mode="r")``; those the scans read in order advised for 2 MB pages:
+:func:`store.knn.mapped.map_arrays`): opening a table reads only headers. Tables
 written before heads and planes existed open and scan unpruned
 (:func:`store.knn.write.upgrade_table` rewrites them).
 
@@ -46,10 +46,10 @@ from store.knn._seed import NO_SEED, hamming_seed
 from store.knn.codes import BIN_BYTES, binarize, int8_norms
 from store.knn.ivf import IVF_FILES, IvfArrays, IvfPlan
 from store.knn.mapped import (
-    advise_huge,
     check_mapped,
     data_offset,
     file_mapped,
+    map_arrays,
     open_ro,
     read_meta,
     release,
@@ -156,10 +156,7 @@ class KnnTable:
                     *(("bin128w",) if meta.get("has_bin128w") else ()),
                     *(IVF_FILES if meta.get("ivf") else ()),
                 )
-                arrays = {
-                    name: np.load(path / f"{name}.npy", mmap_mode="r", allow_pickle=False)
-                    for name in names
-                }
+                arrays = map_arrays(path, names)
                 break
             except (OSError, ValueError) as e:
                 if attempt == 2 or Path(os.path.realpath(directory)) == path:
@@ -197,8 +194,6 @@ class KnnTable:
             offsets[0] != 0 or offsets[-1] != n or np.any(np.diff(offsets) < 0)
         ):
             raise VectorTableError(f"{path}/ivf_offsets.npy: not list bounds over {n} rows")
-        for arr in arrays.values():
-            advise_huge(arr)  # the scans' faults then bring 2 MB folios in (mapped.advise_huge)
         return cls(
             path=path,
             meta=meta,
