@@ -23,10 +23,10 @@ files, through the same access path (the table's own memory maps, or pread),
 same threads, in the same round (:mod:`bench.stream`). It cannot exceed 100 %;
 if its median does, the row is marked a metric defect.
 
-Caches: warm. The table's files are in the page cache (dropped from it before the rows, then
-the arrays the scans read in place faulted in through the table's own mappings and the rest
-read, as a server's first queries bring them in: :func:`bench.stream.page_in`; so every run
-starts from the same cache state; a warm-up query reads them too); the scans
+Caches: warm. The table's files are in the page cache as the table's writing leaves them
+(dropped from it before the rows, then faulted in once through a mapping advised for 2 MB
+pages: :func:`bench.stream.page_in`; so every run starts from the same cache state; a
+warm-up query reads them too); the scans
 release their mapping after each region, so every query
 faults the pages of the mapped arrays in again from the page cache, and so does
 the bandwidth pass. FAISS holds its index in process memory (resident).
@@ -215,7 +215,7 @@ def run_size(n: int, rounds: int, n_recall: int) -> SizeResult:
 
     t = V.KnnTable.open(cached_table(n))
     assert t.bin128 is not None
-    stream.page_in(t)
+    stream.page_in(t.path)
     codes = t.bin128
     rng = np.random.default_rng(12345)
     qrows = [int(r) for r in rng.choice(t.n, max(rounds, n_recall) + 1, replace=False)]

@@ -28,7 +28,7 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         " interrupts ~4 %. Over an in-memory copy of the heads the scan takes 23.5 ms (~30 GB/s,"
         " session 19): its own arithmetic per row (the SIMD head dots, the bound test) and the"
         " mapping's remaining cost together hold it near 50 % of a read pass that computes"
-        " nothing."
+        " nothing.",
     ),
     (
         "queries",

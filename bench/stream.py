@@ -33,7 +33,7 @@ import numba
 import numpy as np
 
 from store.knn._simd import PREFETCH_BYTES, prefetch
-from store.knn.mapped import SCANNED, release
+from store.knn.mapped import release
 from store.knn.scan import run_parallel
 
 __all__ = ["BUF_BYTES", "mapped_pass", "page_in", "pread_pass", "words_of"]
@@ -182,29 +182,34 @@ def warm() -> None:
             os.close(fd)
 
 
-def page_in(t: Any) -> None:
-    """Put every file of a table in the page cache afresh, as a server's first queries do:
-    dropped, then the arrays the scans read through their mappings (``SCANNED``, advised for
-    2 MB pages) faulted in once through them, every page touched, and released; the others
-    read with ``read()`` (a server reads them a row at a time or with ``pread``).
+def page_in(path: Path) -> None:
+    """Put every file of a table directory in the page cache afresh, as the table's writing
+    (or a server's cache fill) leaves it: dropped, then faulted in once through a private
+    mapping advised for 2 MB pages (every page touched, the last too), so the page cache
+    holds each file in 2 MB folios whatever path a scan then reads it by.
 
-    Until session 20 every file was read with ``read()``, which leaves small page-cache folios
-    that each scan faults in 64 kB at a time (1-thread Hamming at 10^7: 6.5-6.7 ms in that
-    state, 4.2-4.4 ms in this one; bench/HISTORY.md). "Warm": pages that stayed cached through
-    other work can sit in small folios (session 17: 20.1 ms Hamming, 91 ms cosine).
+    Until session 20 the files were read with ``read()``, which leaves small folios (the
+    read-ahead's) that a mapped scan faults in 64 kB at a time: 1-thread Hamming at 10^7
+    took 6.5-6.7 ms in that state and 4.2-4.4 ms in this one (bench/HISTORY.md). "Warm":
+    pages that stayed cached through other work can sit in small folios (session 17:
+    20.1 ms Hamming, 91 ms cosine).
     """
-    for f in sorted(t.path.iterdir()):
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    for f in sorted(p for p in path.iterdir() if p.is_file()):
         fd = os.open(f, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            if f.stem not in SCANNED:
-                while os.read(fd, 1 << 24):
-                    pass
+            size = os.fstat(fd).st_size
+            if not size:
+                continue
+            mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            try:
+                if advice is not None:
+                    mm.madvise(advice)
+                view = np.frombuffer(mm, np.uint8)
+                int(view[:: mmap.PAGESIZE].sum()) + int(view[-1])  # a byte a page, and the last
+                del view
+            finally:
+                mm.close()
         finally:
             os.close(fd)
-    for name in SCANNED:
-        arr = getattr(t, name)
-        if arr is not None and arr.size:
-            flat = arr.reshape(-1).view(np.uint8)
-            int(flat[:: mmap.PAGESIZE].sum()) + int(flat[-1])  # a byte a page, and the last
-            release(arr, 0, arr.shape[0])
