@@ -26,9 +26,8 @@ if its median does, the row is marked a metric defect.
 Caches: warm. The table's files are in the page cache as the table's writing leaves them
 (dropped from it before the rows, then faulted in once through a mapping advised for 2 MB
 pages: :func:`bench.stream.page_in`; so every run starts from the same cache state; a
-warm-up query reads them too); the scans
-release their mapping after each region, so every query
-faults the pages of the mapped arrays in again from the page cache, and so does
+warm-up query reads them too); the scans release their mapping after each region, so every
+query faults the pages of the mapped arrays in again from the page cache, and so does
 the bandwidth pass. FAISS holds its index in process memory (resident).
 
     python -m bench.bench_knn [--sizes 100000,1000000,10000000] [--quick] [--rounds 11] [--json PATH]

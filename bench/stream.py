@@ -33,7 +33,7 @@ import numba
 import numpy as np
 
 from store.knn._simd import PREFETCH_BYTES, prefetch
-from store.knn.mapped import release
+from store.knn.mapped import advise_huge, release
 from store.knn.scan import run_parallel
 
 __all__ = ["BUF_BYTES", "mapped_pass", "page_in", "pread_pass", "words_of"]
@@ -194,22 +194,15 @@ def page_in(path: Path) -> None:
     pages that stayed cached through other work can sit in small folios (session 17:
     20.1 ms Hamming, 91 ms cosine).
     """
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
     for f in sorted(p for p in path.iterdir() if p.is_file()):
         fd = os.open(f, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            size = os.fstat(fd).st_size
-            if not size:
-                continue
-            mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-            try:
-                if advice is not None:
-                    mm.madvise(advice)
-                view = np.frombuffer(mm, np.uint8)
-                int(view[:: mmap.PAGESIZE].sum()) + int(view[-1])  # a byte a page, and the last
-                del view
-            finally:
-                mm.close()
         finally:
             os.close(fd)
+        if not f.stat().st_size:
+            continue
+        view = np.memmap(f, np.uint8, mode="r")
+        advise_huge(view)  # as the table's own scanned mappings are (store.knn.mapped)
+        int(view[:: mmap.PAGESIZE].sum()) + int(view[-1])  # a byte a page, and the last
+        del view  # unmapped

@@ -6,9 +6,8 @@ needs to use it (credentials, region, endpoint — never written to a file).
 
 moto 5.2.5 implements the conditional writes icechunk relies on (``If-None-Match: *`` and
 ``If-Match`` on PutObject, ``If-None-Match: *`` on CompleteMultipartUpload; 412
-PreconditionFailed otherwise),
-but its check and its write are two steps in a threaded server: two commits that race can
-both pass the check and both land. The server runs through :mod:`tests.moto_atomic`, which
+PreconditionFailed otherwise), but its check and its write are two steps in a threaded
+server: two commits that race can both pass the check and both land. The server runs through :mod:`tests.moto_atomic`, which
 makes each conditional write one step, as S3 does.
 """
 

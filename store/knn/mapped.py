@@ -11,6 +11,7 @@ import contextlib
 import json
 import mmap
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def release(arr: Any, start_row: int, end_row: int) -> None:
             mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
 
-def map_arrays(path: Path, names: Any) -> dict[str, Any]:
+def map_arrays(path: Path, names: Iterable[str]) -> dict[str, Any]:
     """Memory-map ``<path>/<name>.npy`` read-only for each name, the :data:`SCANNED` ones
     advised for 2 MB pages (:func:`advise_huge`).
 
