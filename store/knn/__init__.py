@@ -25,11 +25,14 @@ from typing import TYPE_CHECKING
 
 from store.knn.codes import (
     BIN_BYTES,
+    HEAD_LAYOUT,
     HEAD_MIN_D,
     ROTATION_SEED,
     binarize,
+    head_blocks,
     head_dims,
     head_layout,
+    head_values,
     int8_norms,
     rotation,
 )
@@ -74,6 +77,7 @@ __all__ = [
     "CALIBRATION_MULTIPLES",
     "DEFAULT_RERANK_MULTIPLE",
     "FORMAT",
+    "HEAD_LAYOUT",
     "HEAD_MIN_D",
     "K_MAX",
     "MODES",
@@ -86,8 +90,10 @@ __all__ = [
     "cosine_topk",
     "hamming_then_rerank",
     "hamming_topk",
+    "head_blocks",
     "head_dims",
     "head_layout",
+    "head_values",
     "int8_norms",
     "rotation",
     "upgrade_table",

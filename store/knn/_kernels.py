@@ -90,15 +90,6 @@ def _dot_i8(vec, r: int, q):  # type: ignore[no-untyped-def]
 
 
 @njit(inline="always", fastmath=_FASTMATH)
-def _dot_i8_64(vec, r: int, q):  # type: ignore[no-untyped-def]
-    """:func:`_dot_i8` for 64 dimensions (a Tessera row's head)."""
-    acc = np.int32(0)
-    for j in range(64):
-        acc += np.int16(vec[r, j]) * q[j]
-    return np.float64(np.int32(acc))
-
-
-@njit(inline="always", fastmath=_FASTMATH)
 def _dot_i8_128(vec, r: int, q):  # type: ignore[no-untyped-def]
     """:func:`_dot_i8` for D = 128 (Tessera): a literal trip count unrolls the row."""
     acc = np.int32(0)
@@ -357,6 +348,22 @@ BULK_ROWS = 32
 (~0.5 MB: the cost of some tens of single-row preads) instead of one per row."""
 
 
+@njit(inline="always")
+def _dot_head_block(head, blk, g4, q8, corr, out):  # type: ignore[no-untyped-def]
+    """:func:`store.knn._simd.dot16x64` for any number ``g4`` of 4-dimension groups.
+
+    ``out[r]`` = the exact dot product of row ``r`` of head block ``blk`` (the stored
+    layout, :func:`store.knn.codes.head_blocks`) with the int8 query ``q8``.
+    """
+    for r in range(16):
+        acc = np.int32(corr)
+        for g in range(g4):
+            o = g * 64 + r * 4
+            for j in range(4):
+                acc += np.int32(head[blk, o + j]) * np.int32(q8[4 * g + j])
+        out[r] = np.float64(acc)
+
+
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
 def cosine_scan_pruned(  # type: ignore[no-untyped-def]
     head,
@@ -381,9 +388,11 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
     """Exact cosine top-k (int8 query) reading heads and reading whole rows only as needed.
 
     Args:
-        head: (N, H) int8 heads, memory-mapped; read in place, and each region of
-            :data:`REGION_ROWS` rows released after its scan (with ``norms`` and
-            ``tailnorm``), so the process never holds more than a few regions.
+        head: (ceil(N / 16), 16 H) uint8 heads in blocks of 16 rows
+            (:func:`store.knn.codes.head_blocks`), memory-mapped; read in place, and
+            each region of :data:`REGION_ROWS` rows released after its scan (with
+            ``norms`` and ``tailnorm``), so the process never holds more than a few
+            regions.
         norms: (N,) float32 row norms (mapped).
         tailnorm: (N,) float32 tail norms, rounded up (mapped).
         fdv, voff: descriptor and data offset of the (N, D) int8 rows (read with pread).
@@ -409,79 +418,77 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
     full_reads = np.zeros(nchunk, np.int64)
     shared = np.full(1, seed)  # max over chunks of a full heap's root: <= the k-th best key
     step = max(BLOCK, FILE_BUF_BYTES // (d + 8) // BLOCK * BLOCK)  # vbuf: rows of a bulk read
-    # the SIMD block reads 16 heads 64 bytes apart: only for a C-contiguous (N, 64) head
-    simd = h == 64 and head.strides[0] == 64 and head.strides[1] == 1
+    # the SIMD block reads one 1,024-byte block of 16 heads of 64 dimensions
+    simd = h == 64 and head.strides[0] == 1024 and head.strides[1] == 1
+    g4 = h // 4
+    hbase = head.ctypes.data
+    hstride = head.strides[0]
     for c in prange(nchunk):
-        lo = n * c // nchunk
-        hi = n * (c + 1) // nchunk
+        # chunks start on a block of 16 rows; the last ends at n
+        lo = n * c // nchunk // 16 * 16
+        hi = n if c == nchunk - 1 else n * (c + 1) // nchunk // 16 * 16
         keys = out_k[c]
         rows = out_r[c]
         vbuf = np.empty((step, d), np.int8)
         cand = np.empty(step, np.int64)
-        part = np.empty(BLOCK, np.float64)
-        flag = np.empty(BLOCK, np.bool_)
-        q8 = np.zeros(64, np.int8)  # the head query as bytes (int8 values: the int8 path)
+        part = np.empty(step + 16, np.float64)  # the buffer's head dots (its last block whole)
+        flag = np.empty(step, np.bool_)
+        q8 = np.zeros(h, np.int8)  # the head query as bytes (int8 values: the int8 path)
         qsum = np.int32(0)
-        if h == 64:
-            for j in range(64):
-                q8[j] = np.int8(qh[j])
-                qsum += np.int32(qh[j])
-        corr = np.int32(-128) * qsum
+        for j in range(h):
+            q8[j] = np.int8(qh[j])
+            qsum += np.int32(qh[j])
+        corr = np.int32(-128) * qsum  # the stored bytes are values + 128
         size = 0
         region = lo
         for a in range(lo, hi, step):
             m = min(step, hi - a)
             if a - region >= REGION_ROWS:
                 if release:
-                    _drop(head, region, a, False)
+                    _drop(head, region // 16, a // 16, False)
                     _drop(norms, region, a, False)
                     _drop(tailnorm, region, a, False)
                 region = a
-            hbuf = head[a : a + m]
             nbuf = norms[a : a + m]
             tbuf = tailnorm[a : a + m]
             thr = shared[0]
             if size == k and keys[0] > thr:
                 thr = keys[0]
+            # the buffer's exact head dots, a block of 16 rows at a time (a is on a
+            # block; the table's last block is padded), as float64
+            for o in range(0, m, 16):
+                if simd:
+                    _dot16(
+                        hbase + ((a + o) // 16) * hstride,
+                        q8.ctypes.data,
+                        corr,
+                        part[o:].ctypes.data,
+                    )
+                else:
+                    _dot_head_block(head, (a + o) // 16, g4, q8, corr, part[o:])
+            # a row can enter only if bound / norm >= thr, i.e. bound >= thr * norm
+            # (no division; BOUND_SLACK dwarfs the rounding of the product). A
+            # zero-norm row (key 0) passes when thr <= 0; -inf passes everything.
+            # Zero-based indices into slices: LLVM then knows no index is negative
+            # (numba's wraparound) and loads the norms as vectors, not gathers.
+            npass = np.int64(0)
+            if thr == -np.inf:
+                npass = np.int64(m)
+                for i in range(m):
+                    flag[i] = True
+            else:
+                pb = part[:m]
+                for i in range(m):
+                    ok = pb[i] + qtn * np.float64(tbuf[i]) + BOUND_SLACK >= thr * np.float64(
+                        nbuf[i]
+                    )
+                    flag[i] = ok
+                    npass += np.int64(ok)  # a sum, not a short-circuit: stays vectorised
             nc = 0
-            for b0 in range(0, m, BLOCK):
-                b1 = min(b0 + BLOCK, m)
-                if simd and b1 - b0 == BLOCK:
-                    # 16 rows per SIMD block (store.knn._simd): exact dots, as float64
-                    for o in range(0, BLOCK, 16):
-                        _dot16(
-                            hbuf[b0 + o :].ctypes.data, q8.ctypes.data, corr, part[o:].ctypes.data
-                        )
-                elif h == 64:
-                    for r in range(b0, b1):
-                        part[r - b0] = _dot_i8_64(hbuf, r, qh)
-                else:
-                    for r in range(b0, b1):
-                        part[r - b0] = _dot_i8(hbuf, r, qh)
-                # a row can enter only if bound / norm >= thr, i.e. bound >= thr * norm
-                # (no division; BOUND_SLACK dwarfs the rounding of the product). A
-                # zero-norm row (key 0) passes when thr <= 0; -inf passes everything.
-                npass = np.int64(0)
-                if thr == -np.inf:
-                    for r in range(b0, b1):
-                        flag[r - b0] = True
-                    npass = np.int64(b1 - b0)
-                else:
-                    # zero-based indices into block slices: LLVM then knows no index is
-                    # negative (numba's wraparound) and loads the norms as vectors, not gathers
-                    tb = tbuf[b0:b1]
-                    nv = nbuf[b0:b1]
-                    for i in range(b1 - b0):
-                        ok = part[i] + qtn * np.float64(tb[i]) + BOUND_SLACK >= thr * (
-                            np.float64(nv[i])
-                        )
-                        flag[i] = ok
-                        npass += np.int64(ok)  # a sum, not a short-circuit: stays vectorised
-                if npass == 0:
-                    continue
-                for r in range(b0, b1):
+            if npass > 0:
+                for r in range(m):
                     g = a + r
-                    if not flag[r - b0] or g == exclude or (use_mask and not mask[g]):
+                    if not flag[r] or g == exclude or (use_mask and not mask[g]):
                         continue
                     cand[nc] = r
                     nc += 1
@@ -514,7 +521,7 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
             if size == k and keys[0] > shared[0]:
                 shared[0] = keys[0]
         if release:
-            _drop(head, region, hi, True)
+            _drop(head, region // 16, (hi + 15) // 16, True)
             _drop(norms, region, hi, True)
             _drop(tailnorm, region, hi, True)
         sizes[c] = size

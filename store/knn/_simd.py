@@ -1,25 +1,28 @@
 """Explicit SIMD blocks for the k-NN kernels (private to :mod:`store.knn`).
 
-:func:`dot16x64`: the exact int32 dot products of 16 consecutive 64-byte int8 rows (a
-Tessera row's head) with one int8 query, written as 16 float64s (exact). Written as LLVM IR
-because numba's loop over one row (sign-extend to int16, multiply-add, reduce)
-compiles to a chain of 128-bit multiply-adds and a horizontal sum per row, ~13 ns a
-row where the pruned cosine scan needs ~2 (bench/HISTORY.md, session 13).
+:func:`dot16x64`: the exact int32 dot products of one *block* of 16 Tessera heads (64
+int8 dimensions each) with one int8 query, written as 16 float64s (exact). The heads are
+stored blocked (:func:`store.knn.codes.head_blocks`): a block holds 16 rows as 16 groups
+of 64 bytes, group ``g`` holding dimensions ``4g .. 4g + 3`` of rows 0..15 (4 bytes a
+row), each byte the value plus 128 (unsigned). Written as LLVM IR because numba's loop
+over one row compiles to a chain of multiply-adds and a horizontal sum per row.
 
-With AVX-512 VNNI (``vpdpbusd``: unsigned x signed bytes, four products summed into
-each int32 lane, no saturation) a row is one load, one XOR and one ``vpdpbusd``:
-``(v + 128) . q = v . q + 128 sum(q)``, the row's bytes made unsigned by flipping
-their sign bit, and ``-128 sum(q)`` put into the accumulator's first lane
-beforehand. The 16 accumulators (16 lanes each) are summed lane-wise into one
-vector by a tree of shuffles and adds (15 adds for 16 rows instead of four
-shuffle-add steps per row). Every intermediate is an exact int32 (|sum| <= 64 x 255
-x 128 + 128 x 128 x 64 < 2^31), so the result equals the integer dot product.
+With AVX-512 VNNI (``vpdpbusd``: unsigned x signed bytes, four products summed into each
+int32 lane, no saturation) a group is one load and one ``vpdpbusd`` against the query's
+4 bytes of that group broadcast to every lane: lane ``r`` accumulates row ``r``, so a
+block of 16 rows is 16 loads and 16 multiply-adds and no horizontal sum (the row-major
+form of sessions 13-20 needed an XOR per row and a 15-add shuffle tree per block: a
+thread of the pruned cosine scan took 40.6 ms at 10^7 rows in memory with it, 29.6 ms
+with this; bench/HISTORY.md, session 21). ``(v + 128) . q = v . q + 128 sum(q)``, so
+every lane starts from ``-128 sum(q)``. Every intermediate is an exact int32 (|sum| <= 64
+x 255 x 128 + 128 x 128 x 64 < 2^31), so the result equals the integer dot product.
+Four accumulators split the 16 multiply-adds so they do not wait on each other.
 
 Each block also prefetches the rows :data:`PREFETCH_BYTES` ahead.
 
-Without VNNI (decided when the kernel is compiled, from the target's features:
-numba's cache is keyed by CPU) the same block is generic vector IR: bytes
-sign-extended to int32, multiplied, folded to 16 lanes, then the same tree.
+Without VNNI (decided when the kernel is compiled, from the target's features: numba's
+cache is keyed by CPU) the same block is generic vector IR: bytes widened to int32,
+multiplied, each row's four lanes of a group added.
 """
 
 from __future__ import annotations
@@ -60,35 +63,6 @@ def _mask(lanes: list[int]) -> ir.Constant:
     return ir.Constant(ir.VectorType(_I32, len(lanes)), [ir.Constant(_I32, x) for x in lanes])
 
 
-def _tree_sum(builder: ir.IRBuilder, accs: list[Any]) -> Any:
-    """16 vectors of 16 int32 lanes -> one vector whose lane ``r`` is the lane sum of ``accs[r]``.
-
-    Each level pairs vectors and halves the lane groups: lanes that held partial
-    sums of one row are added pairwise, the two inputs' groups interleaved. The
-    row each lane ends up holding is tracked here, and a final shuffle puts row
-    ``r`` in lane ``r``.
-    """
-    items = [(a, [r] * 16) for r, a in enumerate(accs)]
-    width = 8
-    while len(items) > 1:
-        nxt = []
-        for (a, la), (b, lb) in zip(items[0::2], items[1::2], strict=True):
-            lo: list[int] = []
-            hi: list[int] = []
-            for g in range(0, 16, 2 * width):
-                lo += [*range(g, g + width), *range(16 + g, 16 + g + width)]
-                hi += [*range(g + width, g + 2 * width), *range(16 + g + width, 16 + g + 2 * width)]
-            s = builder.add(
-                builder.shuffle_vector(a, b, _mask(lo)), builder.shuffle_vector(a, b, _mask(hi))
-            )
-            both = la + lb
-            nxt.append((s, [both[x] for x in lo]))
-        items = nxt
-        width //= 2
-    v, lay = items[0]
-    return builder.shuffle_vector(v, v, _mask([lay.index(r) for r in range(16)]))
-
-
 def _prefetch_line(builder: ir.IRBuilder, ptr: Any) -> None:
     """``llvm.prefetch`` of the cache line at ``ptr``: read, high locality, data cache."""
     pf = builder.module.globals.get(_PREFETCH)
@@ -102,42 +76,43 @@ def _prefetch_line(builder: ir.IRBuilder, ptr: Any) -> None:
 
 
 def _dot_block(builder: ir.IRBuilder, args: Any, vnni: bool) -> None:
-    rows_p = builder.inttoptr(args[0], _V64B.as_pointer())
-    q = builder.load(builder.inttoptr(args[1], _V64B.as_pointer()), align=1)
-    accs = []
+    block_p = builder.inttoptr(args[0], _V64B.as_pointer())
+    qw = builder.load(builder.inttoptr(args[1], _V16.as_pointer()), align=1)  # 16 groups of q
+    corr = builder.insert_element(
+        ir.Constant(_V16, [ir.Constant(_I32, 0)] * 16), args[2], ir.Constant(_I32, 0)
+    )
+    zero = ir.Constant(_V16, [ir.Constant(_I32, 0)] * 16)
+    accs = [builder.shuffle_vector(corr, corr, _mask([0] * 16)), zero, zero, zero]
     if vnni:
         fn = builder.module.globals.get(_VPDPBUSD)
         if fn is None:
             fn = ir.Function(builder.module, ir.FunctionType(_V16, [_V16, _V16, _V16]), _VPDPBUSD)
-        qw = builder.bitcast(q, _V16)
-        flip = builder.bitcast(ir.Constant(_V64B, [ir.Constant(_I8, 0x80)] * 64), _V16)
-        # -128 sum(q) in lane 0: the tree adds it to the row's sum
-        corr = builder.insert_element(
-            ir.Constant(_V16, [ir.Constant(_I32, 0)] * 16), args[2], ir.Constant(_I32, 0)
-        )
-        for r in range(16):
-            v = builder.load(builder.gep(rows_p, [ir.Constant(_I32, r)]), align=1)
-            u = builder.xor(builder.bitcast(v, _V16), flip)
-            accs.append(builder.call(fn, [corr, u, qw]))
+        for g in range(16):
+            v = builder.load(builder.gep(block_p, [ir.Constant(_I32, g)]), align=1)
+            qg = builder.shuffle_vector(qw, qw, _mask([g] * 16))
+            accs[g % 4] = builder.call(fn, [accs[g % 4], builder.bitcast(v, _V16), qg])
     else:
-        qx = builder.sext(q, _V64)
-        for r in range(16):
-            v = builder.load(builder.gep(rows_p, [ir.Constant(_I32, r)]), align=1)
-            p = builder.mul(builder.sext(v, _V64), qx)
-            quarters = [
-                builder.shuffle_vector(p, p, _mask(list(range(i, i + 16)))) for i in (0, 16, 32, 48)
-            ]
-            accs.append(
-                builder.add(
-                    builder.add(quarters[0], quarters[1]), builder.add(quarters[2], quarters[3])
-                )
+        qb = builder.bitcast(qw, _V64B)
+        for g in range(16):
+            v = builder.load(builder.gep(block_p, [ir.Constant(_I32, g)]), align=1)
+            # q's bytes 4g..4g+3, repeated for the 16 rows of the group
+            qg = builder.sext(
+                builder.shuffle_vector(qb, qb, _mask([4 * g + j % 4 for j in range(64)])), _V64
             )
+            p = builder.mul(builder.zext(v, _V64), qg)
+            lanes = [
+                builder.shuffle_vector(p, p, _mask([4 * r + j for r in range(16)]))
+                for j in range(4)
+            ]
+            row = builder.add(builder.add(lanes[0], lanes[1]), builder.add(lanes[2], lanes[3]))
+            accs[g % 4] = builder.add(accs[g % 4], row)
+    total = builder.add(builder.add(accs[0], accs[1]), builder.add(accs[2], accs[3]))
     v16d = ir.VectorType(ir.DoubleType(), 16)
-    base = builder.bitcast(rows_p, _I8.as_pointer())
+    base = builder.bitcast(block_p, _I8.as_pointer())
     for line in range(16):
         _prefetch_line(builder, builder.gep(base, [ir.Constant(_I32, PREFETCH_BYTES + 64 * line)]))
     out_p = builder.inttoptr(args[3], v16d.as_pointer())
-    builder.store(builder.sitofp(_tree_sum(builder, accs), v16d), out_p, align=1)
+    builder.store(builder.sitofp(total, v16d), out_p, align=1)
 
 
 def _sig() -> Any:
@@ -146,12 +121,12 @@ def _sig() -> Any:
 
 @intrinsic
 def dot16x64(typingctx, rows_ptr, q_ptr, corr, out_ptr):  # type: ignore[no-untyped-def]
-    """``out[r] = rows[r] . q`` for 16 rows of 64 int8 at ``rows_ptr``, ``q_ptr`` 64 int8.
+    """``out[r] = row r . q`` for one block of 16 heads at ``rows_ptr`` (1,024 bytes, the
+    blocked layout above), ``q_ptr`` the query's 64 int8.
 
     The int32 dot products are written as 16 float64 (exact) at ``out_ptr``.
-
-    ``corr`` must be ``-128 * sum(q)`` (used by the VNNI form). Pointers are raw
-    addresses (``arr.ctypes.data``); nothing is aligned.
+    ``corr`` must be ``-128 * sum(q)``. Pointers are raw addresses
+    (``arr.ctypes.data``); nothing needs to be aligned.
     """
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]

@@ -4,7 +4,9 @@
   matrix (:func:`rotation`), packed; the ``hamming`` modes compare these.
 * :func:`int8_norms`: exact L2 norm of each int8 row (the cosine denominator).
 * :func:`head_layout`: the row at its highest-variance dimensions plus the norm
-  of the rest rounded up, which bounds a row's dot product for the pruned scan.
+  of the rest rounded up, which bounds a row's dot product for the pruned scan;
+  the heads are stored in blocks of 16 rows (:func:`head_blocks`) as the scan's
+  SIMD block reads them.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from store.errors import InvalidVectorQuery
 
 __all__ = [
     "BIN_BYTES",
+    "HEAD_BLOCK_ROWS",
+    "HEAD_LAYOUT",
     "HEAD_MIN_D",
     "ROTATION_SEED",
     "binarize",
+    "head_blocks",
     "head_dims",
     "head_layout",
+    "head_values",
     "int8_norms",
     "rotation",
 ]
@@ -36,6 +42,12 @@ BIN_BYTES = 16
 _WRITE_CHUNK = 1 << 18  # rows per chunk when deriving norms / codes (bounds float temporaries)
 
 
+HEAD_BLOCK_ROWS = 16
+"""Rows per block of the stored heads (:func:`head_blocks`)."""
+HEAD_LAYOUT = "blocks16/u8"
+"""``meta["head_layout"]`` of tables whose heads are stored by :func:`head_blocks`. Tables
+written before session 21 stored them row-major int8 and carry no such key: they open
+unpruned until :func:`store.knn.write.upgrade_table` rewrites them."""
 HEAD_MIN_D = 64
 """Tables with at least this many dimensions get heads (see :func:`head_layout`)."""
 
@@ -114,9 +126,48 @@ def head_dims(d: int) -> int:
     return max(16, (d // 2) // 16 * 16)
 
 
+def head_blocks(heads: npt.ArrayLike) -> npt.NDArray[np.uint8]:
+    """Row heads ``(N, H)`` int8 in the stored block layout: ``(ceil(N / 16), 16 H)`` uint8.
+
+    Block ``b`` holds rows ``16 b .. 16 b + 15`` as ``H / 4`` groups of 64 bytes: group
+    ``g`` is dimensions ``4 g .. 4 g + 3`` of the 16 rows in row order, 4 bytes a row;
+    each byte is the value plus 128 (so it reads as unsigned). A vector multiply-add
+    over one group then gives all 16 rows' partial dot products at once, one row per
+    lane (:func:`store.knn._simd.dot16x64`). Rows past N in the last block are zeros
+    (bytes 128). ``H`` must be a multiple of 4 (:func:`head_dims` is of 16).
+    """
+    v = np.asarray(heads)
+    n, h = v.shape
+    if v.dtype != np.int8 or h % 4:
+        raise ValueError(
+            f"heads must be int8 (N, H) with H a multiple of 4, got {v.dtype} {v.shape}"
+        )
+    nb = -(-n // HEAD_BLOCK_ROWS)
+    out = np.full((nb, HEAD_BLOCK_ROWS * h), 128, np.uint8)
+    step = _WRITE_CHUNK // HEAD_BLOCK_ROWS
+    for b in range(0, nb, step):
+        rows = v[b * HEAD_BLOCK_ROWS : (b + step) * HEAD_BLOCK_ROWS]
+        m = -(-rows.shape[0] // HEAD_BLOCK_ROWS)
+        pad = np.zeros((m * HEAD_BLOCK_ROWS, h), np.int8)
+        pad[: rows.shape[0]] = rows
+        u = pad.view(np.uint8) ^ np.uint8(0x80)
+        blocks = u.reshape(m, HEAD_BLOCK_ROWS, h // 4, 4).transpose(0, 2, 1, 3)
+        out[b : b + m] = blocks.reshape(m, HEAD_BLOCK_ROWS * h)
+    return out
+
+
+def head_values(blocks: npt.ArrayLike, rows: npt.ArrayLike, h: int) -> npt.NDArray[np.int8]:
+    """The int8 heads ``(len(rows), H)`` of some rows, read back from :func:`head_blocks`."""
+    b = np.asarray(blocks)
+    r = np.asarray(rows, np.int64)
+    grouped = b[r // HEAD_BLOCK_ROWS].reshape(r.size, h // 4, HEAD_BLOCK_ROWS, 4)
+    mine = grouped[np.arange(r.size), :, r % HEAD_BLOCK_ROWS, :]  # (len(rows), H / 4, 4)
+    return (mine.reshape(r.size, h) ^ np.uint8(0x80)).view(np.int8)
+
+
 def head_layout(
     vectors: npt.ArrayLike,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int8], npt.NDArray[np.float32]]:
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.float32]]:
     """Heads for pruned exact cosine scans.
 
     The head dimensions are the :func:`head_dims` dimensions of largest
@@ -125,7 +176,8 @@ def head_layout(
     float32 (a safe Cauchy-Schwarz bound; see :func:`store.knn._kernels.cosine_scan_pruned`).
 
     Returns:
-        ``(head_index (H,), heads (N, H) int8, tail_norms (N,) float32)``.
+        ``(head_index (H,), heads (ceil(N / 16), 16 H) uint8 in blocks (:func:`head_blocks`),
+        tail_norms (N,) float32)``.
     """
     v = np.asarray(vectors)
     n, d = v.shape
@@ -138,7 +190,7 @@ def head_layout(
     var = s2 / max(n, 1) - (s1 / max(n, 1)) ** 2
     head = np.sort(np.argsort(-var, kind="stable")[: head_dims(d)]).astype(np.int64)
     tail = np.setdiff1d(np.arange(d), head)
-    heads = np.empty((n, head.size), np.int8)
+    heads = np.empty((n, head.size), np.int8)  # row-major, then blocked
     tnorm = np.empty(n, np.float32)
     for a in range(0, n, _WRITE_CHUNK):
         block = v[a : a + _WRITE_CHUNK]
@@ -146,4 +198,4 @@ def head_layout(
         t = block[:, tail].astype(np.int32)
         exact = np.sqrt(np.einsum("ij,ij->i", t, t).astype(np.float64))
         tnorm[a : a + _WRITE_CHUNK] = np.nextafter(exact.astype(np.float32), np.float32(np.inf))
-    return head, heads, tnorm
+    return head, head_blocks(heads), tnorm

@@ -8,16 +8,18 @@ Layout of a table directory (all arrays ``.npy``, C-contiguous, little-endian)::
     norms.npy    float32 (N,)    L2 norm of the int8 row
     bin128.npy   uint8  (N, 16)  sign bits of the rotated vector (only when D == 128)
     bin128w.npy  uint64 (2, N)   the same codes word-major (plane j = word j of every row)
-    head.npy     int8   (N, H)   the row at its H highest-variance dimensions (H = D / 2)
+    head.npy     uint8  (B, 16H) the row at its H highest-variance dimensions (H = D / 2),
+                                 in blocks of 16 rows (B = ceil(N / 16); codes.head_blocks)
     tailnorm.npy float32 (N,)    L2 norm of the row's other dimensions, rounded up
     ivf_*.npy                    inverted lists of large tables (:mod:`store.knn.ivf`)
     meta.json                    band, tslot, vintage, N, D, rotation_seed, digest,
-                                 head_dims, head_index, rerank_multiple, ...
+                                 head_dims, head_index, head_layout, rerank_multiple, ...
 
 :meth:`KnnTable.open` resolves the table's symlink once and memory-maps every
 array (``np.load(mmap_mode="r")``; those the scans read in order advised for 2 MB pages:
 :func:`store.knn.mapped.map_arrays`): opening a table reads only headers. Tables
-written before heads and planes existed open and scan unpruned
+written before heads and planes existed, or with row-major heads (before
+:data:`store.knn.codes.HEAD_LAYOUT`), open and scan unpruned
 (:func:`store.knn.write.upgrade_table` rewrites them).
 
 :meth:`KnnTable.search` scores as :mod:`store.knn.scan` does, but never holds
@@ -43,7 +45,7 @@ import numpy.typing as npt
 from store.errors import InvalidVectorQuery, VectorTableError
 from store.knn import _kernels
 from store.knn._seed import NO_SEED, hamming_seed
-from store.knn.codes import BIN_BYTES, binarize, int8_norms
+from store.knn.codes import BIN_BYTES, HEAD_BLOCK_ROWS, HEAD_LAYOUT, binarize, int8_norms
 from store.knn.ivf import IVF_FILES, IvfArrays, IvfPlan
 from store.knn.mapped import (
     check_mapped,
@@ -88,6 +90,15 @@ saved. bench/RESULTS.md lists the pruned scan beside the unpruned one
 _ARRAYS = ("cells", "vectors", "scales", "norms")
 
 
+def _blocked_heads(meta: dict[str, Any]) -> bool:
+    """The table stores heads in the current block layout (older row-major heads are ignored)."""
+    return bool(meta.get("head_dims")) and meta.get("head_layout") == HEAD_LAYOUT
+
+
+def _head_dims(meta: dict[str, Any]) -> int:
+    return int(meta.get("head_dims") or 0)
+
+
 def _n_lists(meta: dict[str, Any]) -> int:
     cfg = meta.get("ivf")
     return int(cfg["lists"]) if isinstance(cfg, dict) and "lists" in cfg else 0
@@ -127,8 +138,9 @@ class KnnTable:
     """``(N,)`` int8 row norms (memmap)."""
     bin128: npt.NDArray[np.uint8] | None = field(default=None)
     """``(N, 16)`` binary codes (memmap), or None when D != 128."""
-    head: npt.NDArray[np.int8] | None = field(default=None)
-    """``(N, H)`` row heads (memmap; :func:`store.knn.codes.head_layout`), or None (older tables, small D)."""
+    head: npt.NDArray[np.uint8] | None = field(default=None)
+    """``(ceil(N / 16), 16 H)`` row heads in blocks (memmap; :func:`store.knn.codes.head_blocks`),
+    or None (older tables, small D)."""
     tailnorm: npt.NDArray[np.float32] | None = field(default=None)
     """``(N,)`` tail norms rounded up (memmap), with :attr:`head`."""
     bin128w: npt.NDArray[np.uint64] | None = field(default=None)
@@ -152,7 +164,7 @@ class KnnTable:
                 names = (
                     *_ARRAYS,
                     *(("bin128",) if meta.get("has_bin128") else ()),
-                    *(("head", "tailnorm") if meta.get("head_dims") else ()),
+                    *(("head", "tailnorm") if _blocked_heads(meta) else ()),
                     *(("bin128w",) if meta.get("has_bin128w") else ()),
                     *(IVF_FILES if meta.get("ivf") else ()),
                 )
@@ -168,7 +180,7 @@ class KnnTable:
             "scales": (np.float32, (n,)),
             "norms": (np.float32, (n,)),
             "bin128": (np.uint8, (n, BIN_BYTES)),
-            "head": (np.int8, (n, int(meta.get("head_dims") or 0))),
+            "head": (np.uint8, (-(-n // HEAD_BLOCK_ROWS), HEAD_BLOCK_ROWS * _head_dims(meta))),
             "tailnorm": (np.float32, (n,)),
             "bin128w": (np.uint64, (2, n)),
             "ivf_centroids": (np.float32, (_n_lists(meta), d)),
@@ -176,7 +188,7 @@ class KnnTable:
             "ivf_rows": (np.int32, (n,)),
             "ivf_codes": (np.uint8, (n, BIN_BYTES)),
         }
-        if meta.get("head_dims"):
+        if _blocked_heads(meta):
             hi = meta.get("head_index")
             if (
                 not isinstance(hi, list)

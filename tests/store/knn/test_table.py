@@ -114,13 +114,16 @@ def test_file_scans_equal_the_mapped_scans(tmp_path, monkeypatch) -> None:
         table.search(vecs[10], k=5)
 
 
-def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize(("n", "d"), [(30_000, 128), (20_011, 64)])
+def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch, n, d) -> None:
     """Tables carry row heads; the pruned scan (head bound, whole rows read only for
     rows that can enter) returns exactly the full scan's answer: clustered data,
     masks, exclusion, exact duplicates (ties by row), zero rows, a query with its
-    energy spread evenly (little pruning), and k larger than the eligible rows."""
+    energy spread evenly (little pruning), and k larger than the eligible rows. Both
+    the 64-dimension heads of the SIMD block (D = 128) and the generic block (D = 64:
+    32-dimension heads, a row count that leaves the last head block part-filled)."""
 
-    cells, vecs, scales = tessera_like(30_000, 128, 12, seed=5)
+    cells, vecs, scales = tessera_like(n, d, 12, seed=5)
     vecs = vecs.copy()
     vecs[100:110] = vecs[7]  # exact duplicates of row 7: ties resolved by row
     vecs[200] = 0  # a zero row scores 0
@@ -129,16 +132,27 @@ def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch) -> None:
     )
     table = V.KnnTable.open(tmp_path / "t")
     assert table.head is not None
-    assert table.head.shape == (30_000, V.head_dims(128))
+    h = V.head_dims(d)
+    assert table.head.shape == (-(-n // 16), 16 * h)
+    # the blocks hold each row's values at the head dimensions
+    some = np.array([0, 1, 15, 16, 17, 12_345, n - 1])
+    np.testing.assert_array_equal(
+        V.head_values(table.head, some, h), vecs[some][:, table.meta["head_index"]]
+    )
     # tail norms bound the true ones from above
-    tail = np.setdiff1d(np.arange(128), table.meta["head_index"])
+    tail = np.setdiff1d(np.arange(d), table.meta["head_index"])
     true_tail = np.linalg.norm(vecs[:, tail].astype(np.float64), axis=1)
     assert np.all(np.asarray(table.tailnorm, np.float64) >= true_tail)
     monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
     monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
-    mask = np.ones(30_000, bool)
+    # many chunks: their row bounds fall inside head blocks (the scan starts each on one)
+    chunk_rows = knn_scan._CHUNK_ROWS
+    monkeypatch.setattr(knn_scan, "_CHUNK_ROWS", 1000)
+    assert knn_scan.n_chunks(n) > 2
+    assert n // knn_scan.n_chunks(n) % 16  # the first chunk ends inside a block
+    mask = np.ones(n, bool)
     mask[1::2] = False
-    flat = np.full(128, 9, np.int8)
+    flat = np.full(d, 9, np.int8)
     for q, ex in ((vecs[7], 7), (vecs[7], None), (vecs[12_345], 12_345), (flat, None)):
         for m in (None, mask):
             for k in (1, 10, 60):
@@ -147,13 +161,14 @@ def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch) -> None:
                 np.testing.assert_array_equal(got.rows, ref.rows)
                 np.testing.assert_array_equal(got.scores, ref.scores)
                 assert got.rows_read_whole is not None
+    monkeypatch.setattr(knn_scan, "_CHUNK_ROWS", chunk_rows)
     # ties: the duplicates of row 7 come back in row order right after row 7
     got = table.search(vecs[7], k=11)
     assert got.rows.tolist()[:11] == [7, *range(100, 110)]
-    # most rows are pruned for a clustered query
-    assert table.search(vecs[12_345], k=10).rows_read_whole < 30_000 // 4
+    # most rows are pruned for a clustered query (fewer with 32-dimension heads)
+    assert table.search(vecs[12_345], k=10).rows_read_whole < (n // 4 if d == 128 else n * 3 // 4)
     # k beyond the eligible rows: all of them, ranked
-    few = np.zeros(30_000, bool)
+    few = np.zeros(n, bool)
     few[[3, 4, 5]] = True
     monkeypatch.setattr(knn_table, "SPARSE_MASK", 0.0)  # force the scan, not the gather
     assert sorted(table.search(vecs[3], k=50, mask=few).rows.tolist()) == [3, 4, 5]

@@ -99,3 +99,29 @@ def test_upgrade_table_adds_heads_and_keeps_rows_and_calibration(tmp_path) -> No
     assert new.meta["vintage"] == 2024
     np.testing.assert_array_equal(np.asarray(new.vectors), vecs[np.argsort(cells)])
     assert V.upgrade_table(tmp_path / "t") is False
+    assert new.meta["head_layout"] == V.HEAD_LAYOUT
+
+
+def test_row_major_heads_of_older_tables_are_not_scanned_and_upgrade_blocks_them(tmp_path) -> None:
+    """A table written before the block layout (heads row-major int8, no ``head_layout``)
+    opens without heads (its bytes would read as wrong dot products) and scans unpruned
+    with the same answer; ``upgrade_table`` rewrites its heads in blocks."""
+    cells, vecs, scales = tessera_like(3000, 128, 6, seed=3)
+    V.write_table(tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54})
+    t = V.KnnTable.open(tmp_path / "t")
+    want = t.search_row(5, k=10)
+    path, h = t.path, int(t.meta["head_dims"])
+    old_meta = json.loads((path / "meta.json").read_text())
+    old_meta.pop("head_layout")
+    (path / "meta.json").write_text(json.dumps(old_meta))
+    np.save(path / "head.npy", np.asarray(t.vectors)[:, old_meta["head_index"]])  # (N, H) int8
+    old = V.KnnTable.open(tmp_path / "t")
+    assert old.head is None
+    assert old.tailnorm is None
+    got = old.search_row(5, k=10)
+    np.testing.assert_array_equal(got.rows, want.rows)
+    assert V.upgrade_table(tmp_path / "t") is True
+    new = V.KnnTable.open(tmp_path / "t")
+    assert new.head is not None
+    assert new.head.shape == (-(-3000 // 16), 16 * h)
+    np.testing.assert_array_equal(new.search_row(5, k=10).rows, want.rows)
