@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +27,9 @@ __all__ = [
     "HEAD_MIN_D",
     "ROTATION_SEED",
     "binarize",
+    "blocked_heads",
     "head_blocks",
+    "head_blocks_shape",
     "head_dims",
     "head_layout",
     "head_values",
@@ -126,6 +130,19 @@ def head_dims(d: int) -> int:
     return max(16, (d // 2) // 16 * 16)
 
 
+def blocked_heads(meta: Mapping[str, Any]) -> bool:
+    """A table's ``meta.json`` says it stores heads in blocks (:data:`HEAD_LAYOUT`).
+
+    Row-major heads of older tables are not read: their bytes would score wrongly.
+    """
+    return bool(meta.get("head_dims")) and meta.get("head_layout") == HEAD_LAYOUT
+
+
+def head_blocks_shape(n: int, h: int) -> tuple[int, int]:
+    """Shape of the stored heads of ``n`` rows of ``h`` head dimensions (:func:`head_blocks`)."""
+    return -(-n // HEAD_BLOCK_ROWS), HEAD_BLOCK_ROWS * h
+
+
 def head_blocks(heads: npt.ArrayLike) -> npt.NDArray[np.uint8]:
     """Row heads ``(N, H)`` int8 in the stored block layout: ``(ceil(N / 16), 16 H)`` uint8.
 
@@ -142,8 +159,8 @@ def head_blocks(heads: npt.ArrayLike) -> npt.NDArray[np.uint8]:
         raise ValueError(
             f"heads must be int8 (N, H) with H a multiple of 4, got {v.dtype} {v.shape}"
         )
-    nb = -(-n // HEAD_BLOCK_ROWS)
-    out = np.full((nb, HEAD_BLOCK_ROWS * h), 128, np.uint8)
+    nb = head_blocks_shape(n, h)[0]
+    out = np.full(head_blocks_shape(n, h), 128, np.uint8)
     step = _WRITE_CHUNK // HEAD_BLOCK_ROWS
     for b in range(0, nb, step):
         rows = v[b * HEAD_BLOCK_ROWS : (b + step) * HEAD_BLOCK_ROWS]

@@ -45,7 +45,7 @@ import numpy.typing as npt
 from store.errors import InvalidVectorQuery, VectorTableError
 from store.knn import _kernels
 from store.knn._seed import NO_SEED, hamming_seed
-from store.knn.codes import BIN_BYTES, HEAD_BLOCK_ROWS, HEAD_LAYOUT, binarize, int8_norms
+from store.knn.codes import BIN_BYTES, binarize, blocked_heads, head_blocks_shape, int8_norms
 from store.knn.ivf import IVF_FILES, IvfArrays, IvfPlan
 from store.knn.mapped import (
     check_mapped,
@@ -88,15 +88,6 @@ saved. bench/RESULTS.md lists the pruned scan beside the unpruned one
 ("cosine full scan, no pruning") at 10^6 and 10^7 rows.
 """
 _ARRAYS = ("cells", "vectors", "scales", "norms")
-
-
-def _blocked_heads(meta: dict[str, Any]) -> bool:
-    """The table stores heads in the current block layout (older row-major heads are ignored)."""
-    return bool(meta.get("head_dims")) and meta.get("head_layout") == HEAD_LAYOUT
-
-
-def _head_dims(meta: dict[str, Any]) -> int:
-    return int(meta.get("head_dims") or 0)
 
 
 def _n_lists(meta: dict[str, Any]) -> int:
@@ -164,7 +155,7 @@ class KnnTable:
                 names = (
                     *_ARRAYS,
                     *(("bin128",) if meta.get("has_bin128") else ()),
-                    *(("head", "tailnorm") if _blocked_heads(meta) else ()),
+                    *(("head", "tailnorm") if blocked_heads(meta) else ()),
                     *(("bin128w",) if meta.get("has_bin128w") else ()),
                     *(IVF_FILES if meta.get("ivf") else ()),
                 )
@@ -180,7 +171,7 @@ class KnnTable:
             "scales": (np.float32, (n,)),
             "norms": (np.float32, (n,)),
             "bin128": (np.uint8, (n, BIN_BYTES)),
-            "head": (np.uint8, (-(-n // HEAD_BLOCK_ROWS), HEAD_BLOCK_ROWS * _head_dims(meta))),
+            "head": (np.uint8, head_blocks_shape(n, int(meta.get("head_dims") or 0))),
             "tailnorm": (np.float32, (n,)),
             "bin128w": (np.uint64, (2, n)),
             "ivf_centroids": (np.float32, (_n_lists(meta), d)),
@@ -188,7 +179,7 @@ class KnnTable:
             "ivf_rows": (np.int32, (n,)),
             "ivf_codes": (np.uint8, (n, BIN_BYTES)),
         }
-        if _blocked_heads(meta):
+        if blocked_heads(meta):
             hi = meta.get("head_index")
             if (
                 not isinstance(hi, list)
