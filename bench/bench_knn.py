@@ -162,9 +162,9 @@ def _scan_bytes(
     """Bytes one cosine scan read, and how: (bytes, mapped arrays read in place, pread ranges)."""
     vec = t.path / "vectors.npy"
     if res.rows_read_whole is not None:  # pruned: heads, norms, tail norms in place; rows by pread
-        assert t.head is not None
+        assert t.head_blocks is not None
         assert t.tailnorm is not None
-        mapped = [t.head, t.norms, t.tailnorm]
+        mapped = [t.head_blocks, t.norms, t.tailnorm]
         whole = int(res.rows_read_whole) * t.d
         nbytes = sum(int(a.nbytes) // 8 * 8 for a in mapped) + whole
         return nbytes, mapped, [(vec, int(getattr(t.vectors, "offset", 0)), whole)]
@@ -231,7 +231,7 @@ def run_size(n: int, rounds: int, n_recall: int) -> SizeResult:
         xq[i] = (v / np.linalg.norm(v))[None, :].astype(np.float32)
     qc = {i: np.array(codes[q(i)])[None, :] for i in range(-1, rounds)}
     inline = {i: t.dequantised(q(i)) + np.float32(1e-3) for i in range(-1, rounds)}
-    full = dataclasses.replace(t, head=None, tailnorm=None)
+    full = dataclasses.replace(t, head_blocks=None, tailnorm=None)
     t_cal = time.perf_counter()
     multiple, rerank_recall = V.calibrate_rerank_multiple(
         t.vectors, t.norms, codes, k=K, n_queries=n_recall, seed=7

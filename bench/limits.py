@@ -17,18 +17,15 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
     (
         "knn",
         "find_like cosine: share of the read-bandwidth limit",
-        "the read pass it is judged against gained more than the scan: session 20 advised the"
-        " mappings the scans read in order for 2 MB pages (store.knn.mapped.map_arrays), so a"
-        " fault brings a 2 MB folio in and faulting and releasing regions cost less for both:"
-        " in one pair of runs the scan went 19.9 -> 22.3 GB/s and the read pass 36.3 -> 44.6"
-        " GB/s (43.7–48.3 GB/s in session 20's runs), so the share fell (55–56 % -> 49–53 %)"
-        " while the scan got faster (38.8 / 40.5 -> 36.6–37.6 ms). A perf profile after the"
-        " change (a loop of queries at 10^7, 2 threads): 69 % of the CPU in the compiled scan,"
-        " 14.6 % in the kernel (27 % in session 19, 18 % after its 2 MB releases), TLB-flush"
-        " interrupts ~4 %. Over an in-memory copy of the heads the scan takes 23.5 ms (~30 GB/s,"
-        " session 19): its own arithmetic per row (the SIMD head dots, the bound test) and the"
-        " mapping's remaining cost together hold it near 50 % of a read pass that computes"
-        " nothing.",
+        "the host's memory bandwidth more than the code: the read pass it is judged against"
+        " ran at 43.7–48.3 GB/s in session 20's runs and 25.5–31 GB/s on the next morning with"
+        " the page cache in the same 2 MB folios (checked), while the scan moved far less"
+        " (19.9–22.6 GB/s). Session 21 stored the heads in blocks of 16 rows so a block's 16"
+        " head dots are 16 VNNI multiply-adds (store.knn._simd): one thread's scan in memory"
+        " 40.6 -> 29.6 ms at 10^7 rows, so two threads are near memory-bound (dots alone 31"
+        " GB/s in memory) and the share follows the limit less. What remains (perf, 2"
+        " threads): 74 % in the compiled scan, 14 % kernel (TLB-flush interrupts ~4.5 %, the"
+        " survivors' pread copies ~2 %), 6 % OpenMP barrier waits.",
     ),
     (
         "queries",

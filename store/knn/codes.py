@@ -22,8 +22,8 @@ from store.errors import InvalidVectorQuery
 
 __all__ = [
     "BIN_BYTES",
+    "HEAD_BLOCKS_KEY",
     "HEAD_BLOCK_ROWS",
-    "HEAD_LAYOUT",
     "HEAD_MIN_D",
     "ROTATION_SEED",
     "binarize",
@@ -34,6 +34,7 @@ __all__ = [
     "head_layout",
     "head_values",
     "int8_norms",
+    "legacy_heads",
     "rotation",
 ]
 
@@ -48,10 +49,13 @@ _WRITE_CHUNK = 1 << 18  # rows per chunk when deriving norms / codes (bounds flo
 
 HEAD_BLOCK_ROWS = 16
 """Rows per block of the stored heads (:func:`head_blocks`)."""
-HEAD_LAYOUT = "blocks16/u8"
-"""``meta["head_layout"]`` of tables whose heads are stored by :func:`head_blocks`. Tables
-written before session 21 stored them row-major int8 and carry no such key: they open
-unpruned until :func:`store.knn.write.upgrade_table` rewrites them."""
+HEAD_BLOCKS_KEY = "head_block_dims"
+"""``meta.json`` key of a table whose heads are stored in blocks (:func:`head_blocks`) in
+``head_blocks.npy``: the head dimensions H. Tables written before session 21 stored them
+row-major int8 in ``head.npy`` under ``head_dims``: this code opens those without heads
+(unpruned, the same answers) until :func:`store.knn.write.upgrade_table` rewrites them, and
+code of before session 21 opens tables of this layout the same way (it knows neither the
+key nor the file)."""
 HEAD_MIN_D = 64
 """Tables with at least this many dimensions get heads (see :func:`head_layout`)."""
 
@@ -130,12 +134,17 @@ def head_dims(d: int) -> int:
     return max(16, (d // 2) // 16 * 16)
 
 
-def blocked_heads(meta: Mapping[str, Any]) -> bool:
-    """A table's ``meta.json`` says it stores heads in blocks (:data:`HEAD_LAYOUT`).
+def blocked_heads(meta: Mapping[str, Any]) -> int:
+    """Head dimensions H of a table whose ``meta.json`` says its heads are stored in blocks
+    (:data:`HEAD_BLOCKS_KEY`), else 0."""
+    h = meta.get(HEAD_BLOCKS_KEY)
+    return h if isinstance(h, int) and not isinstance(h, bool) and h > 0 else 0
 
-    Row-major heads of older tables are not read: their bytes would score wrongly.
-    """
-    return bool(meta.get("head_dims")) and meta.get("head_layout") == HEAD_LAYOUT
+
+def legacy_heads(meta: Mapping[str, Any]) -> bool:
+    """The table stores row-major heads of before the block layout (not read: see
+    :data:`HEAD_BLOCKS_KEY`)."""
+    return bool(meta.get("head_dims")) and not blocked_heads(meta)
 
 
 def head_blocks_shape(n: int, h: int) -> tuple[int, int]:
@@ -151,7 +160,11 @@ def head_blocks(heads: npt.ArrayLike) -> npt.NDArray[np.uint8]:
     each byte is the value plus 128 (so it reads as unsigned). A vector multiply-add
     over one group then gives all 16 rows' partial dot products at once, one row per
     lane (:func:`store.knn._simd.dot16x64`). Rows past N in the last block are zeros
-    (bytes 128). ``H`` must be a multiple of 4 (:func:`head_dims` is of 16).
+    (bytes 128).
+
+    Raises:
+        ValueError: not int8 ``(N, H)`` with ``H`` a multiple of 4 (:func:`head_dims`
+            gives multiples of 16).
     """
     v = np.asarray(heads)
     n, h = v.shape
@@ -207,12 +220,13 @@ def head_layout(
     var = s2 / max(n, 1) - (s1 / max(n, 1)) ** 2
     head = np.sort(np.argsort(-var, kind="stable")[: head_dims(d)]).astype(np.int64)
     tail = np.setdiff1d(np.arange(d), head)
-    heads = np.empty((n, head.size), np.int8)  # row-major, then blocked
+    heads = np.empty(head_blocks_shape(n, head.size), np.uint8)
     tnorm = np.empty(n, np.float32)
-    for a in range(0, n, _WRITE_CHUNK):
+    for a in range(0, n, _WRITE_CHUNK):  # a chunk starts on a block (_WRITE_CHUNK % 16 == 0)
         block = v[a : a + _WRITE_CHUNK]
-        heads[a : a + _WRITE_CHUNK] = block[:, head]
+        mine = head_blocks(block[:, head])
+        heads[a // HEAD_BLOCK_ROWS : a // HEAD_BLOCK_ROWS + mine.shape[0]] = mine
         t = block[:, tail].astype(np.int32)
         exact = np.sqrt(np.einsum("ij,ij->i", t, t).astype(np.float64))
         tnorm[a : a + _WRITE_CHUNK] = np.nextafter(exact.astype(np.float32), np.float32(np.inf))
-    return head, head_blocks(heads), tnorm
+    return head, heads, tnorm

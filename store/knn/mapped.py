@@ -31,7 +31,7 @@ __all__ = [
     "release",
 ]
 
-SCANNED = ("head", "norms", "tailnorm", "bin128", "bin128w")
+SCANNED = ("head_blocks", "norms", "tailnorm", "bin128", "bin128w")
 """Arrays the scans read in order through their mappings, region by region: the ones
 advised for 2 MB pages (:func:`advise_huge`). The others are read a row or a list at a
 time (the cell ids' binary search, single rows, the inverted lists) or with ``pread``

@@ -8,18 +8,18 @@ Layout of a table directory (all arrays ``.npy``, C-contiguous, little-endian)::
     norms.npy    float32 (N,)    L2 norm of the int8 row
     bin128.npy   uint8  (N, 16)  sign bits of the rotated vector (only when D == 128)
     bin128w.npy  uint64 (2, N)   the same codes word-major (plane j = word j of every row)
-    head.npy     uint8  (B, 16H) the row at its H highest-variance dimensions (H = D / 2),
+    head_blocks.npy uint8 (B, 16H) the row at its H highest-variance dimensions (H = D / 2),
                                  in blocks of 16 rows (B = ceil(N / 16); codes.head_blocks)
     tailnorm.npy float32 (N,)    L2 norm of the row's other dimensions, rounded up
     ivf_*.npy                    inverted lists of large tables (:mod:`store.knn.ivf`)
     meta.json                    band, tslot, vintage, N, D, rotation_seed, digest,
-                                 head_dims, head_index, head_layout, rerank_multiple, ...
+                                 head_block_dims, head_index, rerank_multiple, ...
 
 :meth:`KnnTable.open` resolves the table's symlink once and memory-maps every
 array (``np.load(mmap_mode="r")``; those the scans read in order advised for 2 MB pages:
 :func:`store.knn.mapped.map_arrays`): opening a table reads only headers. Tables
 written before heads and planes existed, or with row-major heads (before
-:data:`store.knn.codes.HEAD_LAYOUT`), open and scan unpruned
+:data:`store.knn.codes.HEAD_BLOCKS_KEY`), open and scan unpruned
 (:func:`store.knn.write.upgrade_table` rewrites them).
 
 :meth:`KnnTable.search` scores as :mod:`store.knn.scan` does, but never holds
@@ -45,8 +45,9 @@ import numpy.typing as npt
 from store.errors import InvalidVectorQuery, VectorTableError
 from store.knn import _kernels
 from store.knn._seed import NO_SEED, hamming_seed
-from store.knn.codes import BIN_BYTES, binarize, blocked_heads, head_blocks_shape, int8_norms
+from store.knn.codes import BIN_BYTES, binarize, head_blocks_shape, int8_norms
 from store.knn.ivf import IVF_FILES, IvfArrays, IvfPlan
+from store.knn.layout import array_names, check_arrays
 from store.knn.mapped import (
     check_mapped,
     data_offset,
@@ -87,14 +88,6 @@ Below, the seed sample and the per-buffer bookkeeping cost more than the bytes
 saved. bench/RESULTS.md lists the pruned scan beside the unpruned one
 ("cosine full scan, no pruning") at 10^6 and 10^7 rows.
 """
-_ARRAYS = ("cells", "vectors", "scales", "norms")
-
-
-def _n_lists(meta: dict[str, Any]) -> int:
-    cfg = meta.get("ivf")
-    return int(cfg["lists"]) if isinstance(cfg, dict) and "lists" in cfg else 0
-
-
 _SPLIT_MAX_KEEP = MAX_CANDIDATES + 1
 """Hamming scans keeping fewer rows than this read the word-major planes (all of them).
 
@@ -129,7 +122,7 @@ class KnnTable:
     """``(N,)`` int8 row norms (memmap)."""
     bin128: npt.NDArray[np.uint8] | None = field(default=None)
     """``(N, 16)`` binary codes (memmap), or None when D != 128."""
-    head: npt.NDArray[np.uint8] | None = field(default=None)
+    head_blocks: npt.NDArray[np.uint8] | None = field(default=None)
     """``(ceil(N / 16), 16 H)`` row heads in blocks (memmap; :func:`store.knn.codes.head_blocks`),
     or None (older tables, small D)."""
     tailnorm: npt.NDArray[np.float32] | None = field(default=None)
@@ -152,51 +145,12 @@ class KnnTable:
             path = Path(os.path.realpath(directory))
             try:
                 meta = read_meta(path)
-                names = (
-                    *_ARRAYS,
-                    *(("bin128",) if meta.get("has_bin128") else ()),
-                    *(("head", "tailnorm") if blocked_heads(meta) else ()),
-                    *(("bin128w",) if meta.get("has_bin128w") else ()),
-                    *(IVF_FILES if meta.get("ivf") else ()),
-                )
-                arrays = map_arrays(path, names)
+                arrays = map_arrays(path, array_names(meta))
                 break
             except (OSError, ValueError) as e:
                 if attempt == 2 or Path(os.path.realpath(directory)) == path:
                     raise VectorTableError(f"cannot open table {path}: {e}") from e
-        n, d = int(meta["n"]), int(meta["d"])
-        expect = {
-            "cells": (np.uint64, (n,)),
-            "vectors": (np.int8, (n, d)),
-            "scales": (np.float32, (n,)),
-            "norms": (np.float32, (n,)),
-            "bin128": (np.uint8, (n, BIN_BYTES)),
-            "head": (np.uint8, head_blocks_shape(n, int(meta.get("head_dims") or 0))),
-            "tailnorm": (np.float32, (n,)),
-            "bin128w": (np.uint64, (2, n)),
-            "ivf_centroids": (np.float32, (_n_lists(meta), d)),
-            "ivf_offsets": (np.int64, (_n_lists(meta) + 1,)),
-            "ivf_rows": (np.int32, (n,)),
-            "ivf_codes": (np.uint8, (n, BIN_BYTES)),
-        }
-        if blocked_heads(meta):
-            hi = meta.get("head_index")
-            if (
-                not isinstance(hi, list)
-                or len(hi) != int(meta["head_dims"])
-                or sorted(set(hi)) != hi
-                or not all(isinstance(i, int) and 0 <= i < d for i in hi)
-            ):
-                raise VectorTableError(f"{path}/meta.json: bad head_index")
-        for name, arr in arrays.items():
-            dt, shape = expect[name]
-            if arr.dtype != dt or arr.shape != shape or not arr.flags.c_contiguous:
-                raise VectorTableError(f"{path / name}.npy: expected {np.dtype(dt)} {shape}")
-        offsets = arrays.get("ivf_offsets")
-        if offsets is not None and (
-            offsets[0] != 0 or offsets[-1] != n or np.any(np.diff(offsets) < 0)
-        ):
-            raise VectorTableError(f"{path}/ivf_offsets.npy: not list bounds over {n} rows")
+        check_arrays(path, meta, arrays)
         return cls(
             path=path,
             meta=meta,
@@ -205,7 +159,7 @@ class KnnTable:
             scales=arrays["scales"],
             norms=arrays["norms"],
             bin128=arrays.get("bin128"),
-            head=arrays.get("head"),
+            head_blocks=arrays.get("head_blocks"),
             tailnorm=arrays.get("tailnorm"),
             bin128w=arrays.get("bin128w"),
             ivf=IvfArrays(*(arrays[f] for f in IVF_FILES)) if meta.get("ivf") else None,
@@ -476,7 +430,7 @@ class KnnTable:
                 return KnnResult(cand[part.rows], part.scores, int(cand.size), "cosine")
         marr = m if m is not None else np.ones(1, np.bool_)
         if (
-            self.head is not None
+            self.head_blocks is not None
             and self.tailnorm is not None
             and not use_float
             and self.n >= PRUNE_MIN_ROWS
@@ -514,24 +468,34 @@ class KnnTable:
         exclude: int,
     ) -> KnnResult:
         """Exact cosine from the heads (:func:`store.knn._kernels.cosine_scan_pruned`)."""
-        assert self.head is not None
+        assert self.head_blocks is not None
         assert self.tailnorm is not None
         head_index = np.asarray(self.meta["head_index"], np.int64)
         tail = np.ones(self.d, bool)
         tail[head_index] = False
         qt = qi[tail].astype(np.float64)
         qtn = math.nextafter(math.sqrt(float(np.dot(qt, qt))), math.inf)
-        check_mapped(self.path, {"head": self.head, "norms": self.norms, "tailnorm": self.tailnorm})
+        h = int(head_index.size)
+        if self.head_blocks.dtype != np.uint8 or self.head_blocks.shape != head_blocks_shape(
+            self.n, h
+        ):
+            raise VectorTableError(
+                f"{self.path}: heads are not {head_blocks_shape(self.n, h)} blocks"
+            )
+        check_mapped(
+            self.path,
+            {"head_blocks": self.head_blocks, "norms": self.norms, "tailnorm": self.tailnorm},
+        )
         with open_ro(self.path / "vectors.npy") as fdv:
             out = run_parallel(
                 _kernels.cosine_scan_pruned,
-                self.head,
+                self.head_blocks,
                 self.norms,
                 self.tailnorm,
                 fdv,
                 data_offset(self.vectors),
                 self.n,
-                int(head_index.size),
+                h,
                 self.d,
                 np.ascontiguousarray(qi[head_index]),
                 qi,
@@ -542,9 +506,9 @@ class KnnTable:
                 k,
                 n_chunks(self.n),
                 self._cosine_seed(qi, k, mask, use_mask, exclude),
-                file_mapped(self.head, self.norms, self.tailnorm),
+                file_mapped(self.head_blocks, self.norms, self.tailnorm),
             )
-        self._check_errs(out[3], "head.npy, norms.npy, tailnorm.npy or vectors.npy")
+        self._check_errs(out[3], "head_blocks.npy, norms.npy, tailnorm.npy or vectors.npy")
         keys, top = merge_topk(out[:3], k)
         return KnnResult(
             rows=top,

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from store.errors import VectorTableError
 from store.knn.codes import (
     BIN_BYTES,
-    HEAD_LAYOUT,
+    HEAD_BLOCKS_KEY,
     HEAD_MIN_D,
     ROTATION_SEED,
     binarize,
@@ -154,9 +154,8 @@ def write_table(
     }
     extra: dict[str, Any] = {}
     if d >= HEAD_MIN_D and n > 0:
-        head_index, arrays["head"], arrays["tailnorm"] = head_layout(arrays["vectors"])
-        extra["head_dims"] = int(head_index.size)
-        extra["head_layout"] = HEAD_LAYOUT
+        head_index, arrays["head_blocks"], arrays["tailnorm"] = head_layout(arrays["vectors"])
+        extra[HEAD_BLOCKS_KEY] = int(head_index.size)
         extra["head_index"] = head_index.tolist()
     if d == BIN_BYTES * 8:
         arrays["bin128"] = binarize(v, ROTATION_SEED)
@@ -297,7 +296,7 @@ _DERIVED_META = (
     "digest",
     "head_dims",
     "head_index",
-    "head_layout",
+    HEAD_BLOCKS_KEY,
     "ivf",
 )
 
@@ -314,7 +313,7 @@ def upgrade_table(directory: str | os.PathLike[str]) -> bool:
         True when the table was rewritten, False when it was current already.
     """
     t = KnnTable.open(directory)
-    heads_ok = t.head is not None or t.d < HEAD_MIN_D  # None also for row-major heads
+    heads_ok = t.head_blocks is not None or t.d < HEAD_MIN_D  # None for row-major heads too
     planes_ok = t.bin128w is not None or t.d != BIN_BYTES * 8
     lists_ok = t.ivf is not None or t.n < IVF_MIN_ROWS or t.d != BIN_BYTES * 8
     if (heads_ok and planes_ok and lists_ok) or t.n == 0:

@@ -114,14 +114,15 @@ def test_file_scans_equal_the_mapped_scans(tmp_path, monkeypatch) -> None:
         table.search(vecs[10], k=5)
 
 
-@pytest.mark.parametrize(("n", "d"), [(30_000, 128), (20_011, 64)])
+@pytest.mark.parametrize(("n", "d"), [(30_005, 128), (20_011, 64)])
 def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch, n, d) -> None:
     """Tables carry row heads; the pruned scan (head bound, whole rows read only for
     rows that can enter) returns exactly the full scan's answer: clustered data,
     masks, exclusion, exact duplicates (ties by row), zero rows, a query with its
     energy spread evenly (little pruning), and k larger than the eligible rows. Both
     the 64-dimension heads of the SIMD block (D = 128) and the generic block (D = 64:
-    32-dimension heads, a row count that leaves the last head block part-filled)."""
+    32-dimension heads); row counts that leave the last head block part-filled, and
+    queries whose own row (ranked first) is the table's last or lies inside a chunk."""
 
     cells, vecs, scales = tessera_like(n, d, 12, seed=5)
     vecs = vecs.copy()
@@ -131,13 +132,13 @@ def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch, n, d) -> None
         tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54}, calibrate=False
     )
     table = V.KnnTable.open(tmp_path / "t")
-    assert table.head is not None
+    assert table.head_blocks is not None
     h = V.head_dims(d)
-    assert table.head.shape == (-(-n // 16), 16 * h)
+    assert table.head_blocks.shape == (-(-n // 16), 16 * h)
     # the blocks hold each row's values at the head dimensions
     some = np.array([0, 1, 15, 16, 17, 12_345, n - 1])
     np.testing.assert_array_equal(
-        V.head_values(table.head, some, h), vecs[some][:, table.meta["head_index"]]
+        V.head_values(table.head_blocks, some, h), vecs[some][:, table.meta["head_index"]]
     )
     # tail norms bound the true ones from above
     tail = np.setdiff1d(np.arange(d), table.meta["head_index"])
@@ -153,7 +154,9 @@ def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch, n, d) -> None
     mask = np.ones(n, bool)
     mask[1::2] = False
     flat = np.full(d, 9, np.int8)
-    for q, ex in ((vecs[7], 7), (vecs[7], None), (vecs[12_345], 12_345), (flat, None)):
+    cases = [(vecs[7], 7), (vecs[7], None), (vecs[12_345], 12_345), (flat, None)]
+    cases += [(vecs[n - 1], None), (vecs[n // 3 + 5], None)]  # the last row; mid-chunk
+    for q, ex in cases:
         for m in (None, mask):
             for k in (1, 10, 60):
                 got = table.search(q, k=k, exclude_row=ex, mask=m)
@@ -178,8 +181,8 @@ def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch, n, d) -> None
         table.search(qf, k=5).rows, V.cosine_topk(table.vectors, table.norms, qf, 5).rows
     )
     # heads are read in place: a truncated file is refused before any page is touched
-    with open(table.path / "head.npy", "r+b") as f:
-        f.truncate(int(table.head.offset) + 100 * table.head.shape[1])
+    with open(table.path / "head_blocks.npy", "r+b") as f:
+        f.truncate(int(table.head_blocks.offset) + 100 * table.head_blocks.shape[1])
     with pytest.raises(VectorTableError, match="truncated"):
         table.search(vecs[7], k=5)
 
@@ -288,11 +291,11 @@ def test_scans_of_in_memory_arrays_never_release_them(tmp_path, monkeypatch) -> 
     mapped = V.KnnTable.open(tmp_path / "t")
     copies = {
         name: np.array(getattr(mapped, name))
-        for name in ("head", "norms", "tailnorm", "bin128", "bin128w")
+        for name in ("head_blocks", "norms", "tailnorm", "bin128", "bin128w")
     }
     mem = dataclasses.replace(mapped, **{k: v.copy() for k, v in copies.items()})
-    assert knn_mapped.file_mapped(mapped.head, mapped.norms, mapped.tailnorm)
-    assert not knn_mapped.file_mapped(mem.head)
+    assert knn_mapped.file_mapped(mapped.head_blocks, mapped.norms, mapped.tailnorm)
+    assert not knn_mapped.file_mapped(mem.head_blocks)
     monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
     monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
     for mode in V.MODES:
@@ -382,10 +385,10 @@ def test_mapped_scans_leave_nothing_of_the_table_resident(tmp_path, monkeypatch)
     table = V.KnnTable.open(tmp_path / "t")
     monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
     monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
-    assert table.head is not None
+    assert table.head_blocks is not None
     assert table.bin128 is not None
     assert table.bin128w is not None
-    arrays = (table.head, table.norms, table.tailnorm, table.bin128, table.bin128w)
+    arrays = (table.head_blocks, table.norms, table.tailnorm, table.bin128, table.bin128w)
     for arr in arrays:
         np.asarray(arr).view(np.uint8).sum()  # everything resident before
         assert _mapping_rss_kb(arr) > 100

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 
@@ -12,6 +13,7 @@ import pytest
 from bench.data import tessera_like
 from store import knn as V
 from store.errors import VectorTableError
+from store.knn import table as knn_table
 
 META = {"band": "geotessera", "tslot": 54, "vintage": 2024}
 
@@ -85,43 +87,62 @@ def test_upgrade_table_adds_heads_and_keeps_rows_and_calibration(tmp_path) -> No
     cells, vecs, scales = tessera_like(3000, 128, 6, seed=2)
     meta = {"band": "geotessera", "tslot": 54, "vintage": 2024, "rerank_multiple": 16}
     V.write_table(tmp_path / "t", cells, vecs, scales, meta)
-    # make it look like a table of the previous layout: no heads in meta
+    # make it look like a table of the layout before heads: no heads in meta
     path = V.KnnTable.open(tmp_path / "t").path
     old_meta = json.loads((path / "meta.json").read_text())
-    for key in ("head_dims", "head_index"):
+    for key in (V.HEAD_BLOCKS_KEY, "head_index"):
         old_meta.pop(key)
     (path / "meta.json").write_text(json.dumps(old_meta))
-    assert V.KnnTable.open(tmp_path / "t").head is None
+    assert V.KnnTable.open(tmp_path / "t").head_blocks is None
     assert V.upgrade_table(tmp_path / "t") is True
     new = V.KnnTable.open(tmp_path / "t")
-    assert new.head is not None
+    assert new.head_blocks is not None
     assert new.meta["rerank_multiple"] == 16
     assert new.meta["vintage"] == 2024
     np.testing.assert_array_equal(np.asarray(new.vectors), vecs[np.argsort(cells)])
     assert V.upgrade_table(tmp_path / "t") is False
-    assert new.meta["head_layout"] == V.HEAD_LAYOUT
+    assert new.meta[V.HEAD_BLOCKS_KEY] == V.head_dims(128)
+    # neither the key nor the file of the row-major heads: code of before the block layout
+    # opens this table without heads instead of misreading them
+    assert "head_dims" not in new.meta
+    assert not (new.path / "head.npy").exists()
 
 
-def test_row_major_heads_of_older_tables_are_not_scanned_and_upgrade_blocks_them(tmp_path) -> None:
-    """A table written before the block layout (heads row-major int8, no ``head_layout``)
-    opens without heads (its bytes would read as wrong dot products) and scans unpruned
-    with the same answer; ``upgrade_table`` rewrites its heads in blocks."""
+def test_row_major_heads_of_older_tables_are_not_scanned_and_upgrade_blocks_them(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    """A table written before the block layout (``head.npy`` row-major int8 under
+    ``head_dims``) opens without heads (its bytes would read as wrong dot products),
+    says so once, and scans unpruned with the same answer; ``upgrade_table`` rewrites
+    its heads in blocks and the scan is pruned again."""
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
     cells, vecs, scales = tessera_like(3000, 128, 6, seed=3)
     V.write_table(tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54})
     t = V.KnnTable.open(tmp_path / "t")
     want = t.search_row(5, k=10)
-    path, h = t.path, int(t.meta["head_dims"])
+    assert want.rows_read_whole is not None  # pruned
+    path, h = t.path, int(t.meta[V.HEAD_BLOCKS_KEY])
     old_meta = json.loads((path / "meta.json").read_text())
-    old_meta.pop("head_layout")
+    old_meta["head_dims"] = old_meta.pop(V.HEAD_BLOCKS_KEY)
     (path / "meta.json").write_text(json.dumps(old_meta))
     np.save(path / "head.npy", np.asarray(t.vectors)[:, old_meta["head_index"]])  # (N, H) int8
-    old = V.KnnTable.open(tmp_path / "t")
-    assert old.head is None
+    (path / "head_blocks.npy").unlink()
+    with caplog.at_level(logging.WARNING, logger="store.knn.layout"):
+        old = V.KnnTable.open(tmp_path / "t")
+        V.KnnTable.open(tmp_path / "t")
+    assert [r.getMessage().count("unpruned") for r in caplog.records] == [1]
+    assert old.head_blocks is None
     assert old.tailnorm is None
     got = old.search_row(5, k=10)
+    assert got.rows_read_whole is None  # the unpruned file scan
     np.testing.assert_array_equal(got.rows, want.rows)
+    np.testing.assert_array_equal(got.scores, want.scores)
     assert V.upgrade_table(tmp_path / "t") is True
     new = V.KnnTable.open(tmp_path / "t")
-    assert new.head is not None
-    assert new.head.shape == (-(-3000 // 16), 16 * h)
-    np.testing.assert_array_equal(new.search_row(5, k=10).rows, want.rows)
+    assert new.head_blocks is not None
+    assert new.head_blocks.shape == (-(-3000 // 16), 16 * h)
+    again = new.search_row(5, k=10)
+    assert again.rows_read_whole is not None
+    np.testing.assert_array_equal(again.rows, want.rows)
+    np.testing.assert_array_equal(again.scores, want.scores)
