@@ -348,20 +348,24 @@ BULK_ROWS = 32
 (~0.5 MB: the cost of some tens of single-row preads) instead of one per row."""
 
 
-@njit(inline="always")
-def _dot_head_block(head, blk, g4, q8, corr, out):  # type: ignore[no-untyped-def]
-    """:func:`store.knn._simd.dot16x64` for any number ``g4`` of 4-dimension groups.
+@njit(cache=True, nogil=True)
+def _head_dots_generic(head, b0, nb, g4, q8, corr, part):  # type: ignore[no-untyped-def]
+    """:func:`store.knn._simd.dot16x64` for any number ``g4`` of 4-dimension groups, over
+    ``nb`` head blocks from block ``b0``: ``part[16 b + r]`` = the exact dot product of row
+    ``r`` of block ``b0 + b`` (the stored layout, :func:`store.knn.codes.head_blocks`) with
+    the int8 query ``q8``.
 
-    ``out[r]`` = the exact dot product of row ``r`` of head block ``blk`` (the stored
-    layout, :func:`store.knn.codes.head_blocks`) with the int8 query ``q8``.
+    Not inlined: inlined into :func:`cosine_scan_pruned` beside the SIMD block, this loop
+    slowed the scan's SIMD path by ~17 % on one thread (bench/HISTORY.md, session 21).
     """
-    for r in range(16):
-        acc = np.int32(corr)
-        for g in range(g4):
-            o = g * 64 + r * 4
-            for j in range(4):
-                acc += np.int32(head[blk, o + j]) * np.int32(q8[4 * g + j])
-        out[r] = np.float64(acc)
+    for b in range(nb):
+        for r in range(16):
+            acc = np.int32(corr)
+            for g in range(g4):
+                o = g * 64 + r * 4
+                for j in range(4):
+                    acc += np.int32(head[b0 + b, o + j]) * np.int32(q8[4 * g + j])
+            part[16 * b + r] = np.float64(acc)
 
 
 @njit(parallel=True, cache=True, fastmath=_FASTMATH)
@@ -456,16 +460,12 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
                 thr = keys[0]
             # the buffer's exact head dots, a block of 16 rows at a time (a is on a
             # block; the table's last block is padded), as float64
-            for o in range(0, m, 16):
-                if simd:
-                    _dot16(
-                        hbase + ((a + o) // 16) * hstride,
-                        q8.ctypes.data,
-                        corr,
-                        part[o:].ctypes.data,
-                    )
-                else:
-                    _dot_head_block(head, (a + o) // 16, g4, q8, corr, part[o:])
+            if simd:
+                for o in range(0, m, 16):
+                    blk = hbase + ((a + o) // 16) * hstride
+                    _dot16(blk, q8.ctypes.data, corr, part[o:].ctypes.data)
+            else:
+                _head_dots_generic(head, a // 16, (m + 15) // 16, g4, q8, corr, part)
             # a row can enter only if bound / norm >= thr, i.e. bound >= thr * norm
             # (no division; BOUND_SLACK dwarfs the rounding of the product). A
             # zero-norm row (key 0) passes when thr <= 0; -inf passes everything.
