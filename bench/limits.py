@@ -17,15 +17,28 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
     (
         "knn",
         "find_like cosine: share of the read-bandwidth limit",
-        "the host's memory bandwidth more than the code: the read pass it is judged against"
-        " ran at 43.7–48.3 GB/s in session 20's runs and 25.5–31 GB/s on the next morning with"
-        " the page cache in the same 2 MB folios (checked), while the scan moved far less"
-        " (19.9–22.6 GB/s). Session 21 stored the heads in blocks of 16 rows so a block's 16"
-        " head dots are 16 VNNI multiply-adds (store.knn._simd): one thread's scan in memory"
-        " 40.6 -> 29.6 ms at 10^7 rows, so two threads are near memory-bound (dots alone 31"
-        " GB/s in memory) and the share follows the limit less. What remains (perf, 2"
-        " threads): 74 % in the compiled scan, 14 % kernel (TLB-flush interrupts ~4.5 %, the"
-        " survivors' pread copies ~2 %), 6 % OpenMP barrier waits.",
+        "the host's memory bandwidth as much as the code: the read pass it is judged against"
+        " runs at ~30–34 or ~45–52 GB/s from one process to the next (session 21: 25.5–52.5"
+        " GB/s with the page cache in the same 2 MB folios, checked), while the scan is held"
+        " by its own work. Session 21 stored the heads in blocks of 16 rows (a block's 16 head"
+        " dots are 16 VNNI multiply-adds, store.knn._simd) and took the generic dots out of the"
+        " scan's loop: the scan went 19.9–24.9 -> 28.4–30.7 GB/s and the share 54–71 % ->"
+        " 59.3–62.0 %, the lowest where the read pass ran at 52.5 GB/s. What holds the scan"
+        " (one thread, in memory, session 21): ~29 ms of dots and bound at 10^7 rows, plus ~2.4"
+        " µs for each row that survives the bound and is read whole by pread (5,139 rows, ~12"
+        " ms, for one query).",
+    ),
+    (
+        "knn",
+        "find_like hamming_then_rerank: hamming_then_rerank,",
+        "the exact scan it is judged against got faster: session 21's pruned cosine takes"
+        " 24.8–26.5 ms in these pairs (31–36 ms before), so the same rerank (3.8–4.3 ms in"
+        " runs A and B) reads 0.155–0.159, and run C's median rerank took 6.1 ms (p10 4.1, p90"
+        " 7.1) for 0.263. Most of a rerank is reading its 2,560+ candidate rows: a pread of a"
+        " scattered 128-byte row costs ~4.9 µs on this VM (2,560 rows in 12.5 ms on one"
+        " thread), against ~1.7 µs through the table's mapping with one release after"
+        " (session 21 probe; not adopted: a query's fault-around would map up to ~160 MB"
+        " until the release, against the server's RSS budget).",
     ),
     (
         "queries",
@@ -55,7 +68,11 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         " ms), the chunk index ~7 %, the series and anomaly statistics the rest — where 100x of"
         " the rioxarray baseline (~1.3 s) allows ~13 ms. Finer decode units (zarr sharding,"
         " measured) cut the decode by a third at best; an inventory read for the box's"
-        " partitions only would save about half of its ~37 ms: neither reaches the budget.",
+        " partitions only would save about half of its ~37 ms: neither reaches the budget."
+        " Session 21, timed piece by piece on fresh contexts (medians of 15): the repository"
+        " open 3.5 ms, the whole inventory 27.7 ms, the NDVI chunk index 3.0 ms, the rest of"
+        " the answer (the chunks' fetch and decode, statistics, signing) 66.3 ms; a whole cold"
+        " answer 104.5 ms.",
     ),
     (
         "memory",
