@@ -136,9 +136,16 @@ def head_dims(d: int) -> int:
 
 def blocked_heads(meta: Mapping[str, Any]) -> int:
     """Head dimensions H of a table whose ``meta.json`` says its heads are stored in blocks
-    (:data:`HEAD_BLOCKS_KEY`), else 0."""
+    (:data:`HEAD_BLOCKS_KEY`), else 0.
+
+    A ``head_dims`` key wins: this code never writes it, so a table carrying both was
+    rewritten by older code (its ``upgrade_table`` keeps keys it does not know), and its
+    heads are the row-major ``head.npy``.
+    """
     h = meta.get(HEAD_BLOCKS_KEY)
-    return h if isinstance(h, int) and not isinstance(h, bool) and h > 0 else 0
+    if "head_dims" in meta or isinstance(h, bool) or not isinstance(h, int):
+        return 0
+    return h if h > 0 else 0
 
 
 def legacy_heads(meta: Mapping[str, Any]) -> bool:

@@ -87,8 +87,8 @@ def check_arrays(path: Path, meta: Mapping[str, Any], arrays: Mapping[str, Any])
             h % 4
             or not isinstance(hi, list)
             or len(hi) != h
+            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < d for i in hi)
             or sorted(set(hi)) != hi
-            or not all(isinstance(i, int) and 0 <= i < d for i in hi)
         ):
             raise VectorTableError(f"{path}/meta.json: bad head_block_dims or head_index")
     for name, arr in arrays.items():

@@ -179,7 +179,9 @@ def write_table(
             extra["ivf"] = _add_ivf(arrays, truth)
     digest = _digest(arrays)
     full_meta = {
-        **meta,
+        # what the arrays written here derive (heads, lists, ...) is never taken from the
+        # caller's meta: a key copied from another table would claim arrays this one lacks
+        **{k: v for k, v in meta.items() if k not in _DERIVED_META},
         **extra,
         "format": FORMAT,
         "n": int(n),
@@ -297,6 +299,7 @@ _DERIVED_META = (
     "head_dims",
     "head_index",
     HEAD_BLOCKS_KEY,
+    "head_layout",  # written by session 21's first commits (f739972..4573c29) only
     "ivf",
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from store.knn._kernels import _head_dots_generic
 from store.knn._simd import dot16x64, dot16x64_generic
 from store.knn.codes import head_blocks
 
@@ -49,3 +50,22 @@ def test_dot16x64_equals_integer_dot() -> None:
         for fast in (True, False):
             got = _dots(body, q, fast)
             np.testing.assert_array_equal(got, want.astype(np.float64))
+
+
+def test_generic_head_dots_equal_integer_dots_for_any_head_width() -> None:
+    """The compiled loop for heads other than 64 dimensions (and machines without VNNI):
+    4, 32 and 48 dimensions, from a block other than the first, over a part-filled last
+    block (its padding rows score 0), against numpy's int64 dot."""
+    rng = np.random.default_rng(2)
+    for h in (4, 32, 48):
+        rows = rng.integers(-128, 128, (16 * 7 - 3, h), dtype=np.int64).astype(np.int8)
+        rows[:16] = -128
+        q = rng.integers(-128, 128, h).astype(np.int8)
+        blocks = head_blocks(rows)
+        corr = np.int32(-128 * int(q.astype(np.int64).sum()))
+        part = np.full(16 * 6 + 16, np.nan)
+        _head_dots_generic(blocks, 1, 6, h // 4, q, corr, part)
+        want = np.zeros(16 * 7, np.int64)
+        want[: rows.shape[0]] = rows.astype(np.int64) @ q.astype(np.int64)
+        np.testing.assert_array_equal(part[: 16 * 6], want[16:].astype(np.float64))
+        assert np.isnan(part[16 * 6 :]).all()  # nothing written past the blocks asked for

@@ -146,3 +146,55 @@ def test_row_major_heads_of_older_tables_are_not_scanned_and_upgrade_blocks_them
     assert again.rows_read_whole is not None
     np.testing.assert_array_equal(again.rows, want.rows)
     np.testing.assert_array_equal(again.scores, want.scores)
+    assert "head_dims" not in new.meta
+
+
+def test_a_table_rewritten_by_older_code_opens_unpruned_and_upgrades(tmp_path, monkeypatch) -> None:
+    """Older code's upgrade_table rewrites a table of this layout with row-major heads and
+    keeps the ``head_block_dims`` it does not know: ``head_dims`` wins, the table opens
+    without heads (no missing ``head_blocks.npy``), answers the same, and upgrades."""
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
+    cells, vecs, scales = tessera_like(2000, 128, 6, seed=4)
+    V.write_table(tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54})
+    t = V.KnnTable.open(tmp_path / "t")
+    want = t.search_row(3, k=10)
+    meta = json.loads((t.path / "meta.json").read_text())
+    meta["head_dims"] = meta[V.HEAD_BLOCKS_KEY]  # both keys, as older code leaves them
+    (t.path / "meta.json").write_text(json.dumps(meta))
+    np.save(t.path / "head.npy", np.asarray(t.vectors)[:, meta["head_index"]])
+    (t.path / "head_blocks.npy").unlink()
+    old = V.KnnTable.open(tmp_path / "t")
+    assert old.head_blocks is None
+    got = old.search_row(3, k=10)
+    assert got.rows_read_whole is None
+    np.testing.assert_array_equal(got.rows, want.rows)
+    assert V.upgrade_table(tmp_path / "t") is True
+    new = V.KnnTable.open(tmp_path / "t")
+    assert new.head_blocks is not None
+    assert "head_dims" not in new.meta
+    np.testing.assert_array_equal(new.search_row(3, k=10).rows, want.rows)
+
+
+def test_derived_keys_of_the_callers_meta_are_not_written_and_bad_head_keys_refused(
+    tmp_path,
+) -> None:
+    """Metadata copied from another table cannot claim arrays this one lacks (a 32-D table
+    has no heads and no lists); a head count that is no multiple of 4 is refused at open,
+    a boolean one means no heads."""
+    cells, vecs, scales = tessera_like(500, 32, 4, seed=6)
+    copied = {"band": "x", "tslot": 1, V.HEAD_BLOCKS_KEY: 64, "head_index": [0], "ivf": {}}
+    V.write_table(tmp_path / "small", cells, vecs, scales, copied)
+    small = V.KnnTable.open(tmp_path / "small")
+    assert small.head_blocks is None
+    assert small.ivf is None
+    assert V.HEAD_BLOCKS_KEY not in small.meta
+    cells, vecs, scales = tessera_like(500, 128, 4, seed=6)
+    V.write_table(tmp_path / "t", cells, vecs, scales, {"band": "x", "tslot": 1})
+    path = V.KnnTable.open(tmp_path / "t").path
+    meta = json.loads((path / "meta.json").read_text())
+    (path / "meta.json").write_text(json.dumps({**meta, V.HEAD_BLOCKS_KEY: True}))
+    assert V.KnnTable.open(tmp_path / "t").head_blocks is None
+    (path / "meta.json").write_text(json.dumps({**meta, V.HEAD_BLOCKS_KEY: 62}))
+    with pytest.raises(VectorTableError):
+        V.KnnTable.open(tmp_path / "t")
