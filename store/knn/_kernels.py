@@ -66,6 +66,7 @@ __all__ = [
     "merge_hamming",
     "popcount64",
     "pread_rows",
+    "pread_rows_parallel",
     "sys_madvise",
     "sys_pread",
 ]
@@ -526,6 +527,29 @@ def cosine_scan_pruned(  # type: ignore[no-untyped-def]
             _drop(tailnorm, region, hi, True)
         sizes[c] = size
     return out_k, out_r, sizes, errs, full_reads
+
+
+@njit(parallel=True, cache=True)
+def pread_rows_parallel(fd, rows, d, base, nchunk):  # type: ignore[no-untyped-def]
+    """:func:`pread_rows` in ``nchunk`` parallel chunks of ``rows``, into a new ``(n, d)``
+    int8 array. Returns ``(out, index of the first row a short read hit, or -1)``."""
+    n = rows.shape[0]
+    out = np.empty((n, d), np.int8)
+    bad = np.full(nchunk, n, np.int64)
+    for c in prange(nchunk):
+        lo = n * c // nchunk
+        hi = n * (c + 1) // nchunk
+        i = lo
+        while i < hi:
+            j = i + 1
+            while j < hi and rows[j] == rows[j - 1] + 1:
+                j += 1
+            if not _read_full(fd, out[i:].ctypes.data, (j - i) * d, base + rows[i] * d):
+                bad[c] = i
+                break
+            i = j
+    first = bad.min()
+    return out, (first if first < n else -1)
 
 
 @njit(cache=True, nogil=True)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -76,7 +77,7 @@ from store.knn.scan import (
     run_parallel,
 )
 
-__all__ = ["FILE_SCAN_BYTES", "PRUNE_MIN_ROWS", "KnnTable"]
+__all__ = ["FILE_SCAN_BYTES", "PARALLEL_READ_ROWS", "PRUNE_MIN_ROWS", "KnnTable"]
 
 FILE_SCAN_BYTES = 8 << 20
 """Tables with more bytes than this (per scanned array) are scanned in parallel chunks that never
@@ -88,6 +89,9 @@ Below, the seed sample and the per-buffer bookkeeping cost more than the bytes
 saved. bench/RESULTS.md lists the pruned scan beside the unpruned one
 ("cosine full scan, no pruning") at 10^6 and 10^7 rows.
 """
+PARALLEL_READ_ROWS = 512
+"""Rows from which :meth:`KnnTable.read_rows` reads on every thread (a rerank's 2,560+
+candidates; the cosine seed's sample is a few long runs)."""
 _SPLIT_MAX_KEEP = MAX_CANDIDATES + 1
 """Hamming scans keeping fewer rows than this read the word-major planes (all of them).
 
@@ -384,12 +388,19 @@ class KnnTable:
             raise VectorTableError(f"{self.path}/{name}: short read at row {int(bad.min()) - 1}")
 
     def read_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
-        """Rows of ``vectors`` read with ``pread`` (runs coalesced, in a compiled loop)."""
-        out = np.empty((rows.size, self.d), dtype=np.int8)
+        """Rows of ``vectors`` read with ``pread`` (runs coalesced, in a compiled loop; from
+        :data:`PARALLEL_READ_ROWS` rows on, on every thread: a scattered row's pread is ~1 µs
+        of syscall, most of a rerank's time)."""
+        r = np.ascontiguousarray(rows, np.int64)
         with open_ro(self.path / "vectors.npy") as fd:
-            bad = _kernels.pread_rows(
-                fd, np.ascontiguousarray(rows, np.int64), self.d, data_offset(self.vectors), out
-            )
+            if r.size >= PARALLEL_READ_ROWS:
+                nchunk = 2 * max(numba.get_num_threads(), 1)
+                out, bad = run_parallel(
+                    _kernels.pread_rows_parallel, fd, r, self.d, data_offset(self.vectors), nchunk
+                )
+            else:
+                out = np.empty((r.size, self.d), dtype=np.int8)
+                bad = _kernels.pread_rows(fd, r, self.d, data_offset(self.vectors), out)
         if bad >= 0:
             raise VectorTableError(f"{self.path}/vectors.npy: short read at row {int(rows[bad])}")
         return out

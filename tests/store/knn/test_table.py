@@ -187,6 +187,24 @@ def test_pruned_cosine_equals_the_full_scan(tmp_path, monkeypatch, n, d) -> None
         table.search(vecs[7], k=5)
 
 
+def test_read_rows_on_every_thread_equals_the_rows_and_reports_short_reads(tmp_path) -> None:
+    """From PARALLEL_READ_ROWS rows on, rows are read in parallel chunks: runs of
+    consecutive rows that straddle a chunk's bounds, repeated and scattered rows come back
+    as stored; a file cut under the open table is a short read at the first lost row."""
+    n = 3000
+    table, vecs = _random_table(tmp_path, n, seed=12)
+    rng = np.random.default_rng(0)
+    rows = np.sort(
+        np.concatenate([rng.choice(n, 700, replace=False), np.arange(1000, 1400), [5, 5]])
+    ).astype(np.int64)
+    assert rows.size >= knn_table.PARALLEL_READ_ROWS
+    np.testing.assert_array_equal(table.read_rows(rows), vecs[rows])
+    with open(table.path / "vectors.npy", "r+b") as f:
+        f.truncate(int(table.vectors.offset) + 2500 * 128)
+    with pytest.raises(VectorTableError, match=f"short read at row {rows[rows >= 2500][0]}"):
+        table.read_rows(rows)
+
+
 def test_table_rerank_reads_rows_with_pread_and_matches_the_mapped_path(tmp_path) -> None:
 
     n = 3000
