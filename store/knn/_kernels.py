@@ -539,15 +539,9 @@ def pread_rows_parallel(fd, rows, d, base, nchunk):  # type: ignore[no-untyped-d
     for c in prange(nchunk):
         lo = n * c // nchunk
         hi = n * (c + 1) // nchunk
-        i = lo
-        while i < hi:
-            j = i + 1
-            while j < hi and rows[j] == rows[j - 1] + 1:
-                j += 1
-            if not _read_full(fd, out[i:].ctypes.data, (j - i) * d, base + rows[i] * d):
-                bad[c] = i
-                break
-            i = j
+        got = pread_rows(fd, rows[lo:hi], d, base, out[lo:hi])
+        if got >= 0:
+            bad[c] = lo + got
     first = bad.min()
     return out, (first if first < n else -1)
 

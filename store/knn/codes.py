@@ -145,13 +145,13 @@ def blocked_heads(meta: Mapping[str, Any]) -> int:
     h = meta.get(HEAD_BLOCKS_KEY)
     if "head_dims" in meta or isinstance(h, bool) or not isinstance(h, int):
         return 0
-    return h if h > 0 else 0
+    return max(h, 0)
 
 
 def legacy_heads(meta: Mapping[str, Any]) -> bool:
     """The table stores row-major heads of before the block layout (not read: see
     :data:`HEAD_BLOCKS_KEY`)."""
-    return bool(meta.get("head_dims")) and not blocked_heads(meta)
+    return bool(meta.get("head_dims"))  # it wins over the block key (blocked_heads)
 
 
 def head_blocks_shape(n: int, h: int) -> tuple[int, int]:

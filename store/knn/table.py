@@ -91,7 +91,7 @@ saved. bench/RESULTS.md lists the pruned scan beside the unpruned one
 """
 PARALLEL_READ_ROWS = 512
 """Rows from which :meth:`KnnTable.read_rows` reads on every thread (a rerank's 2,560+
-candidates; the cosine seed's sample is a few long runs)."""
+candidates, the pruned cosine seed's 8,192 sampled rows)."""
 _SPLIT_MAX_KEEP = MAX_CANDIDATES + 1
 """Hamming scans keeping fewer rows than this read the word-major planes (all of them).
 
@@ -130,7 +130,7 @@ class KnnTable:
     """``(ceil(N / 16), 16 H)`` row heads in blocks (memmap; :func:`store.knn.codes.head_blocks`),
     or None (older tables, small D)."""
     tailnorm: npt.NDArray[np.float32] | None = field(default=None)
-    """``(N,)`` tail norms rounded up (memmap), with :attr:`head`."""
+    """``(N,)`` tail norms rounded up (memmap), with :attr:`head_blocks`."""
     bin128w: npt.NDArray[np.uint64] | None = field(default=None)
     """``(2, N)`` the binary codes word-major (memmap), or None (older tables, D != 128)."""
     ivf: IvfArrays | None = field(default=None)

@@ -108,6 +108,31 @@ def test_upgrade_table_adds_heads_and_keeps_rows_and_calibration(tmp_path) -> No
     assert not (new.path / "head.npy").exists()
 
 
+def _as_older_code_left_it(tmp_path, monkeypatch, n: int, seed: int, row: int, *, both_keys: bool):
+    """A pruned table of ``n`` rows at ``tmp_path / "t"`` and its answer for ``row``; then the
+    table rewritten as code of before the block layout leaves it: ``head.npy`` row-major int8
+    under ``head_dims`` (beside ``head_block_dims`` when ``both_keys``: what older code's
+    ``upgrade_table`` keeps), no ``head_blocks.npy``. File scans and pruning forced on.
+
+    Returns:
+        (head dimensions, the pruned answer).
+    """
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
+    cells, vecs, scales = tessera_like(n, 128, 6, seed=seed)
+    V.write_table(tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54})
+    t = V.KnnTable.open(tmp_path / "t")
+    want = t.search_row(row, k=10)
+    assert want.rows_read_whole is not None  # pruned
+    meta = json.loads((t.path / "meta.json").read_text())
+    h = int(meta[V.HEAD_BLOCKS_KEY])
+    meta["head_dims"] = meta[V.HEAD_BLOCKS_KEY] if both_keys else meta.pop(V.HEAD_BLOCKS_KEY)
+    (t.path / "meta.json").write_text(json.dumps(meta))
+    np.save(t.path / "head.npy", np.asarray(t.vectors)[:, meta["head_index"]])  # (N, H) int8
+    (t.path / "head_blocks.npy").unlink()
+    return h, want
+
+
 def test_row_major_heads_of_older_tables_are_not_scanned_and_upgrade_blocks_them(
     tmp_path, monkeypatch, caplog
 ) -> None:
@@ -115,19 +140,7 @@ def test_row_major_heads_of_older_tables_are_not_scanned_and_upgrade_blocks_them
     ``head_dims``) opens without heads (its bytes would read as wrong dot products),
     says so once, and scans unpruned with the same answer; ``upgrade_table`` rewrites
     its heads in blocks and the scan is pruned again."""
-    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
-    monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
-    cells, vecs, scales = tessera_like(3000, 128, 6, seed=3)
-    V.write_table(tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54})
-    t = V.KnnTable.open(tmp_path / "t")
-    want = t.search_row(5, k=10)
-    assert want.rows_read_whole is not None  # pruned
-    path, h = t.path, int(t.meta[V.HEAD_BLOCKS_KEY])
-    old_meta = json.loads((path / "meta.json").read_text())
-    old_meta["head_dims"] = old_meta.pop(V.HEAD_BLOCKS_KEY)
-    (path / "meta.json").write_text(json.dumps(old_meta))
-    np.save(path / "head.npy", np.asarray(t.vectors)[:, old_meta["head_index"]])  # (N, H) int8
-    (path / "head_blocks.npy").unlink()
+    h, want = _as_older_code_left_it(tmp_path, monkeypatch, 3000, 3, 5, both_keys=False)
     with caplog.at_level(logging.WARNING, logger="store.knn.layout"):
         old = V.KnnTable.open(tmp_path / "t")
         V.KnnTable.open(tmp_path / "t")
@@ -153,17 +166,7 @@ def test_a_table_rewritten_by_older_code_opens_unpruned_and_upgrades(tmp_path, m
     """Older code's upgrade_table rewrites a table of this layout with row-major heads and
     keeps the ``head_block_dims`` it does not know: ``head_dims`` wins, the table opens
     without heads (no missing ``head_blocks.npy``), answers the same, and upgrades."""
-    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
-    monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
-    cells, vecs, scales = tessera_like(2000, 128, 6, seed=4)
-    V.write_table(tmp_path / "t", cells, vecs, scales, {"band": "geotessera", "tslot": 54})
-    t = V.KnnTable.open(tmp_path / "t")
-    want = t.search_row(3, k=10)
-    meta = json.loads((t.path / "meta.json").read_text())
-    meta["head_dims"] = meta[V.HEAD_BLOCKS_KEY]  # both keys, as older code leaves them
-    (t.path / "meta.json").write_text(json.dumps(meta))
-    np.save(t.path / "head.npy", np.asarray(t.vectors)[:, meta["head_index"]])
-    (t.path / "head_blocks.npy").unlink()
+    _, want = _as_older_code_left_it(tmp_path, monkeypatch, 2000, 4, 3, both_keys=True)
     old = V.KnnTable.open(tmp_path / "t")
     assert old.head_blocks is None
     got = old.search_row(3, k=10)
