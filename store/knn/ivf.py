@@ -43,10 +43,12 @@ import numpy.typing as npt
 
 from store.errors import VectorTableError
 from store.knn.codes import BIN_BYTES, ROTATION_SEED, rotation
+from store.knn.mapped import release
 from store.knn.scan import read_only
 
 __all__ = [
     "IVF_FILES",
+    "IVF_MIN_MASK",
     "IVF_MIN_ROWS",
     "IvfArrays",
     "IvfPlan",
@@ -55,6 +57,7 @@ __all__ = [
     "best_candidates",
     "build_ivf",
     "calibrate_ivf",
+    "list_candidates",
     "list_count",
     "probe",
 ]
@@ -103,6 +106,12 @@ class IvfPlan:
 
     nprobe: int
     multiple: int
+
+
+IVF_MIN_MASK = 0.5
+"""A mask keeping less than this share of the rows does not use the lists (the probed lists
+could hold too few eligible rows): a rerank runs the full triage, the pruned cosine scan's
+seed samples the table."""
 
 
 def list_count(n: int) -> int:
@@ -232,6 +241,38 @@ def adc_scores(
     if m < 0:
         raise VectorTableError(f"ivf_rows.npy: list position {-1 - m} names no row of the table")
     return out_rows[:m], out_scores[:m]
+
+
+def list_candidates(
+    ivf: IvfArrays,
+    qf: npt.NDArray[np.float32],
+    n: int,
+    n_keep: int,
+    nprobe: int,
+    mask: npt.NDArray[np.bool_] | None,
+    eligible: int,
+    exclude: int,
+) -> tuple[npt.NDArray[np.int64], int, int]:
+    """The ``n_keep`` eligible rows of best estimate in the lists nearest ``qf`` (ascending).
+
+    Probes the ``nprobe`` nearest lists, and more until they hold about ``n_keep`` eligible
+    rows (their rows scaled by the mask's share ``eligible / n``), scores their eligible rows
+    (:func:`adc_scores`) and releases the lists' pages after.
+
+    Returns:
+        ``(candidates, rows scored, lists probed)``; fewer candidates than ``n_keep`` when
+        the lists hold fewer eligible rows.
+    """
+    # the excluded row counts in the lists but is never a candidate: one more
+    lists = probe(ivf, qf, nprobe, -(-(n_keep + 1) * n // max(eligible, 1)))
+    try:
+        rows, scores = adc_scores(ivf, lists, adc_lut(qf, ivf.centroids.shape[1]), mask, exclude)
+    finally:
+        for li in lists.tolist():  # never leave the lists resident
+            lo, hi = int(ivf.offsets[li]), int(ivf.offsets[li + 1])
+            release(ivf.codes, lo, hi)
+            release(ivf.rows, lo, hi)
+    return best_candidates(rows, scores, n_keep), int(rows.size), int(lists.size)
 
 
 def best_candidates(

@@ -23,8 +23,7 @@ import numpy.typing as npt
 
 from store.errors import InvalidVectorQuery
 from store.knn import _kernels
-from store.knn.ivf import adc_lut, adc_scores, best_candidates, probe
-from store.knn.mapped import release
+from store.knn.ivf import IVF_MIN_MASK, list_candidates
 from store.knn.scan import (
     MAX_CANDIDATES,
     KnnResult,
@@ -40,9 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["IVF_MIN_MASK", "rerank"]
 
-IVF_MIN_MASK = 0.5
-"""A mask keeping less than this share of the rows sends a rerank to the full triage (the
-probed lists could hold too few eligible rows)."""
 MODE = "hamming_then_rerank"
 
 
@@ -114,20 +110,11 @@ def _list_triage(
     if not np.all(np.isfinite(qf)) or not np.any(qf):
         raise InvalidVectorQuery("query vector must be finite and not all zeros")
     n_keep = min(MAX_CANDIDATES, multiple * k)
-    # the excluded row counts in the lists but is never a candidate: one more
-    lists = probe(ivf, qf, nprobe, -(-(n_keep + 1) * table.n // max(eligible, 1)))
     exclude = -1 if exclude_row is None else int(exclude_row)
-    try:
-        rows, scores = adc_scores(ivf, lists, adc_lut(qf, table.d), m, exclude)
-    finally:
-        for li in lists.tolist():  # never leave the lists resident
-            lo, hi = int(ivf.offsets[li]), int(ivf.offsets[li + 1])
-            release(ivf.codes, lo, hi)
-            release(ivf.rows, lo, hi)
-    if rows.size < k:
+    cand, scored, probed = list_candidates(ivf, qf, table.n, n_keep, nprobe, m, eligible, exclude)
+    if scored < k:
         return None
-    cand = best_candidates(rows, scores, n_keep)
-    return _rescore(table, q, k, cand, int(rows.size), multiple, int(lists.size))
+    return _rescore(table, q, k, cand, scored, multiple, probed)
 
 
 def _rescore(

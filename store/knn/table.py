@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from store.errors import InvalidVectorQuery, VectorTableError
 from store.knn import _kernels
-from store.knn._seed import NO_SEED, hamming_seed
+from store.knn._seed import NO_SEED, cosine_seed, hamming_seed
 from store.knn.codes import BIN_BYTES, binarize, head_blocks_shape, int8_norms
 from store.knn.ivf import IVF_FILES, IvfArrays, IvfPlan
 from store.knn.layout import array_names, check_arrays
@@ -73,7 +73,6 @@ from store.knn.scan import (
     n_chunks,
     prep_mask,
     prep_query,
-    read_only,
     run_parallel,
 )
 
@@ -98,8 +97,6 @@ _SPLIT_MAX_KEEP = MAX_CANDIDATES + 1
 Measured at 10^7 rows, one thread, 25 paired rounds (bench/HISTORY.md, session 11): for
 a rerank's 5,120 candidates the word-major scan costs 0.767 [0.70-0.83] of the row-major
 scan's CPU time; for k = 10 it reads about half the bytes."""
-_SAMPLE_RUNS = 32
-_SEED_RUN_ROWS = 256  # rows per run of the pruned cosine scan's seed sample (32 x 256 rows, 1 MB)
 _GATHER_ROWS = 1 << 16  # a sparse mask with at most this many rows is gathered by pread
 _SEED_MIN_KEEP = 1024
 """Hamming scans keeping at least this many rows (a rerank's candidates) start from a sampled
@@ -516,7 +513,7 @@ class KnnTable:
                 exclude,
                 k,
                 n_chunks(self.n),
-                self._cosine_seed(qi, k, mask, use_mask, exclude),
+                cosine_seed(self, qi, k, mask, use_mask, exclude),
                 file_mapped(self.head_blocks, self.norms, self.tailnorm),
             )
         self._check_errs(out[3], "head_blocks.npy, norms.npy, tailnorm.npy or vectors.npy")
@@ -528,39 +525,6 @@ class KnnTable:
             mode="cosine",
             rows_read_whole=int(out[4].sum()),
         )
-
-    def _cosine_seed(
-        self,
-        qi: npt.NDArray[np.int16],
-        k: int,
-        mask: npt.NDArray[np.bool_],
-        use_mask: bool,
-        exclude: int,
-    ) -> float:
-        """The k-th best exact key over a sample of eligible rows (-inf if fewer than k).
-
-        Any k eligible rows bound the k-th best key of the table from below, so the
-        pruned scan may skip every row whose bound is under it from its first
-        buffer on, instead of waiting for its heaps to fill. The sample is
-        :data:`_SAMPLE_RUNS` evenly spaced runs of :data:`_SEED_RUN_ROWS` rows.
-        """
-        n = self.n
-        starts = np.linspace(0, max(0, n - _SEED_RUN_ROWS), _SAMPLE_RUNS).astype(np.int64)
-        rows = (starts[:, None] + np.arange(_SEED_RUN_ROWS)[None, :]).ravel()
-        if n < 2 * _SAMPLE_RUNS * _SEED_RUN_ROWS:  # runs may overlap: make the rows unique
-            rows = np.unique(rows)
-        rows = rows[(rows < n) & (rows != exclude)]
-        if use_mask:
-            rows = rows[mask[rows]]
-        if rows.size < k:
-            return -math.inf
-        vectors = self.read_rows(rows)
-        args = (vectors, int8_norms(vectors), qi, np.zeros(1, np.float32), False)
-        out = _kernels.cosine_scan_serial(
-            *map(read_only, (*args, np.ones(1, np.bool_), False, -1, k))
-        )
-        kth, _ = merge_topk(out, k)
-        return float(kth[-1]) if kth.size == k else -math.inf
 
     def search_row(self, row: int, **kwargs: Any) -> KnnResult:
         """Neighbours of a stored row (the row itself is excluded).

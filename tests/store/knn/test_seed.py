@@ -104,3 +104,59 @@ def test_hamming_seed_counts_only_eligible_rows(tmp_path) -> None:
     seed = _seed.hamming_seed(table.bin128w, q, 50, None, 10)
     assert seed < _seed.NO_SEED
     assert np.count_nonzero(np.delete(dist, 10) <= seed) >= 50
+
+
+def test_cosine_seed_from_the_nearest_list_bounds_the_answer(tmp_path, monkeypatch) -> None:
+    """On a table with inverted lists the pruned cosine scan's seed is the k-th best key of
+    the query's nearest list's best candidates: eligible rows only (mask, excluded row), a key
+    at most the answer's k-th, usually far above a sample's; a narrow mask, or lists holding
+    fewer than k eligible rows, fall back to the sample. The pruned answers stay the full
+    scan's."""
+    cells, vecs, scales = tessera_like(40_000, seed=5)
+    V.write_table(tmp_path / "t", cells, vecs, scales, META, ivf=True)
+    table = V.KnnTable.open(tmp_path / "t")
+    assert table.ivf is not None
+    monkeypatch.setattr(knn_table, "FILE_SCAN_BYTES", 0)
+    monkeypatch.setattr(knn_table, "PRUNE_MIN_ROWS", 0)
+    n = table.n
+    dense = np.ones(n, bool)
+    dense[::3] = False
+    sparse = np.zeros(n, bool)
+    sparse[::10] = True
+    none = np.zeros(1, bool)
+    above = 0
+    for row in (3, 777, 12_345, 39_999):
+        qi = np.asarray(vecs[row], np.int16)
+        for mask, use in ((none, False), (dense, True), (sparse, True)):
+            for ex in (row, -1):
+                rows = _seed._list_seed_rows(table, qi, 10, mask, use, ex)
+                if use and mask is sparse:
+                    assert rows is None  # under IVF_MIN_MASK: the sample
+                    continue
+                assert rows is not None
+                assert rows.size == _seed.COSINE_LIST_ROWS
+                assert ex not in rows.tolist()
+                if use:
+                    assert mask[rows].all()
+        for mask, use in ((none, False), (dense, True), (sparse, True)):
+            for k in (1, 10, 70):
+                m = mask if use else None
+                seed = _seed.cosine_seed(table, qi, k, mask, use, row)
+                ref = V.cosine_topk(
+                    table.vectors, table.norms, vecs[row], k, exclude_row=row, mask=m
+                )
+                qnorm = float(np.linalg.norm(qi.astype(np.float64)))
+                assert seed <= ref.scores[-1] * qnorm * (1 + 1e-9)
+                got = table.search(vecs[row], k=k, exclude_row=row, mask=m)
+                np.testing.assert_array_equal(got.rows, ref.rows)
+                np.testing.assert_array_equal(got.scores, ref.scores)
+        # the list seed against the sample's (the seed the table had before the lists)
+        sample = _seed._sampled_rows(n, none, False, row)
+        keys = vecs[sample].astype(np.int64) @ qi.astype(np.int64) / table.norms[sample]
+        listed = _seed.cosine_seed(table, qi, 10, none, False, row)
+        above += listed > np.sort(keys)[-10]
+    assert above >= 3
+    # lists holding fewer than k eligible rows: the sample
+    assert (
+        _seed._list_seed_rows(table, np.asarray(vecs[3], np.int16), n + 1, none, False, -1) is None
+    )
