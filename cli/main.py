@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from api.errors import ApiError
-from cli import commands, gc, ingest, memory, recall
+from cli import commands, gc, ingest, knn, memory, recall
 from store import address, tslot
 from store.errors import AddressError, StoreError
 
@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.register(sub)
     recall.register(sub)
     gc.register(sub)
+    knn.register(sub)
     return p
 
 

@@ -16,12 +16,12 @@ from store import address
 from store.cube import CubeReader
 from store.errors import VectorTableError
 from store.knn import KnnTable, write_table
-from store.knn.remote import publish_local, table_source
+from store.knn.remote import MULTI_YEAR_NAME, publish_local, table_source
 from store.tslot import year_slot
 
 __all__ = ["MULTI_YEAR_DIR", "build_multi_year_table", "build_year_table", "table_dir"]
 
-MULTI_YEAR_DIR = "geotessera.multi_year"
+MULTI_YEAR_DIR = MULTI_YEAR_NAME
 
 
 def table_dir(data_dir: str | Path, year: int) -> Path:

@@ -51,7 +51,8 @@ def _warn_legacy(path: Path) -> None:
     """Say once per table version that its row-major heads are not read."""
     _log.warning(
         "k-NN table %s stores heads of the layout before session 21: exact cosine scans it"
-        " unpruned (same answers, slower) until store.knn.write.upgrade_table rewrites it",
+        " unpruned (same answers, slower) until `earthmem knn upgrade` (store.knn.write.upgrade_table)"
+        " rewrites it",
         path,
     )
 

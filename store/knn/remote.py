@@ -49,7 +49,7 @@ import blake3
 
 from store.errors import StorageUnavailable, VectorTableError
 from store.knn.mapped import read_meta
-from store.knn.write import install_version
+from store.knn.write import install_version, upgrade_table
 from store.objects import ObjectRoot
 from store.snapshots import object_root
 
@@ -57,6 +57,7 @@ __all__ = [
     "CACHE_BYTES_ENV",
     "DEFAULT_CACHE_BYTES",
     "KNN_PREFIX",
+    "MULTI_YEAR_NAME",
     "POINTER_FORMAT",
     "LocalTables",
     "TableCache",
@@ -67,12 +68,15 @@ __all__ = [
     "read_pointer",
     "remote_names",
     "table_source",
+    "upgrade_tables",
 ]
 
 _LOG = logging.getLogger("earthmem.knn")
 
 KNN_PREFIX = "knn"
 """Key prefix of the tables under the object-storage root (and the cache's folder name)."""
+MULTI_YEAR_NAME = "geotessera.multi_year"
+"""Name of the multi-year table (the vintages are ``geotessera/<year>``)."""
 POINTER_NAME = "CURRENT.json"
 POINTER_FORMAT = "earthmem.knn-pointer/1"
 CACHE_BYTES_ENV = "EARTHMEM_KNN_CACHE_BYTES"
@@ -424,3 +428,32 @@ def publish_local(data_dir: str | os.PathLike[str], name: str) -> str | None:
     if root is None:
         return None
     return publish_table(ObjectRoot.from_url(root), name, Path(data_dir) / KNN_PREFIX / name)
+
+
+def upgrade_tables(data_dir: str | os.PathLike[str]) -> dict[str, bool]:
+    """Rewrite every table of a data directory written by an older layout
+    (:func:`~store.knn.write.upgrade_table`); ``{name: rewritten}`` for every table found.
+
+    On local disk each table is rewritten in place (a new version swapped in; readers of the
+    old keep it). On an object-storage root each is read through the cache, written into the
+    data directory as the k-NN asset writes it, and published (:func:`publish_local`); servers
+    swap it in at their next refresh.
+
+    Raises:
+        VectorTableError: A table could not be read (damaged, larger than the cache bound).
+        StorageUnavailable: The object storage could not be read or written.
+    """
+    source = table_source(data_dir, refresh_seconds=0.0)
+    remote = object_root() is not None
+    done: dict[str, bool] = {}
+    for name in [*(f"geotessera/{y}" for y in source.years()), MULTI_YEAR_NAME]:
+        directory = source.directory_of(name)
+        if directory is None:
+            continue
+        if not remote:
+            done[name] = upgrade_table(directory)
+            continue
+        done[name] = upgrade_table(directory, Path(data_dir) / KNN_PREFIX / name)
+        if done[name]:
+            publish_local(data_dir, name)
+    return done

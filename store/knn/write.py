@@ -304,7 +304,9 @@ _DERIVED_META = (
 )
 
 
-def upgrade_table(directory: str | os.PathLike[str]) -> bool:
+def upgrade_table(
+    directory: str | os.PathLike[str], out: str | os.PathLike[str] | None = None
+) -> bool:
     """Rewrite a table written by an older version with the current layout (heads, planes, lists).
 
     The rows, cells, scales and caller metadata (including a stored calibration)
@@ -312,18 +314,20 @@ def upgrade_table(directory: str | os.PathLike[str]) -> bool:
     atomically, as :func:`write_table` does. Readers holding the old version keep
     reading it.
 
+    Args:
+        directory: The table.
+        out: Where to write the new version (default: ``directory`` itself); e.g. a data
+            directory's own path of a table read from an object-storage cache, to publish.
+
     Returns:
         True when the table was rewritten, False when it was current already.
     """
     t = KnnTable.open(directory)
-    heads_ok = t.head_blocks is not None or t.d < HEAD_MIN_D  # None for row-major heads too
-    planes_ok = t.bin128w is not None or t.d != BIN_BYTES * 8
-    lists_ok = t.ivf is not None or t.n < IVF_MIN_ROWS or t.d != BIN_BYTES * 8
-    if (heads_ok and planes_ok and lists_ok) or t.n == 0:
+    if not _needs_upgrade(t):
         return False
     meta = {k: v for k, v in t.meta.items() if k not in _DERIVED_META}
     write_table(
-        directory,
+        directory if out is None else out,
         np.array(t.cells),
         np.array(t.vectors),
         np.array(t.scales),
@@ -331,3 +335,12 @@ def upgrade_table(directory: str | os.PathLike[str]) -> bool:
         replace=True,
     )
     return True
+
+
+def _needs_upgrade(t: KnnTable) -> bool:
+    """Whether the open table lacks arrays the current layout writes (heads in blocks, word-major
+    planes, inverted lists)."""
+    heads_ok = t.head_blocks is not None or t.d < HEAD_MIN_D  # None for row-major heads too
+    planes_ok = t.bin128w is not None or t.d != BIN_BYTES * 8
+    lists_ok = t.ivf is not None or t.n < IVF_MIN_ROWS or t.d != BIN_BYTES * 8
+    return not (heads_ok and planes_ok and lists_ok) and t.n > 0

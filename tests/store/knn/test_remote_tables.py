@@ -30,10 +30,12 @@ from store.knn.remote import (
     read_pointer,
     remote_names,
     table_source,
+    upgrade_tables,
 )
 from store.objects import ObjectRoot
 from store.snapshots import OBJECT_STORE_ENV
 from tests import s3_server
+from tests.store.knn.older import leave_as_older_code
 
 BUCKET = "knn-tables"
 META = {"band": "geotessera", "tslot": 54, "vintage": 2024}
@@ -211,3 +213,32 @@ def test_the_data_directory_is_the_default_source(
     monkeypatch.setenv(CACHE_BYTES_ENV, "lots")
     with pytest.raises(VectorTableError, match=CACHE_BYTES_ENV):
         table_source(tmp_path)
+
+
+def test_upgrade_tables_on_object_storage_publishes_the_new_layout(
+    root: ObjectRoot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table an older version published is read through the cache, rewritten into the data
+    directory and published: a fresh cache on another machine gets the new layout, with the
+    same rows and exact answers; a second upgrade finds it current."""
+    host = tmp_path / "host"
+    built = _table(host / "knn" / "geotessera" / "2024", seed=3, n=2000)
+    leave_as_older_code(host / "knn" / "geotessera" / "2024")
+    old = publish_table(root, "geotessera/2024", host / "knn" / "geotessera" / "2024")
+    monkeypatch.setenv(OBJECT_STORE_ENV, f"s3://{root.bucket}/{root.prefix}")
+    admin = tmp_path / "admin"
+    admin.mkdir()
+    assert upgrade_tables(admin) == {"geotessera/2024": True}
+    pointer = read_pointer(root, "geotessera/2024")
+    assert pointer is not None
+    assert pointer["digest"] != old
+    replica = TableCache(root, tmp_path / "replica" / "knn").directory_of("geotessera/2024")
+    assert replica is not None
+    new = V.KnnTable.open(replica)
+    assert new.head_blocks is not None
+    np.testing.assert_array_equal(np.asarray(new.cells), np.asarray(built.cells))
+    np.testing.assert_array_equal(np.asarray(new.vectors), np.asarray(built.vectors))
+    ra, rb = new.search_row(7, k=10), built.search_row(7, k=10)  # exact cosine
+    np.testing.assert_array_equal(ra.rows, rb.rows)
+    np.testing.assert_array_equal(ra.scores, rb.scores)
+    assert upgrade_tables(tmp_path / "other") == {"geotessera/2024": False}

@@ -14,6 +14,7 @@ from bench.data import tessera_like
 from store import knn as V
 from store.errors import VectorTableError
 from store.knn import table as knn_table
+from tests.store.knn.older import leave_as_older_code
 
 META = {"band": "geotessera", "tslot": 54, "vintage": 2024}
 
@@ -124,12 +125,7 @@ def _as_older_code_left_it(tmp_path, monkeypatch, n: int, seed: int, row: int, *
     t = V.KnnTable.open(tmp_path / "t")
     want = t.search_row(row, k=10)
     assert want.rows_read_whole is not None  # pruned
-    meta = json.loads((t.path / "meta.json").read_text())
-    h = int(meta[V.HEAD_BLOCKS_KEY])
-    meta["head_dims"] = meta[V.HEAD_BLOCKS_KEY] if both_keys else meta.pop(V.HEAD_BLOCKS_KEY)
-    (t.path / "meta.json").write_text(json.dumps(meta))
-    np.save(t.path / "head.npy", np.asarray(t.vectors)[:, meta["head_index"]])  # (N, H) int8
-    (t.path / "head_blocks.npy").unlink()
+    h = leave_as_older_code(tmp_path / "t", both_keys=both_keys)
     return h, want
 
 
