@@ -22,27 +22,23 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         " GB/s with the page cache in the same 2 MB folios, checked), while the scan is held"
         " by its own work. Session 21 stored the heads in blocks of 16 rows (a block's 16 head"
         " dots are 16 VNNI multiply-adds, store.knn._simd) and took the generic dots out of the"
-        " scan's loop: across its runs the scan went 19.9–24.9 -> 28.4–30.7 GB/s while the read"
-        " pass also rose (33–46 -> 46–52 GB/s: the host's bandwidth is mixed into both), and"
-        " the share read 59.3–62.0 %, the lowest where the read pass ran at 52.5 GB/s. What"
-        " holds the scan"
-        " (one thread, in memory, session 21): ~29 ms of dots and bound at 10^7 rows, plus ~2.4"
-        " µs for each row that survives the bound and is read whole by pread (5,139 rows, ~12"
-        " ms, for one query).",
+        " scan's loop (the scan 19.9–24.9 -> 28.4–30.7 GB/s; share 59.3–62.0 %); session 22"
+        " seeded the scan from the query's nearest inverted list (rows read whole 5,033 ->"
+        " 1,383 a query, the scan 25.3 -> 23.9 ms in a probe), and its three runs read 62.4–"
+        "65.2 %. What holds the scan (session 21, one thread, in memory): ~29 ms of dots and"
+        " bound at 10^7 rows; with the answer's own k-th key as the seed (an oracle) 551 rows"
+        " are still read whole, the bound's own slack (session 22).",
     ),
     (
         "knn",
         "find_like hamming_then_rerank: hamming_then_rerank,",
-        "the rerank's own time more than anything: run C's median rerank took 6.1 ms (p10 4.1,"
-        " p90 7.1) against 3.8–4.3 ms in runs A and B (session 21), for 0.263 against 0.155–"
-        "0.159. The row is judged against earthmem's own pruned exact scan, which session 21"
-        " made faster (the rerank's pairs' exact scan 30.6 ms in session 20's runs, ~25 ms"
-        " now), so the same rerank also reads ~20 % higher than before. Nothing on the"
-        " rerank's path changed in those runs. Its split, measured after them (session 21, 37"
-        " queries at 10^7, 2,560 candidates): reading the candidates' rows by pread 2.65 ms,"
-        " the list triage 1.47 ms, the rescoring 0.15 ms of 4.44 ms; reading them on both"
-        " threads (KnnTable.read_rows from 512 rows) made it 1.30 of 2.69 ms, and a bench_knn"
-        " check run read 3.38 ms, ratio 0.117 (not yet in three runs).",
+        "the rerank's own time and the exact scan it is judged against (earthmem's pruned"
+        " scan: every gain there moves this row up). Its split at 10^7 (session 22, 60"
+        " queries, 2,560 candidates, medians): reading the candidates' rows on both threads"
+        " 1.24 ms, the lists' estimate 0.41 ms, choosing the best 2,560 of ~28,000 0.44 ms,"
+        " releasing the lists 0.18 ms, the centroids 0.11 ms; the whole rerank 2.2 ms."
+        " Session 21's run C missed (0.263: its median rerank took 6.1 ms against 3.8–4.3 ms"
+        " in A and B); session 22's three runs, with the parallel row reads, read 0.118–0.135.",
     ),
     (
         "queries",
