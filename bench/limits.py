@@ -33,7 +33,7 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         "knn",
         "find_like hamming_then_rerank: hamming_then_rerank,",
         "the rerank's own time and the exact scan it is judged against (earthmem's pruned"
-        " scan: every gain there moves this row up). Its split at 10^7 (session 22, 60"
+        " scan: every gain there moves this row up). Its split at 10^7 (session 22, 57"
         " queries, 2,560 candidates, medians): reading the candidates' rows on both threads"
         " 1.24 ms, the lists' estimate 0.41 ms, choosing the best 2,560 of ~28,000 0.44 ms,"
         " releasing the lists 0.18 ms, the centroids 0.11 ms; the whole rerank 2.2 ms."

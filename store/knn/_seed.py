@@ -155,6 +155,9 @@ def _list_seed_rows(
         eligible,
         exclude,
     )
+    # a damaged row map naming a row twice would count it twice toward k: the seed could then
+    # exceed the answer's k-th key (rows are distinct in a sound map; unique is then a no-op)
+    cand = np.unique(cand)
     return cand if cand.size >= k else None
 
 

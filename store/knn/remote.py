@@ -38,6 +38,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -435,25 +436,30 @@ def upgrade_tables(data_dir: str | os.PathLike[str]) -> dict[str, bool]:
     (:func:`~store.knn.write.upgrade_table`); ``{name: rewritten}`` for every table found.
 
     On local disk each table is rewritten in place (a new version swapped in; readers of the
-    old keep it). On an object-storage root each is read through the cache, written into the
-    data directory as the k-NN asset writes it, and published (:func:`publish_local`); servers
-    swap it in at their next refresh.
+    old keep it). On an object-storage root each is read through the cache and written into a
+    private folder of the data directory, which is published (:func:`publish_table`) and
+    removed: the cache itself is left to the servers that share it, which swap the new
+    version in at their next refresh.
 
     Raises:
         VectorTableError: A table could not be read (damaged, larger than the cache bound).
         StorageUnavailable: The object storage could not be read or written.
     """
     source = table_source(data_dir, refresh_seconds=0.0)
-    remote = object_root() is not None
+    root = object_root()
     done: dict[str, bool] = {}
     for name in [*(f"geotessera/{y}" for y in source.years()), MULTI_YEAR_NAME]:
         directory = source.directory_of(name)
         if directory is None:
             continue
-        if not remote:
+        if root is None:
             done[name] = upgrade_table(directory)
             continue
-        done[name] = upgrade_table(directory, Path(data_dir) / KNN_PREFIX / name)
-        if done[name]:
-            publish_local(data_dir, name)
+        work = Path(tempfile.mkdtemp(prefix=".knn-upgrade-", dir=data_dir))
+        try:
+            done[name] = upgrade_table(directory, work / "t")
+            if done[name]:
+                publish_table(ObjectRoot.from_url(root), name, work / "t")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     return done

@@ -229,6 +229,7 @@ def test_upgrade_tables_on_object_storage_publishes_the_new_layout(
     admin = tmp_path / "admin"
     admin.mkdir()
     assert upgrade_tables(admin) == {"geotessera/2024": True}
+    assert not list(admin.glob(".knn-upgrade-*"))  # its private folder is gone
     pointer = read_pointer(root, "geotessera/2024")
     assert pointer is not None
     assert pointer["digest"] != old

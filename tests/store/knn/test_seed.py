@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 
 from bench.data import tessera_like
 from store import knn as V
 from store.knn import _kernels, _seed
+from store.knn import ivf as ivf_mod
 from store.knn import scan as knn_scan
 from store.knn import table as knn_table
 from store.knn.scan import read_only
@@ -109,9 +113,9 @@ def test_hamming_seed_counts_only_eligible_rows(tmp_path) -> None:
 def test_cosine_seed_from_the_nearest_list_bounds_the_answer(tmp_path, monkeypatch) -> None:
     """On a table with inverted lists the pruned cosine scan's seed is the k-th best key of
     the query's nearest list's best candidates: eligible rows only (mask, excluded row), a key
-    at most the answer's k-th, usually far above a sample's; a narrow mask, or lists holding
-    fewer than k eligible rows, fall back to the sample. The pruned answers stay the full
-    scan's."""
+    at most the answer's k-th, above a sample's in at least 3 of 4 queries; a narrow mask,
+    or lists holding fewer than k eligible rows, fall back to the sample (the seed is then the
+    sample's k-th key). The pruned answers stay the full scan's."""
     cells, vecs, scales = tessera_like(40_000, seed=5)
     V.write_table(tmp_path / "t", cells, vecs, scales, META, ivf=True)
     table = V.KnnTable.open(tmp_path / "t")
@@ -147,6 +151,8 @@ def test_cosine_seed_from_the_nearest_list_bounds_the_answer(tmp_path, monkeypat
                 )
                 qnorm = float(np.linalg.norm(qi.astype(np.float64)))
                 assert seed <= ref.scores[-1] * qnorm * (1 + 1e-9)
+                if use and mask is sparse:  # the sample's k-th key
+                    assert seed == pytest.approx(_sample_kth(table, vecs, qi, k, sparse, row))
                 got = table.search(vecs[row], k=k, exclude_row=row, mask=m)
                 np.testing.assert_array_equal(got.rows, ref.rows)
                 np.testing.assert_array_equal(got.scores, ref.scores)
@@ -156,7 +162,38 @@ def test_cosine_seed_from_the_nearest_list_bounds_the_answer(tmp_path, monkeypat
         listed = _seed.cosine_seed(table, qi, 10, none, False, row)
         above += listed > np.sort(keys)[-10]
     assert above >= 3
-    # lists holding fewer than k eligible rows: the sample
-    assert (
-        _seed._list_seed_rows(table, np.asarray(vecs[3], np.int16), n + 1, none, False, -1) is None
-    )
+    # lists holding fewer than k eligible rows: the sample (here fewer than k rows too: -inf)
+    q3 = np.asarray(vecs[3], np.int16)
+    assert _seed._list_seed_rows(table, q3, n + 1, none, False, -1) is None
+    assert _seed.cosine_seed(table, q3, n + 1, none, False, -1) == -np.inf
+
+
+def _sample_kth(table, vecs, qi, k, mask, exclude) -> float:
+    """The k-th best key of the seed's sample, by numpy (-inf when it holds fewer than k)."""
+    sample = _seed._sampled_rows(table.n, mask, True, exclude)
+    if sample.size < k:
+        return -np.inf
+    keys = vecs[sample].astype(np.int64) @ qi.astype(np.int64) / table.norms[sample]
+    return float(np.sort(keys)[-k])
+
+
+def test_a_row_map_naming_a_row_twice_cannot_raise_the_cosine_seed(tmp_path) -> None:
+    """The seed counts each row once: a damaged ``ivf_rows.npy`` whose nearest list names the
+    query's best neighbour at every position would otherwise give k copies of the best key,
+    above the answer's k-th, and the exact scan would drop true neighbours. Too few distinct
+    rows fall back to the sample."""
+    cells, vecs, scales = tessera_like(40_000, seed=5)
+    V.write_table(tmp_path / "t", cells, vecs, scales, META, ivf=True)
+    table = V.KnnTable.open(tmp_path / "t")
+    assert table.ivf is not None
+    row = 777
+    qi = np.asarray(vecs[row], np.int16)
+    ref = V.cosine_topk(table.vectors, table.norms, vecs[row], 10, exclude_row=row)
+    kth = ref.scores[-1] * float(np.linalg.norm(qi.astype(np.float64)))
+    nearest = ivf_mod.probe(table.ivf, qi.astype(np.float32), 1)
+    rows = np.array(table.ivf.rows)
+    lo, hi = int(table.ivf.offsets[nearest[0]]), int(table.ivf.offsets[nearest[0] + 1])
+    rows[lo:hi] = ref.rows[0]  # every position of the nearest list names the best neighbour
+    damaged = dataclasses.replace(table, ivf=dataclasses.replace(table.ivf, rows=rows))
+    assert _seed._list_seed_rows(damaged, qi, 10, np.zeros(1, bool), False, row) is None
+    assert _seed.cosine_seed(damaged, qi, 10, np.zeros(1, bool), False, row) <= kth * (1 + 1e-9)
