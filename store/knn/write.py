@@ -255,7 +255,13 @@ def _install(path: Path, digest: str, fill: Callable[[Path], None]) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if old_target is not None and old_target.parent == parent and old_target != version:
+    # realpath on both sides: a data directory reached through a symlink resolves the old
+    # target's folder to its real path, never equal to ``parent`` as given
+    if (
+        old_target is not None
+        and old_target.parent == Path(os.path.realpath(parent))
+        and old_target != Path(os.path.realpath(version))
+    ):
         shutil.rmtree(old_target, ignore_errors=True)
 
 

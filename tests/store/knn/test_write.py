@@ -197,3 +197,21 @@ def test_derived_keys_of_the_callers_meta_are_not_written_and_bad_head_keys_refu
     (path / "meta.json").write_text(json.dumps({**meta, V.HEAD_BLOCKS_KEY: 62}))
     with pytest.raises(VectorTableError):
         V.KnnTable.open(tmp_path / "t")
+
+
+def test_a_replaced_version_is_removed_through_a_symlinked_data_directory(tmp_path, small) -> None:
+    """The version a name pointed at is removed when a new one is swapped in, also when the
+    table's path goes through a symlink (a data directory linked from elsewhere): only the
+    current version folder stays."""
+    cells, vec, scales, _, _ = small
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    path = tmp_path / "linked" / "knn" / "t"
+    V.write_table(path, cells, vec, scales, META)
+    vec2 = vec.copy()
+    vec2[:, 0] = -vec2[:, 0]
+    V.write_table(path, cells, vec2, scales, META, replace=True)
+    versions = sorted(p.name for p in (tmp_path / "real" / "knn").glob(".t@*"))
+    assert len(versions) == 1
+    assert os.readlink(path) == versions[0]
+    np.testing.assert_array_equal(np.asarray(V.KnnTable.open(path).vectors), vec2)
