@@ -48,6 +48,7 @@ if __package__ in (None, ""):
 
 from bench.common import demo_area, machine, write_json
 from bench.queries.area import bench_area
+from bench.queries.area_refresh import bench_area_after_commit
 from bench.queries.did_change import bench_did_change
 from bench.queries.http_server import bench_http
 from bench.queries.loop import bench_loop
@@ -117,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         year = 2024
         r, info["area"] = bench_area(
             area, 1.0, year, 3 if quick else 15, 2 if quick else AREA_ROUNDS
+        )
+        rows += r
+        r, info["area_after_commit"] = bench_area_after_commit(
+            area, 1.0, year, 2 if quick else AREA_ROUNDS
         )
         rows += r
         log(f"area done ({time.perf_counter() - t_start:.0f} s)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +133,31 @@ class ChunkCache:
             while self._bytes > self.max_bytes and len(self._entries) > 1:
                 _, old = self._entries.popitem(last=False)
                 self._bytes -= int(old.nbytes)
+
+    def carry(self, old: str, new: str, keeps: Callable[[tuple[Any, ...]], bool]) -> int:
+        """Re-key to snapshot ``new`` the entries of snapshot ``old`` whose key (without the
+        snapshot id) ``keeps`` says still holds there (:class:`store.cube.carry.Changes`); the
+        others stay under ``old`` and age out. Recency order is kept; an entry the new snapshot
+        loaded meanwhile wins over the carried one (which is dropped).
+
+        Returns:
+            The entries carried.
+        """
+        with self._lock:
+            present = set(self._entries)
+            kept: OrderedDict[tuple[Any, ...], Column | npt.NDArray[Any]] = OrderedDict()
+            carried = 0
+            for key, value in self._entries.items():
+                if key and key[0] == old and keeps(key[1:]):
+                    target = (new, *key[1:])
+                    if target in present:
+                        self._bytes -= int(value.nbytes)
+                        continue
+                    key = target
+                    carried += 1
+                kept[key] = value
+            self._entries = kept
+        return carried
 
     def info(self) -> dict[str, int]:
         """Entries (columns, tiles), bytes held and the bound."""

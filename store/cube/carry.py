@@ -1,0 +1,86 @@
+"""Which decoded cache entries of one snapshot a later snapshot may keep (pure).
+
+A server's :class:`~store.cube.cache.ChunkCache` keys every decoded entry by snapshot, so a
+new snapshot never serves stale values. When the branch tip moves (an ingest committed one
+partition), most chunks are the same objects in both snapshots: re-keying their entries to
+the new snapshot keeps area and cell queries warm across commits instead of decoding every
+chunk again. :class:`Changes` says, from an icechunk diff between the two snapshots, which
+entries stay valid:
+
+* a **tile** ``(band, chunk row, chunk column, time chunk)`` when that chunk of the band's
+  array is not among the diff's updated chunks (written, rewritten or deleted);
+* a **summary tile** ``("summary", band, chunk row, chunk column, time chunk)`` the same, in
+  the band's summary array (:func:`store.cube.summaries.summary_path`);
+* a **column** ``(band, chunk row, chunk column)`` (a block's whole time column) when no
+  chunk of that block changed in any time chunk (a new week of the block changes it too).
+
+An array created, deleted or whose metadata changed keeps nothing; neither does a key this
+module does not know. The diff is conservative: a chunk rewritten with identical bytes
+counts as changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from store.cube.bands import BANDS
+from store.cube.summaries import summary_path
+
+__all__ = ["Changes"]
+
+
+@dataclass(frozen=True)
+class Changes:
+    """The arrays and chunks changed between two snapshots (paths without the leading ``/``)."""
+
+    arrays: frozenset[str]
+    """Arrays created, deleted or with changed metadata: none of their entries is kept."""
+    chunks: Mapping[str, frozenset[tuple[int, int, int]]]
+    """Per array, the ``(time chunk, chunk row, chunk column)`` of every updated chunk."""
+    blocks: Mapping[str, frozenset[tuple[int, int]]]
+    """Per array, the ``(chunk row, chunk column)`` of every updated chunk."""
+
+    @classmethod
+    def of(cls, diff: Any) -> Changes:
+        """From an ``icechunk.Diff`` (``updated_chunks``, ``new_arrays``, ``deleted_arrays``,
+        ``updated_arrays``)."""
+        arrays = {_path(p) for p in (*diff.new_arrays, *diff.deleted_arrays, *diff.updated_arrays)}
+        chunks = _chunks(diff.updated_chunks)
+        blocks = {p: frozenset((y, x) for _, y, x in c) for p, c in chunks.items()}
+        return cls(frozenset(arrays), chunks, blocks)
+
+    def keeps(self, key: tuple[Any, ...]) -> bool:
+        """Whether a cache entry (its key without the snapshot id) holds in the later snapshot."""
+        if len(key) == 5 and key[0] == "summary":
+            _, band, cy, cx, tc = key
+            return isinstance(band, str) and self._chunk_kept(summary_path(band), tc, cy, cx)
+        band = key[0] if key else None
+        spec = BANDS.get(band) if isinstance(band, str) else None
+        if spec is None:
+            return False
+        path = spec.array_path
+        if len(key) == 4:
+            _, cy, cx, tc = key
+            return self._chunk_kept(path, tc, cy, cx)
+        if len(key) == 3:
+            _, cy, cx = key
+            return path not in self.arrays and (cy, cx) not in self.blocks.get(path, frozenset())
+        return False
+
+    def _chunk_kept(self, path: str, tc: Any, cy: Any, cx: Any) -> bool:
+        return path not in self.arrays and (tc, cy, cx) not in self.chunks.get(path, frozenset())
+
+
+def _path(p: str) -> str:
+    return p[1:] if p.startswith("/") else p
+
+
+def _chunks(updated: Mapping[str, Iterable[Any]]) -> dict[str, frozenset[tuple[int, int, int]]]:
+    """Time chunk, chunk row and column of each updated chunk (extra dimensions dropped: any
+    changed chunk of a ``(t, y, x, ...)`` position changes that position)."""
+    return {
+        _path(p): frozenset((int(c[0]), int(c[1]), int(c[2])) for c in coords if len(c) >= 3)
+        for p, coords in updated.items()
+    }

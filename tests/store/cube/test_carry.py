@@ -1,0 +1,128 @@
+"""A new tip reader keeps the shared cache's entries whose chunks the commits since did not
+change (store.cube.carry): the rest is read again, nothing stale is served."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import icechunk as ic
+import numpy as np
+import pytest
+
+from store.cube import CubeReader, CubeWriter
+from store.cube.cache import ChunkCache
+from store.cube.carry import Changes
+
+T = 19796  # a Thursday: the first day of a week chunk
+TC = T // 7
+BAND = "indices.ndvi"
+CY, CX = 1000 // 128, 2000 // 128  # the block of (1000, 2000) at block level 7
+
+
+def _commit(writer: CubeWriter, week: int, value: float, lat_q: int = 1000) -> str:
+    t0 = T + 7 * week
+    with writer.transaction(f"w{week}|{lat_q}") as tx:
+        tx.write(BAND, np.arange(t0, t0 + 7), lat_q, 2000, np.full((7, 4, 4), value))
+    assert tx.snapshot_id is not None
+    return tx.snapshot_id
+
+
+def _first(tile: np.ndarray | None) -> float:
+    assert tile is not None
+    return float(tile[0, 1000 % 128, 2000 % 128])
+
+
+def test_changes_keep_what_the_diff_did_not_touch() -> None:
+    diff = SimpleNamespace(
+        new_arrays=set(),
+        deleted_arrays=set(),
+        updated_arrays={"/s1/vv"},
+        updated_chunks={
+            "/indices/ndvi": [[TC, CY, CX]],
+            "/summaries/indices_ndvi": [[TC, CY, CX, 0]],
+        },
+    )
+    changes = Changes.of(diff)
+    path = "indices/ndvi"
+    assert changes.chunks[path] == {(TC, CY, CX)}
+    assert not changes.keeps((BAND, CY, CX, TC))  # the tile written
+    assert changes.keeps((BAND, CY, CX, TC + 1))  # another week of the block
+    assert changes.keeps((BAND, CY + 1, CX, TC))  # another block
+    assert not changes.keeps(("summary", BAND, CY, CX, TC))
+    assert changes.keeps(("summary", BAND, CY, CX, TC + 1))
+    assert not changes.keeps((BAND, CY, CX))  # the block's column: one of its weeks changed
+    assert changes.keeps((BAND, CY, CX + 1))
+    assert not changes.keeps(("s1.vv", CY + 5, CX, TC))  # its array's metadata changed
+    assert not changes.keeps(("no.such.band", CY, CX, TC))
+    assert not changes.keeps(())
+
+
+def test_a_new_tip_reader_carries_the_unchanged_entries(tmp_path: Path) -> None:
+    w = CubeWriter(tmp_path)
+    _commit(w, 0, 1.0)
+    _commit(w, 1, 1.0)
+    _commit(w, 0, 5.0, lat_q=1000 + 128)  # the block below
+    cache = ChunkCache()
+    old = CubeReader(tmp_path, cache=cache)
+    keys = [(CY, CX, TC), (CY, CX, TC + 1), (CY + 1, CX, TC)]
+    assert [_first(t) for t in old.tiles(BAND, keys)] == [1.0, 1.0, 5.0]
+    old.column(BAND, 1000, 2000)
+    old.column(BAND, 1000 + 128, 2000)
+    assert old.summary_tiles(BAND, keys) is not None
+
+    s_new = _commit(w, 0, 2.0)  # week 0 of the first block rewritten
+    new = CubeReader(tmp_path, cache=cache, inventory_from=old)
+    assert new.snapshot_id == s_new
+    carried = lambda key: cache.tile((s_new, *key)) is not None  # noqa: E731
+    assert not carried((BAND, *keys[0]))  # rewritten: read again
+    assert carried((BAND, *keys[1]))
+    assert carried((BAND, *keys[2]))
+    assert not carried(("summary", BAND, *keys[0]))
+    assert carried(("summary", BAND, *keys[1]))
+    assert cache.column((s_new, BAND, CY, CX)) is None  # a week of its block changed
+    assert cache.column((s_new, BAND, CY + 1, CX)) is not None
+    # the answers are the new snapshot's, as a reader with a cache of its own reads them
+    fresh = CubeReader(tmp_path)
+    assert [_first(t) for t in new.tiles(BAND, keys)] == [2.0, 1.0, 5.0]
+    for a, b in zip(new.tiles(BAND, keys), fresh.tiles(BAND, keys), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for lat_q in (1000, 1000 + 128):
+        np.testing.assert_array_equal(
+            new.cell_series(BAND, lat_q, 2000)[1], fresh.cell_series(BAND, lat_q, 2000)[1]
+        )
+    # the old snapshot's reader still reads its own values (what was not carried)
+    assert _first(old.tiles(BAND, keys[:1])[0]) == 1.0
+
+
+def test_a_failed_comparison_leaves_the_new_reader_cold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = CubeWriter(tmp_path)
+    _commit(w, 0, 1.0)
+    _commit(w, 1, 1.0)
+    cache = ChunkCache()
+    old = CubeReader(tmp_path, cache=cache)
+    old.tiles(BAND, [(CY, CX, TC + 1)])
+    s_new = _commit(w, 0, 2.0)
+
+    def refuse(self: ic.Repository, **kwargs: object) -> None:
+        raise ic.IcechunkError("not an ancestor")
+
+    monkeypatch.setattr(ic.Repository, "diff", refuse)
+    new = CubeReader(tmp_path, cache=cache, inventory_from=old)
+    assert cache.tile((s_new, BAND, CY, CX, TC + 1)) is None
+    assert cache.tile((old.snapshot_id, BAND, CY, CX, TC + 1)) is not None
+    assert _first(new.tiles(BAND, [(CY, CX, TC)])[0]) == 2.0
+
+
+def test_carry_keeps_the_bytes_and_prefers_the_new_snapshots_entry() -> None:
+    cache = ChunkCache(max_bytes=10_000)
+    a, b, c = (np.full(100, i, np.float64) for i in range(3))  # 800 bytes each
+    cache.put([(("s1", "x", 1), a), (("s1", "x", 2), b), (("s2", "x", 2), c)])
+    assert cache.carry("s1", "s2", lambda key: True) == 1
+    assert cache.tile(("s2", "x", 1)) is a
+    assert cache.tile(("s2", "x", 2)) is c  # loaded under s2 first: kept, s1's dropped
+    assert cache.tile(("s1", "x", 2)) is None
+    assert cache.info()["bytes"] == 1600
+    assert cache.carry("s2", "s3", lambda key: False) == 0
