@@ -9,7 +9,8 @@ everything lazily and read-only, and keeps:
   set by ``$EARTHMEM_REFRESH_SECONDS`` or ``earthmem serve --refresh-seconds``), plus a few readers opened ``as_of`` a time; all of them
   share one :class:`~store.cube.ChunkCache` (decoded block columns and tiles,
   bounded by bytes, keyed by snapshot), so a new snapshot never serves stale
-  values. How chunks are found, fetched and decoded is the store's
+  values; a new tip reader re-keys the entries whose chunks the commits since did
+  not touch (:mod:`store.cube.carry`). How chunks are found, fetched and decoded is the store's
   (:mod:`store.cube.read`);
 * the k-NN tables (memory-mapped, reopened when their symlink moves; on object storage
   copied into a local cache first, :mod:`store.knn.remote`);
