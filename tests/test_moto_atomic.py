@@ -12,17 +12,20 @@ from tests import moto_atomic, s3_server
 
 def _race(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, atomic: bool) -> list[str]:
     """Two ``PutObject If-None-Match: *`` of one key at once, each object lookup followed by
-    0.2 s: the outcomes."""
+    0.5 s: the outcomes."""
     import boto3
     from botocore.exceptions import ClientError
 
     tmp_path.mkdir(parents=True, exist_ok=True)
-    monkeypatch.setenv(moto_atomic.WIDEN_ENV, "0.2")
+    monkeypatch.setenv(moto_atomic.WIDEN_ENV, "0.5")
     monkeypatch.setenv(moto_atomic.ATOMIC_ENV, "1" if atomic else "0")
     server = s3_server.start(tmp_path / "moto.log")
     try:
         server.create_bucket("race-probe")
         client = boto3.client("s3", **s3_server._client_args(server))
+        # a first request beforehand: the client's lazy set-up (endpoints, credentials, the
+        # connection pool) would otherwise delay one thread's request past the other's window
+        client.put_object(Bucket="race-probe", Key="warm-up", Body=b"")
         out: list[str] = []
         go = threading.Barrier(2)
 
