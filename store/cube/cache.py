@@ -137,8 +137,9 @@ class ChunkCache:
     def carry(self, old: str, new: str, keeps: Callable[[tuple[Any, ...]], bool]) -> int:
         """Re-key to snapshot ``new`` the entries of snapshot ``old`` whose key (without the
         snapshot id) ``keeps`` says still holds there (:class:`store.cube.carry.Changes`); the
-        others stay under ``old`` and age out. Recency order is kept; an entry the new snapshot
-        loaded meanwhile wins over the carried one (which is dropped).
+        others stay under ``old`` and age out. Moved, not copied: readers still on ``old``
+        decode what they need again. Recency order is kept; an entry the new snapshot loaded
+        meanwhile wins over the carried one (which is dropped).
 
         Returns:
             The entries carried.
@@ -146,17 +147,18 @@ class ChunkCache:
         with self._lock:
             present = set(self._entries)
             kept: OrderedDict[tuple[Any, ...], Column | npt.NDArray[Any]] = OrderedDict()
-            carried = 0
+            carried = dropped = 0
             for key, value in self._entries.items():
                 if key and key[0] == old and keeps(key[1:]):
                     target = (new, *key[1:])
                     if target in present:
-                        self._bytes -= int(value.nbytes)
+                        dropped += int(value.nbytes)
                         continue
                     key = target
                     carried += 1
                 kept[key] = value
             self._entries = kept
+            self._bytes -= dropped
         return carried
 
     def info(self) -> dict[str, int]:

@@ -21,14 +21,37 @@ counts as changed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from store.cube.bands import BANDS
 from store.cube.summaries import summary_path
+from store.deadline import within_deadline
 
-__all__ = ["Changes"]
+__all__ = ["Changes", "diff_since"]
+
+_LOG = logging.getLogger(__name__)
+
+
+def diff_since(repo: Any, previous: str, snapshot: str, *, remote: bool) -> Any | None:
+    """icechunk's diff from snapshot ``previous`` to ``snapshot`` (under the storage deadline
+    on object storage), or None when there is none to have: ``previous`` is no ancestor (a
+    reset branch) or was expired, the storage did not answer, or anything else went wrong.
+    Callers then start the new snapshot cold: a speed-up never stops a refresh."""
+    try:
+        return within_deadline(
+            lambda: repo.diff(from_snapshot_id=previous, to_snapshot_id=snapshot),
+            "comparing with the previous snapshot",
+            "nothing read",
+            remote=remote,
+        )
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # also pyo3's PanicException: the diff is best effort
+        _LOG.info("no diff from snapshot %s to %s (%s): starting cold", previous, snapshot, exc)
+        return None
 
 
 @dataclass(frozen=True)
@@ -47,9 +70,14 @@ class Changes:
         """From an ``icechunk.Diff`` (``updated_chunks``, ``new_arrays``, ``deleted_arrays``,
         ``updated_arrays``)."""
         arrays = {_path(p) for p in (*diff.new_arrays, *diff.deleted_arrays, *diff.updated_arrays)}
+        # a chunk listed with fewer than 3 coordinates names no (time, row, column): its array
+        # keeps nothing (no array of the cube has fewer than 3 dimensions)
+        short = {
+            _path(p) for p, coords in diff.updated_chunks.items() if any(len(c) < 3 for c in coords)
+        }
         chunks = _chunks(diff.updated_chunks)
         blocks = {p: frozenset((y, x) for _, y, x in c) for p, c in chunks.items()}
-        return cls(frozenset(arrays), chunks, blocks)
+        return cls(frozenset(arrays | short), chunks, blocks)
 
     def keeps(self, key: tuple[Any, ...]) -> bool:
         """Whether a cache entry (its key without the snapshot id) holds in the later snapshot."""

@@ -31,7 +31,6 @@ import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import icechunk as ic
 import numpy as np
 import numpy.typing as npt
 import zarr
@@ -39,7 +38,7 @@ import zarr.errors
 
 from store.cube.bands import X_SIZE, BandSpec, band_spec
 from store.cube.cache import ChunkCache, Column
-from store.cube.carry import Changes
+from store.cube.carry import Changes, diff_since
 from store.cube.codec import (
     ChunkCodec,
     fill_mask,
@@ -53,7 +52,7 @@ from store.cube.layout import DEFAULT_BLOCK_LEVEL, MAX_REGION_ELEMENTS, block_le
 from store.cube.regions import RegionReads
 from store.cube.summaries import summary_path
 from store.deadline import bounded_sync, within_deadline
-from store.errors import SnapshotNotFound, StorageTimeout, StoreError
+from store.errors import SnapshotNotFound, StorageTimeout
 from store.snapshots import (
     MAIN_BRANCH,
     SnapshotInfo,
@@ -165,26 +164,14 @@ class CubeReader(RegionReads):
         self._data_dir = data_dir
         self._inventory: SnapshotInventory | None = None
         self._inventory_base = inventory_from._inventory if inventory_from is not None else None
-        if CARRY_CACHE and inventory_from is not None and inventory_from.cache is self.cache:
-            self._carry_cache(inventory_from.snapshot_id)
-
-    def _carry_cache(self, previous: str) -> None:
-        """Keep the shared cache's entries of snapshot ``previous`` whose chunks the commits
-        since did not change (:mod:`store.cube.carry`): a new tip reader starts warm but for
-        what was written. Best effort: when ``previous`` is no ancestor (or was expired), or
-        the storage does not answer, this snapshot starts cold (nothing stale either way)."""
-        if previous == self._snapshot_id:
-            return
-        try:
-            diff = within_deadline(
-                lambda: self.repo.diff(from_snapshot_id=previous, to_snapshot_id=self._snapshot_id),
-                "comparing with the previous snapshot",
-                "nothing read",
-                remote=self._remote,
-            )
-        except (ic.IcechunkError, StoreError):
-            return
-        self.cache.carry(previous, self._snapshot_id, Changes.of(diff).keeps)
+        # the diff from the previous tip's snapshot, computed once: the cache's entries of it
+        # that still hold are re-keyed now, and the inventory reads the partitions it names
+        self._diff = None
+        if inventory_from is not None and inventory_from.snapshot_id != self._snapshot_id:
+            previous = inventory_from.snapshot_id
+            self._diff = diff_since(self.repo, previous, self._snapshot_id, remote=self._remote)
+            if self._diff is not None and CARRY_CACHE and inventory_from.cache is self.cache:
+                self.cache.carry(previous, self._snapshot_id, Changes.of(self._diff).keeps)
 
     stalled = False
     """Whether a read of this reader timed out (:mod:`store.deadline`): its session may still
@@ -259,6 +246,7 @@ class CubeReader(RegionReads):
                             data_dir=self._data_dir,
                             previous=self._inventory_base,
                             repo=self.repo,
+                            diff=self._diff,
                         )
 
                     self._inventory = self._within(load, "reading the inventory")

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import icechunk as ic
 import numpy as np
 import pytest
+import zarr
 
 from store.cube import CubeReader, CubeWriter
 from store.cube.cache import ChunkCache
@@ -95,9 +96,30 @@ def test_a_new_tip_reader_carries_the_unchanged_entries(tmp_path: Path) -> None:
     assert _first(old.tiles(BAND, keys[:1])[0]) == 1.0
 
 
-def test_a_failed_comparison_leaves_the_new_reader_cold(
+def test_a_previous_snapshot_that_is_no_ancestor_leaves_the_new_reader_cold(tmp_path: Path) -> None:
+    """The branch reset behind the old reader's snapshot: no diff, nothing carried, the new
+    snapshot's values read; the inventory reads everything."""
+    w = CubeWriter(tmp_path)
+    s1 = _commit(w, 0, 1.0)
+    _commit(w, 1, 1.0)
+    cache = ChunkCache()
+    old = CubeReader(tmp_path, cache=cache)
+    old.tiles(BAND, [(CY, CX, TC), (CY, CX, TC + 1)])
+    old.repo.reset_branch("main", s1)
+    s_new = _commit(w, 0, 3.0)
+    new = CubeReader(tmp_path, cache=cache, inventory_from=old)
+    assert new.snapshot_id == s_new
+    assert cache.tile((s_new, BAND, CY, CX, TC + 1)) is None  # nothing carried
+    assert cache.tile((old.snapshot_id, BAND, CY, CX, TC + 1)) is not None
+    got = new.tiles(BAND, [(CY, CX, TC), (CY, CX, TC + 1)])
+    assert _first(got[0]) == 3.0
+    assert got[1] is None  # week 1 is not in the new branch's history
+
+
+def test_any_error_of_the_comparison_leaves_the_new_reader_cold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A speed-up never stops a refresh: whatever the diff raises, the reader opens cold."""
     w = CubeWriter(tmp_path)
     _commit(w, 0, 1.0)
     _commit(w, 1, 1.0)
@@ -105,15 +127,58 @@ def test_a_failed_comparison_leaves_the_new_reader_cold(
     old = CubeReader(tmp_path, cache=cache)
     old.tiles(BAND, [(CY, CX, TC + 1)])
     s_new = _commit(w, 0, 2.0)
+    for error in (ic.IcechunkError("not an ancestor"), ValueError("odd"), KeyError("odd")):
 
-    def refuse(self: ic.Repository, **kwargs: object) -> None:
-        raise ic.IcechunkError("not an ancestor")
+        def refuse(self: ic.Repository, error: BaseException = error, **kwargs: object) -> None:
+            raise error
 
-    monkeypatch.setattr(ic.Repository, "diff", refuse)
-    new = CubeReader(tmp_path, cache=cache, inventory_from=old)
-    assert cache.tile((s_new, BAND, CY, CX, TC + 1)) is None
-    assert cache.tile((old.snapshot_id, BAND, CY, CX, TC + 1)) is not None
-    assert _first(new.tiles(BAND, [(CY, CX, TC)])[0]) == 2.0
+        monkeypatch.setattr(ic.Repository, "diff", refuse)
+        new = CubeReader(tmp_path, cache=cache, inventory_from=old)
+        assert cache.tile((s_new, BAND, CY, CX, TC + 1)) is None
+        assert _first(new.tiles(BAND, [(CY, CX, TC)])[0]) == 2.0
+
+
+def test_changes_of_a_real_diff_over_several_commits(tmp_path: Path) -> None:
+    """icechunk's diff over several commits lists a rewritten chunk, a deleted one and a new
+    week of a block; the columns of those blocks and those tiles are not kept."""
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(tmp_path / "r")))
+    session = repo.writable_session("main")
+    arr = zarr.create_array(
+        session.store,
+        name="indices/ndvi",
+        shape=(8, 8, 8),
+        chunks=(1, 4, 4),
+        dtype="f4",
+        fill_value=np.nan,
+        config={"write_empty_chunks": False},
+    )
+    arr[:4] = 1.0
+    s1 = session.commit("one")
+    for region, value in (
+        ((0, slice(0, 4), slice(0, 4)), 2.0),
+        ((1, slice(4, 8), slice(0, 4)), np.nan),
+    ):
+        session = repo.writable_session("main")
+        zarr.open_array(session.store, path="indices/ndvi")[region] = value
+        session.commit("rewrite / delete")
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="indices/ndvi")[5, 4:8, 4:8] = 7.0  # a new week
+    s4 = session.commit("new week")
+    changes = Changes.of(repo.diff(from_snapshot_id=s1, to_snapshot_id=s4))
+    assert changes.chunks["indices/ndvi"] == {(0, 0, 0), (1, 1, 0), (5, 1, 1)}
+    assert not changes.keeps((BAND, 0, 0, 0))  # rewritten
+    assert not changes.keeps((BAND, 1, 0, 1))  # deleted
+    assert changes.keeps((BAND, 0, 1, 0))
+    assert not changes.keeps((BAND, 1, 1))  # a new week in its block
+    assert changes.keeps((BAND, 0, 1))
+    # coordinates that name no (time, row, column): the array keeps nothing
+    odd = SimpleNamespace(
+        new_arrays=set(),
+        deleted_arrays=set(),
+        updated_arrays=set(),
+        updated_chunks={"/indices/ndvi": [[3]]},
+    )
+    assert not Changes.of(odd).keeps((BAND, 0, 1, 0))
 
 
 def test_carry_keeps_the_bytes_and_prefers_the_new_snapshots_entry() -> None:
