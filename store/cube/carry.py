@@ -22,15 +22,18 @@ counts as changed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from store.cube.bands import BANDS
 from store.cube.summaries import summary_path
 from store.deadline import within_deadline
 
-__all__ = ["Changes", "diff_since"]
+__all__ = ["ChunkIndex", "Changes", "carried_index", "diff_since"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -112,3 +115,40 @@ def _chunks(updated: Mapping[str, Iterable[Any]]) -> dict[str, frozenset[tuple[i
         _path(p): frozenset((int(c[0]), int(c[1]), int(c[2])) for c in coords if len(c) >= 3)
         for p, coords in updated.items()
     }
+
+
+ChunkIndex = dict[tuple[int, int], npt.NDArray[np.int64]]
+"""A band's chunk index: ``(chunk row, chunk column)`` -> its sorted stored time chunks."""
+
+
+def carried_index(
+    old: ChunkIndex | None,
+    changes: Changes,
+    path: str,
+    exists: Callable[[list[tuple[int, int, int]]], list[bool]],
+) -> ChunkIndex | None:
+    """The previous snapshot's chunk index of the array ``path`` updated to the later one: each
+    chunk the diff names is added or removed as ``exists`` (the later snapshot's manifest)
+    says; the rest is the same. None when there is no index to update or the array changed."""
+    if old is None or path in changes.arrays:
+        return None
+    changed = sorted(changes.chunks.get(path, ()))
+    if not changed:
+        return old
+    found = exists(changed)
+    new = dict(old)
+    by_block: dict[tuple[int, int], list[tuple[int, bool]]] = {}
+    for (t, y, x), here in zip(changed, found, strict=True):
+        by_block.setdefault((y, x), []).append((t, here))
+    for block, marks in by_block.items():
+        times = set(new[block].tolist()) if block in new else set()
+        for t, here in marks:
+            if here:
+                times.add(t)
+            else:
+                times.discard(t)
+        if times:
+            new[block] = np.array(sorted(times), dtype=np.int64)
+        else:
+            new.pop(block, None)
+    return new

@@ -38,7 +38,7 @@ import zarr.errors
 
 from store.cube.bands import X_SIZE, BandSpec, band_spec
 from store.cube.cache import ChunkCache, Column
-from store.cube.carry import Changes, diff_since
+from store.cube.carry import Changes, ChunkIndex, carried_index, diff_since
 from store.cube.codec import (
     ChunkCodec,
     fill_mask,
@@ -76,8 +76,8 @@ __all__ = ["CARRY_CACHE", "THREADED_DECODE_MIN", "CubeReader"]
 THREADED_DECODE_MIN = 4
 """Chunks per :meth:`CubeReader.read_chunks` call from which decoding runs on the worker pool."""
 CARRY_CACHE = True
-"""A reader opened from the previous tip's re-keys its unchanged cache entries (the bench's
-``area_over_time`` after-a-commit row turns it off for its baseline arm)."""
+"""A reader opened from the previous tip's re-keys its unchanged cache entries and updates its
+chunk indexes (the bench's after-a-commit row turns it off for its baseline arm)."""
 
 
 class CubeReader(RegionReads):
@@ -167,11 +167,15 @@ class CubeReader(RegionReads):
         # the diff from the previous tip's snapshot, computed once: the cache's entries of it
         # that still hold are re-keyed now, and the inventory reads the partitions it names
         self._diff = None
+        self._index_base: tuple[dict[str, ChunkIndex], Changes] | None = None
         if inventory_from is not None and inventory_from.snapshot_id != self._snapshot_id:
             previous = inventory_from.snapshot_id
             self._diff = diff_since(self.repo, previous, self._snapshot_id, remote=self._remote)
-            if self._diff is not None and CARRY_CACHE and inventory_from.cache is self.cache:
-                self.cache.carry(previous, self._snapshot_id, Changes.of(self._diff).keeps)
+            if self._diff is not None and CARRY_CACHE:
+                changes = Changes.of(self._diff)
+                self._index_base = (dict(inventory_from._index), changes)  # updated on use
+                if inventory_from.cache is self.cache:
+                    self.cache.carry(previous, self._snapshot_id, changes.keeps)
 
     stalled = False
     """Whether a read of this reader timed out (:mod:`store.deadline`): its session may still
@@ -320,9 +324,27 @@ class CubeReader(RegionReads):
         with self.cache.single_flight(("index", self._snapshot_id, spec.name)):
             index = self._index.get(spec.array_path)
             if index is None:
-                index = self._build_index(spec)
+                index = self._carried_index(spec)
+                index = self._build_index(spec) if index is None else index
                 self._index[spec.array_path] = index
         return index
+
+    def _carried_index(self, spec: BandSpec) -> ChunkIndex | None:
+        """The previous tip reader's index of the band, updated by the chunks the diff names
+        (:func:`store.cube.carry.carried_index`); None: build it from the manifest."""
+        if self._index_base is None or len(spec.shape) != 3:
+            return None
+        indexes, changes = self._index_base
+        arr, store = self.array(spec.name), self.session.store
+
+        async def exists(coords: list[tuple[int, int, int]]) -> list[bool]:
+            keys = [f"{spec.array_path}/{arr.metadata.encode_chunk_key(c)}" for c in coords]
+            return list(await asyncio.gather(*(store.exists(k) for k in keys)))
+
+        def check(coords: list[tuple[int, int, int]]) -> list[bool]:
+            return self._sync(exists(coords), f"checking the changed chunks of {spec.name}")
+
+        return carried_index(indexes.get(spec.array_path), changes, spec.array_path, check)
 
     def _stored_sets(self, band: str) -> dict[tuple[int, int], frozenset[int]]:
         """:meth:`chunk_index` as sets of time chunks (made once per reader and band)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import icechunk as ic
 import numpy as np
@@ -13,7 +14,7 @@ import zarr
 
 from store.cube import CubeReader, CubeWriter
 from store.cube.cache import ChunkCache
-from store.cube.carry import Changes
+from store.cube.carry import Changes, carried_index
 
 T = 19796  # a Thursday: the first day of a week chunk
 TC = T // 7
@@ -94,6 +95,76 @@ def test_a_new_tip_reader_carries_the_unchanged_entries(tmp_path: Path) -> None:
         )
     # the old snapshot's reader still reads its own values (what was not carried)
     assert _first(old.tiles(BAND, keys[:1])[0]) == 1.0
+
+
+def test_a_new_tip_reader_updates_the_old_chunk_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new reader's chunk index is the old one updated by the commits since (a rewritten
+    chunk, a new week, a new block, a chunk emptied back to fill), without listing the new
+    snapshot's manifest, and equal to one built from it."""
+    w = CubeWriter(tmp_path)
+    _commit(w, 0, 1.0)
+    _commit(w, 1, 1.0)
+    old = CubeReader(tmp_path, cache=ChunkCache())
+    before = old.chunk_index(BAND)
+    assert sorted(before[(CY, CX)].tolist()) == [TC, TC + 1]
+    _commit(w, 0, 2.0)  # rewritten
+    _commit(w, 2, 1.0)  # a new week
+    _commit(w, 0, 5.0, lat_q=1000 + 128)  # a new block
+    with w.transaction("empty w1") as tx:  # week 1 back to fill
+        tx.write(BAND, np.arange(T + 7, T + 14), 1000, 2000, np.full((7, 4, 4), np.nan))
+    new = CubeReader(tmp_path, cache=old.cache, inventory_from=old)
+    listed: list[str] = []
+    listing = ic.Session.chunk_coordinates
+
+    def counted(self: ic.Session, array_path: str, **kwargs: Any) -> Any:
+        listed.append(array_path)
+        return listing(self, array_path, **kwargs)
+
+    monkeypatch.setattr(ic.Session, "chunk_coordinates", counted)
+    got = new.chunk_index(BAND)
+    assert listed == []  # updated, not listed
+    fresh = CubeReader(tmp_path)
+    want = fresh.chunk_index(BAND)
+    assert listed == ["/indices/ndvi"]
+    assert sorted(got) == sorted(want)
+    for block in want:
+        np.testing.assert_array_equal(got[block], want[block])
+    assert (CY + 1, CX) in got
+    assert before[(CY, CX)].tolist() == [TC, TC + 1]  # the old reader's index unchanged
+    # and what it serves: the tiles of the new snapshot
+    keys = [(CY, CX, TC), (CY, CX, TC + 1), (CY, CX, TC + 2), (CY + 1, CX, TC)]
+    for a, b in zip(new.tiles(BAND, keys), fresh.tiles(BAND, keys), strict=True):
+        if b is None:
+            assert a is None
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_carried_index_adds_and_removes_what_the_diff_names() -> None:
+    old = {(0, 0): np.array([1, 2], np.int64), (0, 1): np.array([5], np.int64)}
+    changes = Changes(
+        frozenset(),
+        {"a": frozenset({(2, 0, 0), (3, 0, 0), (5, 0, 1), (7, 9, 9)})},
+        {"a": frozenset({(0, 0), (0, 1), (9, 9)})},
+    )
+    present = {(3, 0, 0), (7, 9, 9)}  # 2 and (5, 0, 1) were deleted, 3 and (9, 9) added
+    asked: list[list[tuple[int, int, int]]] = []
+
+    def exists(coords: list[tuple[int, int, int]]) -> list[bool]:
+        asked.append(coords)
+        return [c in present for c in coords]
+
+    new = carried_index(old, changes, "a", exists)
+    assert new is not None
+    assert {k: v.tolist() for k, v in new.items()} == {(0, 0): [1, 3], (9, 9): [7]}
+    assert asked == [sorted(changes.chunks["a"])]  # one batched check
+    assert old[(0, 0)].tolist() == [1, 2]  # not modified
+    assert carried_index(old, changes, "b", exists) is old  # nothing of it changed
+    assert carried_index(None, changes, "a", exists) is None
+    changed_array = Changes(frozenset({"a"}), {}, {})
+    assert carried_index(old, changed_array, "a", exists) is None
 
 
 def test_a_previous_snapshot_that_is_no_ancestor_leaves_the_new_reader_cold(tmp_path: Path) -> None:
