@@ -33,7 +33,7 @@ from store.cube.bands import BANDS
 from store.cube.summaries import summary_path
 from store.deadline import within_deadline
 
-__all__ = ["ChunkIndex", "Changes", "carried_index", "diff_since"]
+__all__ = ["Changes", "ChunkIndex", "carried_index", "diff_since"]
 
 _LOG = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -36,9 +36,10 @@ import numpy.typing as npt
 import zarr
 import zarr.errors
 
-from store.cube.bands import X_SIZE, BandSpec, band_spec
+from store.cube.bands import BandSpec, band_spec
 from store.cube.cache import ChunkCache, Column
-from store.cube.carry import Changes, ChunkIndex, carried_index, diff_since
+from store.cube.carry import Changes, ChunkIndex, diff_since
+from store.cube.chunk_index import ChunkIndexReads
 from store.cube.codec import (
     ChunkCodec,
     fill_mask,
@@ -80,7 +81,7 @@ CARRY_CACHE = True
 chunk indexes (the bench's after-a-commit row turns it off for its baseline arm)."""
 
 
-class CubeReader(RegionReads):
+class CubeReader(ChunkIndexReads, RegionReads):
     """Read-only view of one cube snapshot.
 
     Args:
@@ -288,84 +289,6 @@ class CubeReader(RegionReads):
             arr = zarr.open_array(self.session.store, path=spec.array_path, mode="r", zarr_format=3)
             self._arrays[spec.array_path] = arr
         return arr
-
-    def chunks(self, band: str) -> npt.NDArray[np.int64]:
-        """Coordinates of the chunks that exist for a band, ``(n, ndim)`` sorted.
-
-        Args:
-            band: Band name.
-
-        Returns:
-            Chunk grid coordinates (time chunk, y chunk, x chunk[, 0]).
-        """
-        spec = band_spec(band)
-
-        async def collect() -> list[tuple[int, ...]]:
-            coords: AsyncIterator[tuple[int, ...]] = self.session.chunk_coordinates(
-                "/" + spec.array_path, batch_size=10_000
-            )
-            return [c async for c in coords]
-
-        found = self._sync(collect(), f"listing the chunks of {band}")
-        ndim = len(spec.shape)
-        out = np.array(sorted(found), dtype=np.int64).reshape(len(found), ndim)
-        return out
-
-    def chunk_index(self, band: str) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
-        """The band's stored chunks: ``(chunk row, chunk column)`` -> sorted time chunks.
-
-        Built once per reader from the snapshot's chunk manifest (one thread builds
-        it while others wait).
-        """
-        spec = band_spec(band)
-        index = self._index.get(spec.array_path)
-        if index is not None:
-            return index
-        with self.cache.single_flight(("index", self._snapshot_id, spec.name)):
-            index = self._index.get(spec.array_path)
-            if index is None:
-                index = self._carried_index(spec)
-                index = self._build_index(spec) if index is None else index
-                self._index[spec.array_path] = index
-        return index
-
-    def _carried_index(self, spec: BandSpec) -> ChunkIndex | None:
-        """The previous tip reader's index of the band, updated by the chunks the diff names
-        (:func:`store.cube.carry.carried_index`); None: build it from the manifest."""
-        if self._index_base is None or len(spec.shape) != 3:
-            return None
-        indexes, changes = self._index_base
-        arr, store = self.array(spec.name), self.session.store
-
-        async def exists(coords: list[tuple[int, int, int]]) -> list[bool]:
-            keys = [f"{spec.array_path}/{arr.metadata.encode_chunk_key(c)}" for c in coords]
-            return list(await asyncio.gather(*(store.exists(k) for k in keys)))
-
-        def check(coords: list[tuple[int, int, int]]) -> list[bool]:
-            return self._sync(exists(coords), f"checking the changed chunks of {spec.name}")
-
-        return carried_index(indexes.get(spec.array_path), changes, spec.array_path, check)
-
-    def _stored_sets(self, band: str) -> dict[tuple[int, int], frozenset[int]]:
-        """:meth:`chunk_index` as sets of time chunks (made once per reader and band)."""
-        sets = self._stored.get(band)
-        if sets is None:
-            index = self.chunk_index(band)
-            sets = {k: frozenset(v.tolist()) for k, v in index.items()}
-            self._stored[band] = sets
-        return sets
-
-    def _build_index(self, spec: BandSpec) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
-        coords = self.chunks(spec.name)
-        index: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
-        if coords.size:
-            keys = coords[:, 1] * X_SIZE + coords[:, 2]
-            order = np.lexsort((coords[:, 0], keys))
-            coords, keys = coords[order], keys[order]
-            starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-            for s, e in zip(starts.tolist(), [*starts[1:].tolist(), len(keys)], strict=True):
-                index[(int(coords[s, 1]), int(coords[s, 2]))] = np.unique(coords[s:e, 0])
-        return index
 
     def _read(
         self, spec: BandSpec, slots: npt.NDArray[np.int64], ys: slice, xs: slice

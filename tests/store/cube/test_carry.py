@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zarr
 
-from store.cube import CubeReader, CubeWriter
+from store.cube import CubeReader, CubeWriter, chunk_index
 from store.cube.cache import ChunkCache
 from store.cube.carry import Changes, carried_index
 
@@ -125,6 +125,17 @@ def test_a_new_tip_reader_updates_the_old_chunk_index(
     monkeypatch.setattr(ic.Session, "chunk_coordinates", counted)
     got = new.chunk_index(BAND)
     assert listed == []  # updated, not listed
+    assert new._index_base is not None
+    assert "indices/ndvi" not in new._index_base[0]  # the old index is not kept alive after
+    # more changed chunks than it checks one by one: listed instead; as is a band the old
+    # reader never indexed
+    monkeypatch.setattr(chunk_index, "MAX_INDEX_CHECKS", 0)
+    assert sorted(CubeReader(tmp_path, inventory_from=old).chunk_index(BAND)) == sorted(got)
+    assert listed == ["/indices/ndvi"]
+    monkeypatch.setattr(chunk_index, "MAX_INDEX_CHECKS", 4096)
+    CubeReader(tmp_path, inventory_from=old).chunk_index("indices.evi")
+    assert listed == ["/indices/ndvi", "/indices/evi"]
+    listed.clear()
     fresh = CubeReader(tmp_path)
     want = fresh.chunk_index(BAND)
     assert listed == ["/indices/ndvi"]
