@@ -21,21 +21,31 @@ table has lists, else from a sample of the table.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from store.knn._kernels import cosine_scan_serial, hamming_seed_counts
 from store.knn.codes import int8_norms
-from store.knn.ivf import IVF_MIN_MASK, list_candidates
+from store.knn.ivf import IVF_MIN_MASK, IvfArrays, list_candidates
 from store.knn.mapped import file_mapped
 from store.knn.scan import merge_topk, read_only
 
-if TYPE_CHECKING:
-    from store.knn.table import KnnTable
+__all__ = ["NO_SEED", "SEED_FACTOR", "SeedTable", "cosine_seed", "hamming_seed"]
 
-__all__ = ["NO_SEED", "SEED_FACTOR", "cosine_seed", "hamming_seed"]
+
+class SeedTable(Protocol):
+    """What :func:`cosine_seed` reads of a table (a :class:`store.knn.table.KnnTable`)."""
+
+    @property
+    def n(self) -> int: ...
+
+    @property
+    def ivf(self) -> IvfArrays | None: ...
+
+    def read_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]: ...
+
 
 NO_SEED = 129
 """The bound of a 128-bit Hamming scan that keeps every row until its own limits settle."""
@@ -102,7 +112,7 @@ seed's key 19.5 (median; at least 4.3) above the sample's, where the answer's k-
 
 
 def cosine_seed(
-    table: KnnTable,
+    table: SeedTable,
     qi: npt.NDArray[np.int16],
     k: int,
     mask: npt.NDArray[np.bool_],
@@ -131,7 +141,7 @@ def cosine_seed(
 
 
 def _list_seed_rows(
-    table: KnnTable,
+    table: SeedTable,
     qi: npt.NDArray[np.int16],
     k: int,
     mask: npt.NDArray[np.bool_],

@@ -16,14 +16,14 @@ Either way the best ``multiple * k`` candidates (at least ``min_candidates``) ar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from store.errors import InvalidVectorQuery
 from store.knn import _kernels
-from store.knn.ivf import IVF_MIN_MASK, list_candidates
+from store.knn.ivf import IVF_MIN_MASK, IvfArrays, IvfPlan, list_candidates
 from store.knn.scan import (
     MAX_CANDIDATES,
     KnnResult,
@@ -34,16 +34,43 @@ from store.knn.scan import (
     read_only,
 )
 
-if TYPE_CHECKING:
-    from store.knn.table import KnnTable
+__all__ = ["IVF_MIN_MASK", "RerankTable", "rerank"]
 
-__all__ = ["IVF_MIN_MASK", "rerank"]
+
+class RerankTable(Protocol):
+    """What a rerank reads of a table (a :class:`store.knn.table.KnnTable`)."""
+
+    @property
+    def n(self) -> int: ...
+
+    @property
+    def d(self) -> int: ...
+
+    @property
+    def ivf(self) -> IvfArrays | None: ...
+
+    @property
+    def ivf_plan(self) -> IvfPlan | None: ...
+
+    @property
+    def rerank_multiple(self) -> int: ...
+
+    def hamming_blockwise(
+        self,
+        code: npt.NDArray[np.uint8],
+        n_keep: int,
+        mask: npt.ArrayLike | None,
+        exclude_row: int | None,
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], int]: ...
+
+    def read_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]: ...
+
 
 MODE = "hamming_then_rerank"
 
 
 def rerank(
-    table: KnnTable,
+    table: RerankTable,
     q: npt.NDArray[Any],
     code: npt.NDArray[np.uint8],
     k: int,
@@ -89,7 +116,7 @@ def _effective(calibrated: int, given: int | None, min_candidates: int, k: int) 
 
 
 def _list_triage(
-    table: KnnTable,
+    table: RerankTable,
     q: npt.NDArray[Any],
     k: int,
     m: npt.NDArray[np.bool_] | None,
@@ -118,7 +145,7 @@ def _list_triage(
 
 
 def _rescore(
-    table: KnnTable,
+    table: RerankTable,
     q: npt.NDArray[Any],
     k: int,
     cand: npt.NDArray[np.int64],
