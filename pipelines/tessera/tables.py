@@ -19,9 +19,7 @@ from store.knn import KnnTable, write_table
 from store.knn.remote import MULTI_YEAR_NAME, publish_local, table_source
 from store.tslot import year_slot
 
-__all__ = ["MULTI_YEAR_DIR", "build_multi_year_table", "build_year_table", "table_dir"]
-
-MULTI_YEAR_DIR = MULTI_YEAR_NAME
+__all__ = ["build_multi_year_table", "build_year_table", "table_dir"]
 
 
 def table_dir(data_dir: str | Path, year: int) -> Path:
@@ -90,7 +88,7 @@ def build_multi_year_table(data_dir: str | Path) -> tuple[int, list[int]]:
         parts.append(np.clip(np.rint(v * 127.0), -127, 127).astype(np.int8))
     vectors = np.concatenate(parts, axis=1) if parts else np.zeros((0, 0), np.int8)
     write_table(
-        Path(data_dir) / "knn" / MULTI_YEAR_DIR,
+        Path(data_dir) / "knn" / MULTI_YEAR_NAME,
         common,
         vectors,
         np.full(common.size, 1.0 / 127.0, dtype=np.float32),
@@ -101,5 +99,5 @@ def build_multi_year_table(data_dir: str | Path) -> tuple[int, list[int]]:
         },
         replace=True,
     )
-    publish_local(data_dir, MULTI_YEAR_DIR)
+    publish_local(data_dir, MULTI_YEAR_NAME)
     return int(common.size), years

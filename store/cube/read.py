@@ -255,7 +255,7 @@ class CubeReader(ChunkIndexReads, RegionReads):
                         )
 
                     self._inventory = self._within(load, "reading the inventory")
-                    self._inventory_base = None
+                    self._inventory_base = self._diff = None
         return self._inventory
 
     def list_snapshots(self) -> list[SnapshotInfo]:

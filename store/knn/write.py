@@ -331,13 +331,12 @@ def upgrade_table(
     t = KnnTable.open(directory)
     if not _needs_upgrade(t):
         return False
-    meta = {k: v for k, v in t.meta.items() if k not in _DERIVED_META}
-    write_table(
+    write_table(  # it drops the derived keys of the old meta (_DERIVED_META) itself
         directory if out is None else out,
         np.array(t.cells),
         np.array(t.vectors),
         np.array(t.scales),
-        meta,
+        dict(t.meta),
         replace=True,
     )
     return True

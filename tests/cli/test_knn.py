@@ -65,8 +65,14 @@ def test_a_data_directory_without_tables_has_nothing_to_upgrade(tmp_path, capsys
     assert json.loads(capsys.readouterr().out) == {"tables": {}}
 
 
-@pytest.mark.parametrize("argv", [["knn"], ["knn", "downgrade"]])
-def test_knn_needs_a_known_subcommand(argv, capsys) -> None:
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [(["knn"], "required: knn_command"), (["knn", "downgrade"], "invalid choice: 'downgrade'")],
+)
+def test_knn_needs_a_known_subcommand(argv, said, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err  # the knn parser refused it, not the top level (no such command)
+    assert "invalid choice: 'knn'" not in err

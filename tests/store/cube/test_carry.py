@@ -209,15 +209,18 @@ def test_any_error_of_the_comparison_leaves_the_new_reader_cold(
     old = CubeReader(tmp_path, cache=cache)
     old.tiles(BAND, [(CY, CX, TC + 1)])
     s_new = _commit(w, 0, 2.0)
+    asked: list[BaseException] = []
     for error in (ic.IcechunkError("not an ancestor"), ValueError("odd"), KeyError("odd")):
 
         def refuse(self: ic.Repository, error: BaseException = error, **kwargs: object) -> None:
+            asked.append(error)
             raise error
 
         monkeypatch.setattr(ic.Repository, "diff", refuse)
         new = CubeReader(tmp_path, cache=cache, inventory_from=old)
         assert cache.tile((s_new, BAND, CY, CX, TC + 1)) is None
         assert _first(new.tiles(BAND, [(CY, CX, TC)])[0]) == 2.0
+        assert asked[-1] is error  # the new reader asked for the diff, and got this error
 
 
 def test_changes_of_a_real_diff_over_several_commits(tmp_path: Path) -> None:
