@@ -163,6 +163,9 @@ class ServiceContext:
         signer: A signer to use instead of the data directory's key (tests).
         manifest_path: JSON file with the named features (``{"features": [...]}``,
             e.g. the sample's ``manifest.json``); default: see :data:`MANIFEST_CANDIDATES`.
+        carry_cache: When the tip moves, the new snapshot's reader keeps the decoded chunks
+            and chunk indexes no commit since changed (:mod:`store.cube.carry`); false
+            starts each new snapshot cold (the bench's baseline arm). Also an attribute.
     """
 
     def __init__(
@@ -176,6 +179,7 @@ class ServiceContext:
         manifest_path: str | os.PathLike[str] | None = None,
         memory_url: str | None = None,
         require_token: bool | None = None,
+        carry_cache: bool = True,
     ) -> None:
         if not read_only:
             raise ValueError("the query API opens the store read-only")
@@ -193,6 +197,8 @@ class ServiceContext:
         self._memory: MemoryStore | None = None
         self.cache_bytes = int(cache_bytes)
         self.tip_check_seconds = refresh_seconds(tip_check_seconds)
+        self.carry_cache = carry_cache
+        """Whether a refresh carries the previous tip's cache and chunk indexes (see Args)."""
         self.charts = ChartStore()
         self._signer = signer
         self._lock = threading.RLock()
@@ -349,7 +355,9 @@ class ServiceContext:
                     with self._lock:
                         self._tip_checked = now
                     return reader
-            fresh = CubeReader(self.data_dir, cache=self.chunks, inventory_from=reader)
+            fresh = CubeReader(
+                self.data_dir, cache=self.chunks, inventory_from=reader, carry=self.carry_cache
+            )
         with self._lock:
             self._reader = fresh
             self._tip_checked = now

@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 
 from api.errors import InvalidArgument
+from cli.exits import error_line, exit_status
 
 __all__ = ["DATA_ENV", "default_data_dir", "print_answer", "register"]
 
@@ -305,7 +306,8 @@ def _call(args: argparse.Namespace) -> int:
 
 def print_answer(call: Callable[[], Any]) -> int:
     """Run a dispatch call; print its JSON answer (status 0) or its typed error in one line
-    on stderr (status 2). Errors that are not typed propagate (a bug, not bad input)."""
+    on stderr (status 2 for bad input, 1 for storage that does not answer:
+    :func:`cli.exits.exit_status`). Errors that are not typed propagate (a bug, not bad input)."""
     # Deferred: the dispatch loads pydantic and every query module (start-up time).
     from api.dispatch import describe_error
 
@@ -316,8 +318,8 @@ def print_answer(call: Callable[[], Any]) -> int:
         if described is None:
             raise
         err = described[1]["error"]
-        print(f"earthmem: error [{err['code']}]: {err['message']}", file=sys.stderr)
-        return 2
+        print(error_line(str(err["code"]), err["message"]), file=sys.stderr)
+        return exit_status(str(err["code"]))
     print(json.dumps(answer, indent=2))
     return 0
 

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli.exits import error_line, exit_status
+
 __all__ = ["ingest", "register"]
 
 
@@ -28,18 +30,14 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_ingest)
 
 
-EXIT_BAD_INPUT = 2
-"""A catalog that cannot be read at all: one line on stderr (the README's promise for bad input)."""
-
-
 def _ingest(args: argparse.Namespace) -> int:
     from pipelines.sources.errors import SourceError
 
     try:
         report = ingest(Path(args.data), args.catalog, args.area)
     except SourceError as exc:
-        print(f"earthmem: error [{exc.code}]: {exc.message}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        print(error_line(exc.code, exc.message), file=sys.stderr)
+        return exit_status(exc.code)
     return 0 if not report.failed and not report.held else 1
 
 

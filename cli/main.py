@@ -1,8 +1,9 @@
 """The ``earthmem`` command.
 
 Each subcommand is a thin adapter: parse arguments, call a plain function,
-print JSON or text. Bad input exits with status 2 and one line on stderr; a full
-disk (an environment failure, not bad input) exits with status 1 and one line.
+print JSON or text. Bad input exits with status 2 and one line on stderr; a failure
+of the environment rather than of the input (a full disk, storage or a memory database
+that does not answer: :data:`ENVIRONMENT_CODES`) exits with status 1 and one line.
 """
 
 from __future__ import annotations
@@ -17,14 +18,11 @@ from typing import Any, NoReturn
 
 from api.errors import ApiError
 from cli import commands, gc, ingest, knn, memory, recall
+from cli.exits import EXIT_ENVIRONMENT, EXIT_USAGE, error_line, exit_status
 from store import address, tslot
 from store.errors import AddressError, StoreError
 
-__all__ = ["main"]
-
-EXIT_USAGE = 2
-EXIT_ENVIRONMENT = 1
-"""Status of a failure of the machine rather than of the input (a full disk)."""
+__all__ = ["EXIT_ENVIRONMENT", "EXIT_USAGE", "main"]
 
 _DISK_FULL = re.compile(
     r"no space left on device|database or disk is full|disk quota exceeded"
@@ -186,12 +184,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except StoreError as exc:
-        print(f"earthmem: error [{exc.code}]: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE
+        print(error_line(exc.code, exc.message), file=sys.stderr)
+        return exit_status(exc.code)
     except ApiError as exc:
         code = getattr(exc, "code", "invalid_argument")
-        print(f"earthmem: error [{code}]: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        print(error_line(code, exc), file=sys.stderr)
+        return exit_status(code)
     except Exception as exc:
         full = disk_full(exc)
         if full is None:

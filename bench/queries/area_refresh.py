@@ -33,7 +33,6 @@ def bench_area_after_commit(
     from api.context import ServiceContext
     from api.dispatch import run
     from store.cube import CubeWriter
-    from store.cube import read as cube_read
 
     args = area_args(area, km, year)
     min_lat, min_lng, max_lat, max_lng = args["bbox"]
@@ -61,13 +60,10 @@ def bench_area_after_commit(
                     lng_q,
                     np.full((7, 4, 4), 0.25 + 0.001 * n),
                 )
-            cube_read.CARRY_CACHE = carry
-            try:
-                start = time.perf_counter()
-                run(ctx, "area_over_time", args)
-                times[carry].append(time.perf_counter() - start)
-            finally:
-                cube_read.CARRY_CACHE = True
+            ctx.carry_cache = carry
+            start = time.perf_counter()
+            run(ctx, "area_over_time", args)
+            times[carry].append(time.perf_counter() - start)
 
         for r in range(rounds):
             for carry in (True, False) if r % 2 == 0 else (False, True):

@@ -72,13 +72,10 @@ T = TypeVar("T")
 if TYPE_CHECKING:
     pass
 
-__all__ = ["CARRY_CACHE", "THREADED_DECODE_MIN", "CubeReader"]
+__all__ = ["THREADED_DECODE_MIN", "CubeReader"]
 
 THREADED_DECODE_MIN = 4
 """Chunks per :meth:`CubeReader.read_chunks` call from which decoding runs on the worker pool."""
-CARRY_CACHE = True
-"""A reader opened from the previous tip's re-keys its unchanged cache entries and updates its
-chunk indexes (the bench's after-a-commit row turns it off for its baseline arm)."""
 
 
 class CubeReader(ChunkIndexReads, RegionReads):
@@ -97,6 +94,10 @@ class CubeReader(ChunkIndexReads, RegionReads):
             server, entries keyed by snapshot); default: a cache of this reader's own.
         inventory_from: A reader of an earlier snapshot whose loaded inventory this one
             updates (only the partitions changed since are read).
+        carry: With ``inventory_from``: also re-key the cache entries of its snapshot that
+            no commit since changed, and update its chunk indexes instead of listing them
+            again (:mod:`store.cube.carry`). False starts the new snapshot's cache and
+            indexes cold (the bench's baseline arm: the behaviour before session 22).
 
     Raises:
         CubeNotFound: No cube at the location.
@@ -113,6 +114,7 @@ class CubeReader(ChunkIndexReads, RegionReads):
         max_region_elements: int = MAX_REGION_ELEMENTS,
         cache: ChunkCache | None = None,
         inventory_from: CubeReader | None = None,
+        carry: bool = True,
     ) -> None:
         if snapshot_id is not None and as_of is not None:
             raise ValueError("give snapshot_id or as_of, not both")
@@ -172,7 +174,7 @@ class CubeReader(ChunkIndexReads, RegionReads):
         if inventory_from is not None and inventory_from.snapshot_id != self._snapshot_id:
             previous = inventory_from.snapshot_id
             self._diff = diff_since(self.repo, previous, self._snapshot_id, remote=self._remote)
-            if self._diff is not None and CARRY_CACHE:
+            if self._diff is not None and carry:
                 changes = Changes.of(self._diff)
                 self._index_base = (dict(inventory_from._index), changes)  # updated on use
                 if inventory_from.cache is self.cache:

@@ -97,6 +97,49 @@ def test_a_new_tip_reader_carries_the_unchanged_entries(tmp_path: Path) -> None:
     assert _first(old.tiles(BAND, keys[:1])[0]) == 1.0
 
 
+def test_a_reader_told_not_to_carry_starts_cold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``carry=False`` (and a server context's ``carry_cache`` false): nothing re-keyed, the
+    chunk index listed again; the inventory is still updated from the old reader."""
+    from api.context import ServiceContext
+
+    w = CubeWriter(tmp_path)
+    _commit(w, 0, 1.0)
+    _commit(w, 1, 1.0)
+    cache = ChunkCache()
+    old = CubeReader(tmp_path, cache=cache)
+    keys = [(CY, CX, TC + 1)]
+    old.tiles(BAND, keys)
+    old.chunk_index(BAND)
+    s_new = _commit(w, 0, 2.0)
+    listed: list[str] = []
+    listing = ic.Session.chunk_coordinates
+
+    def counted(self: ic.Session, array_path: str, **kwargs: Any) -> Any:
+        listed.append(array_path)
+        return listing(self, array_path, **kwargs)
+
+    monkeypatch.setattr(ic.Session, "chunk_coordinates", counted)
+    new = CubeReader(tmp_path, cache=cache, inventory_from=old, carry=False)
+    assert cache.tile((s_new, BAND, *keys[0])) is None  # not carried
+    new.chunk_index(BAND)
+    assert listed == ["/indices/ndvi"]  # listed anew
+    assert _first(new.tiles(BAND, [(CY, CX, TC)])[0]) == 2.0
+    # the context passes its setting to the reader it opens when the tip moves
+    ctx = ServiceContext(tmp_path, tip_check_seconds=0.0, carry_cache=False)
+    first = ctx.reader()
+    first.tiles(BAND, keys)
+    s_next = _commit(w, 1, 3.0, lat_q=1000 + 128)
+    assert ctx.reader().snapshot_id == s_next
+    assert ctx.chunks.tile((s_next, BAND, *keys[0])) is None
+    ctx.carry_cache = True
+    ctx.reader().tiles(BAND, keys)
+    s_last = _commit(w, 2, 3.0, lat_q=1000 + 128)
+    assert ctx.reader().snapshot_id == s_last
+    assert ctx.chunks.tile((s_last, BAND, *keys[0])) is not None  # carried
+
+
 def test_a_new_tip_reader_updates_the_old_chunk_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,0 +1,100 @@
+"""Exit statuses: bad input exits 2, storage or a memory database that does not answer exits 1,
+each with one line on stderr (cli/exits.py).
+
+The storage cases run against a real S3-compatible server on loopback (moto, tests/s3_server.py)
+with a bucket that does not exist; the memory database case against a PostgreSQL URL whose port
+refuses connections.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli.exits import (
+    ENVIRONMENT_CODES,
+    EXIT_ENVIRONMENT,
+    EXIT_USAGE,
+    error_line,
+    exit_status,
+)
+from tests import s3_server
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _earthmem(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        env={**os.environ, **env},
+    )
+
+
+def _one_line(proc: subprocess.CompletedProcess[str], code: str) -> None:
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"earthmem: error [{code}]: ")
+
+
+def test_the_environment_codes_exit_1_and_the_rest_2() -> None:
+    for code in ENVIRONMENT_CODES:
+        assert exit_status(code) == EXIT_ENVIRONMENT
+    for code in ("invalid_latitude", "cube_not_found", "catalog_unreachable", "token_invalid"):
+        assert exit_status(code) == EXIT_USAGE
+
+
+def test_an_error_line_is_one_line() -> None:
+    line = error_line("memory_backend_unavailable", "connection refused\n\tIs the server  up?")
+    assert (
+        line == "earthmem: error [memory_backend_unavailable]: connection refused Is the server up?"
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3_server.S3Server]:
+    srv = s3_server.start(tmp_path_factory.mktemp("moto") / "moto.log")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["call", "read_cell", '{"cell": "defi.zb509.zd92f.hira", "bands": ["indices.ndvi"]}'],
+        ["knn", "upgrade"],
+    ],
+    ids=["call-read_cell", "knn-upgrade"],
+)
+def test_storage_that_cannot_be_read_exits_1(
+    server: s3_server.S3Server, tmp_path: Path, argv: list[str]
+) -> None:
+    env = {**server.env(), "EARTHMEM_OBJECT_STORE": "s3://no-such-bucket/earthmem"}
+    proc = _earthmem(*argv, "--data", str(tmp_path), env=env)
+    assert proc.returncode == EXIT_ENVIRONMENT, proc.stderr
+    _one_line(proc, "storage_unavailable")
+    assert "no-such-bucket" in proc.stderr
+
+
+def test_a_memory_database_that_refuses_connections_exits_1(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql://earthmem:secret@127.0.0.1:{port}/earthmem"
+    proc = _earthmem("token", "list", "--data", str(tmp_path), "--memory-url", url, env={})
+    assert proc.returncode == EXIT_ENVIRONMENT, proc.stderr
+    _one_line(proc, "memory_backend_unavailable")
+    assert "secret" not in proc.stderr  # the password is never printed
