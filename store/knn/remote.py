@@ -50,7 +50,8 @@ import blake3
 
 from store.errors import StorageUnavailable, VectorTableError
 from store.knn.mapped import read_meta
-from store.knn.write import install_version, upgrade_table
+from store.knn.write import install_version, meta_needs_upgrade, upgrade_table
+from store.leftovers import writing
 from store.objects import ObjectRoot
 from store.snapshots import object_root
 
@@ -60,6 +61,7 @@ __all__ = [
     "KNN_PREFIX",
     "MULTI_YEAR_NAME",
     "POINTER_FORMAT",
+    "UPGRADE_PREFIX",
     "LocalTables",
     "TableCache",
     "TableSource",
@@ -431,12 +433,38 @@ def publish_local(data_dir: str | os.PathLike[str], name: str) -> str | None:
     return publish_table(ObjectRoot.from_url(root), name, Path(data_dir) / KNN_PREFIX / name)
 
 
+UPGRADE_PREFIX = ".knn-upgrade-"
+"""Prefix of the private folder (in the data directory) an upgrade on object storage writes a
+table's new version into before publishing it."""
+
+
+def _current_on_storage(root: ObjectRoot, name: str) -> bool:
+    """Whether the published version of ``name`` is of the current layout, by its ``meta.json``
+    alone (one small read). False when there is no such table, or its meta cannot tell: the
+    caller then opens the table itself.
+
+    Raises:
+        StorageUnavailable: The storage could not be read.
+    """
+    pointer = read_pointer(root, name)
+    if pointer is None:
+        return False
+    raw = root.get(f"{KNN_PREFIX}/{name}/{pointer['digest']}/meta.json")
+    try:
+        meta = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return False
+    return isinstance(meta, dict) and meta_needs_upgrade(meta) is False
+
+
 def upgrade_tables(data_dir: str | os.PathLike[str]) -> dict[str, bool]:
     """Rewrite every table of a data directory written by an older layout
     (:func:`~store.knn.write.upgrade_table`); ``{name: rewritten}`` for every table found.
 
     On local disk each table is rewritten in place (a new version swapped in; readers of the
-    old keep it). On an object-storage root each is read through the cache and written into a
+    old keep it). On an object-storage root a table whose published ``meta.json`` says it is
+    current (:func:`~store.knn.write.meta_needs_upgrade`) is left there, not copied; each
+    other one is read through the cache and written into a
     private folder of the data directory, which is published (:func:`publish_table`) and
     removed: the cache itself is left to the servers that share it, which swap the new
     version in at their next refresh.
@@ -447,19 +475,36 @@ def upgrade_tables(data_dir: str | os.PathLike[str]) -> dict[str, bool]:
     """
     source = table_source(data_dir, refresh_seconds=0.0)
     root = object_root()
+    if root is None:
+        local = [(name, source.directory_of(name)) for name in _names(source)]
+        return {name: upgrade_table(d) for name, d in local if d is not None}
+    objects = ObjectRoot.from_url(root)
     done: dict[str, bool] = {}
-    for name in [*(f"geotessera/{y}" for y in source.years()), MULTI_YEAR_NAME]:
-        directory = source.directory_of(name)
-        if directory is None:
-            continue
-        if root is None:
-            done[name] = upgrade_table(directory)
-            continue
-        work = Path(tempfile.mkdtemp(prefix=".knn-upgrade-", dir=data_dir))
-        try:
-            done[name] = upgrade_table(directory, work / "t")
-            if done[name]:
-                publish_table(ObjectRoot.from_url(root), name, work / "t")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+    # a registered writer of the data directory: an upgrade killed mid-way left its private
+    # folder behind; the next one that finds no other upgrade live removes it
+    with writing(data_dir, _upgrade_leftovers):
+        for name in _names(source):
+            if _current_on_storage(objects, name):
+                done[name] = False  # its meta.json says so: nothing copied
+                continue
+            directory = source.directory_of(name)
+            if directory is None:
+                continue
+            work = Path(tempfile.mkdtemp(prefix=UPGRADE_PREFIX, dir=data_dir))
+            try:
+                done[name] = upgrade_table(directory, work / "t")
+                if done[name]:
+                    publish_table(objects, name, work / "t")
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
     return done
+
+
+def _names(source: TableSource) -> list[str]:
+    """Every table name of a source: each vintage's, then the multi-year table's."""
+    return [*(f"geotessera/{y}" for y in source.years()), MULTI_YEAR_NAME]
+
+
+def _upgrade_leftovers(data_dir: Path) -> list[Path]:
+    """The private folders of upgrades that were killed (meaningful while none is live)."""
+    return sorted(data_dir.glob(f"{UPGRADE_PREFIX}*"))

@@ -32,6 +32,7 @@ from store.knn.codes import (
     HEAD_MIN_D,
     ROTATION_SEED,
     binarize,
+    blocked_heads,
     head_layout,
     int8_norms,
 )
@@ -41,7 +42,14 @@ from store.knn.scan import calibrate_rerank_multiple, calibration_truth, cosine_
 from store.knn.table import KnnTable
 from store.leftovers import writing
 
-__all__ = ["FORMAT", "install_version", "table_leftovers", "upgrade_table", "write_table"]
+__all__ = [
+    "FORMAT",
+    "install_version",
+    "meta_needs_upgrade",
+    "table_leftovers",
+    "upgrade_table",
+    "write_table",
+]
 
 FORMAT = "earthmem.knn/1"
 """Format tag written into ``meta.json``."""
@@ -349,3 +357,18 @@ def _needs_upgrade(t: KnnTable) -> bool:
     planes_ok = t.bin128w is not None or t.d != BIN_BYTES * 8
     lists_ok = t.ivf is not None or t.n < IVF_MIN_ROWS or t.d != BIN_BYTES * 8
     return not (heads_ok and planes_ok and lists_ok) and t.n > 0
+
+
+def meta_needs_upgrade(meta: dict[str, Any]) -> bool | None:
+    """:func:`upgrade_table`'s verdict from a table's ``meta.json`` alone (the arrays it lists,
+    as :func:`store.knn.layout.array_names` opens them), or None when the meta does not say
+    (no ``n`` or ``d``): then the table itself must be opened. Lets an upgrade on object
+    storage leave current tables where they are instead of copying them to find out."""
+    try:
+        n, d = int(meta["n"]), int(meta["d"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    heads_ok = blocked_heads(meta) > 0 or d < HEAD_MIN_D
+    planes_ok = bool(meta.get("has_bin128w")) or d != BIN_BYTES * 8
+    lists_ok = bool(meta.get("ivf")) or n < IVF_MIN_ROWS or d != BIN_BYTES * 8
+    return not (heads_ok and planes_ok and lists_ok) and n > 0

@@ -220,15 +220,18 @@ def test_upgrade_tables_on_object_storage_publishes_the_new_layout(
 ) -> None:
     """A table an older version published is read through the cache, rewritten into the data
     directory and published: a fresh cache on another machine gets the new layout, with the
-    same rows and exact answers; a second upgrade finds it current."""
+    same rows and exact answers; a second upgrade finds it current from its published meta.json
+    without copying it."""
     host = tmp_path / "host"
     built = _table(host / "knn" / "geotessera" / "2024", seed=3, n=2000)
     leave_as_older_code(host / "knn" / "geotessera" / "2024")
     old = publish_table(root, "geotessera/2024", host / "knn" / "geotessera" / "2024")
     monkeypatch.setenv(OBJECT_STORE_ENV, f"s3://{root.bucket}/{root.prefix}")
     admin = tmp_path / "admin"
-    admin.mkdir()
+    killed = admin / ".knn-upgrade-killed"  # what an upgrade killed mid-way left
+    (killed / "t").mkdir(parents=True)
     assert upgrade_tables(admin) == {"geotessera/2024": True}
+    assert not killed.exists()  # swept: no other upgrade was live
     assert not list(admin.glob(".knn-upgrade-*"))  # its private folder is gone
     pointer = read_pointer(root, "geotessera/2024")
     assert pointer is not None
@@ -242,4 +245,6 @@ def test_upgrade_tables_on_object_storage_publishes_the_new_layout(
     ra, rb = new.search_row(7, k=10), built.search_row(7, k=10)  # exact cosine
     np.testing.assert_array_equal(ra.rows, rb.rows)
     np.testing.assert_array_equal(ra.scores, rb.scores)
-    assert upgrade_tables(tmp_path / "other") == {"geotessera/2024": False}
+    other = tmp_path / "other"
+    assert upgrade_tables(other) == {"geotessera/2024": False}
+    assert not (other / "knn" / "geotessera" / "2024").exists()  # told by its meta: not copied

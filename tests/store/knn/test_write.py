@@ -109,6 +109,29 @@ def test_upgrade_table_adds_heads_and_keeps_rows_and_calibration(tmp_path) -> No
     assert not (new.path / "head.npy").exists()
 
 
+def test_the_meta_alone_gives_the_upgrades_verdict(tmp_path) -> None:
+    """``meta_needs_upgrade`` (what ``knn upgrade`` reads on object storage instead of copying
+    a table) says what ``upgrade_table`` would do: current, older heads (either way older code
+    leaves them), no heads at all; and None when the meta lacks the table's size."""
+    from store.knn.write import meta_needs_upgrade
+
+    cells, vecs, scales = tessera_like(3000, 128, 6, seed=4)
+    V.write_table(tmp_path / "t", cells, vecs, scales, dict(META))
+    meta = lambda: json.loads((V.KnnTable.open(tmp_path / "t").path / "meta.json").read_text())  # noqa: E731
+    assert meta_needs_upgrade(meta()) is False
+    assert V.upgrade_table(tmp_path / "t") is False
+    no_n = {k: v for k, v in meta().items() if k != "n"}
+    assert meta_needs_upgrade(no_n) is None
+    for both_keys in (False, True):
+        V.write_table(tmp_path / "t", cells, vecs, scales, dict(META), replace=True)
+        leave_as_older_code(tmp_path / "t", both_keys=both_keys)
+        assert meta_needs_upgrade(meta()) is True
+    no_heads = {k: v for k, v in meta().items() if k not in ("head_dims", V.HEAD_BLOCKS_KEY)}
+    assert meta_needs_upgrade(no_heads) is True
+    assert V.upgrade_table(tmp_path / "t") is True
+    assert meta_needs_upgrade(meta()) is False
+
+
 def _as_older_code_left_it(tmp_path, monkeypatch, n: int, seed: int, row: int, *, both_keys: bool):
     """A pruned table of ``n`` rows at ``tmp_path / "t"`` and its answer for ``row``; then the
     table rewritten as code of before the block layout leaves it: ``head.npy`` row-major int8
