@@ -74,6 +74,15 @@ bandwidth (at 10^5 rows it came out slower than the scan: a "share" of 217 %).""
 
 CACHES = "warm: table files in page cache, mapping released between queries; FAISS index resident"
 LOAD_CPU = "yes: both sides use both cores (numba / OpenMP threads); a busy core slows the parallel one more"
+LOAD_SHARE = (
+    "yes, through its limit: the read pass computes nothing, so it runs at the host's memory"
+    " bandwidth of the moment, which moved from one process to the next (medians of 13 passes"
+    " in six processes minutes apart: 26.7-43.8 GB/s, session 23); the scan is held by its own"
+    " work and moves less, so the share moves against the limit (62-81 % over sessions 21-22's"
+    " runs, all >= 60 % but one at 59.3). Pairing per round cancels load within a run, not"
+    " the bandwidth a process gets"
+)
+"""Why the bandwidth share moves between runs (measured; bench/HISTORY.md, session 23)."""
 LOAD_SERIAL = "less: both sides on one thread, paired (no barrier waits); still shares the cores"
 HAM_THREADS = 1
 """Threads of both sides of the judged Hamming row (see the module docstring)."""
@@ -406,7 +415,7 @@ def size_rows(r: SizeResult) -> list[dict[str, Any]]:
             "target": ("METRIC DEFECT (share > 100 %): " if share.defect else "") + target,
             "met": (ok if judge else None) if not share.defect else False,
             "caches": CACHES,
-            "load_sensitive": "less: scan and limit share each round's load (both parallel reads)",
+            "load_sensitive": LOAD_SHARE,
             "scan_GBps": round(scan_gbps, 2),
             "limit_GBps": round(limit_gbps, 2),
         }

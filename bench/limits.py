@@ -19,8 +19,9 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         "find_like cosine: share of the read-bandwidth limit",
         "the host's memory bandwidth as much as the code: the read pass it is judged against"
         " runs at ~30–34 or ~45–52 GB/s from one process to the next (session 21: 25.5–52.5"
-        " GB/s with the page cache in the same 2 MB folios, checked), while the scan is held"
-        " by its own work. Session 21 stored the heads in blocks of 16 rows (a block's 16 head"
+        " GB/s with the page cache in the same 2 MB folios, checked; session 23: medians"
+        " 26.7–43.8 GB/s in six processes minutes apart, every mapping 2 MB-mapped), while"
+        " the scan is held by its own work. Session 21 stored the heads in blocks of 16 rows (a block's 16 head"
         " dots are 16 VNNI multiply-adds, store.knn._simd) and took the generic dots out of the"
         " scan's loop (the scan 19.9–24.9 -> 28.4–30.7 GB/s; share 59.3–62.0 %); session 22"
         " seeded the scan from the query's nearest inverted list (rows read whole 5,033 ->"
@@ -72,7 +73,14 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
         " Session 21, timed piece by piece on fresh contexts (medians of 15): the repository"
         " open 3.5 ms, the whole inventory 27.7 ms, the NDVI chunk index 3.0 ms, the rest of"
         " the answer (the chunks' fetch and decode, statistics, signing) 66.3 ms; a whole cold"
-        " answer 104.5 ms.",
+        " answer 104.5 ms. Session 23: icechunk 1.1.21 spends ~100 µs of CPU per chunk object"
+        " on local disk, batched or not, fresh repository or warm (the answer's 384 chunks:"
+        " 26–41 ms wall, 42–63 ms CPU, against 5.7 ms for Python's own open and read of as"
+        " many chunk files), and the inventory's 334 partition chunks are read the same way"
+        " (27–36 ms, ~9 of them decoding and indexing in Python): the objects alone hold a cold answer above ~50 ms, ~75 ms with the"
+        " decode, indexes and open (~15x). Only a layout with far fewer objects per answer"
+        " (time chunks of many weeks, or a per-block series beside the weekly chunks) can"
+        " reach 100x.",
     ),
     (
         "memory",

@@ -185,6 +185,9 @@ def bench_worst_case(
                 target="<= 1 s",
                 met=sec <= 1.0,
                 absolute=True,
+                load_sensitive="yes: the slowest of a few cold calls of a tenth of a second or"
+                " more, so one preempted call moves it (0.107-0.154 s over session 22's runs);"
+                " the bound is 3-9x away, so the verdict does not move",
             )
         )
         rows.append(
