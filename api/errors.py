@@ -162,6 +162,7 @@ _STORE_STATUS = {
     "import_conflict": 409,
     "invalid_cursor": 422,
     "memory_backend_unavailable": 503,
+    "invalid_memory_url": 422,
     "snapshot_expired": 404,
     "cube_not_found": 503,
     "storage_unavailable": 503,

@@ -78,9 +78,9 @@ LOAD_SHARE = (
     "yes, through its limit: the read pass computes nothing, so it runs at the host's memory"
     " bandwidth of the moment, which moved from one process to the next (medians of 13 passes"
     " in six processes minutes apart: 26.7-43.8 GB/s, session 23); the scan is held by its own"
-    " work and moves less, so the share moves against the limit (62-81 % over sessions 21-22's"
-    " runs, all >= 60 % but one at 59.3). Pairing per round cancels load within a run, not"
-    " the bandwidth a process gets"
+    " work and moves less, so the share moves against the limit (59.3-81.1 % over the nine"
+    " runs of sessions 21-22, all but one >= 60 %). Pairing per round cancels load within a"
+    " run, not the bandwidth a process gets"
 )
 """Why the bandwidth share moves between runs (measured; bench/HISTORY.md, session 23)."""
 LOAD_SERIAL = "less: both sides on one thread, paired (no barrier waits); still shares the cores"

@@ -3,7 +3,8 @@
 Handlers import the heavy layers (the sample generator, the service context, the
 REST and MCP adapters, uvicorn) when they run, so ``earthmem cell ...`` stays fast.
 Bad input raises a typed error (``ApiError`` / ``StoreError``) which
-:func:`cli.main.main` prints as one line on stderr with exit status 2.
+:func:`cli.main.main` prints as one line on stderr with exit status 2 (1 for storage or a
+memory database that does not answer: :mod:`cli.exits`).
 """
 
 from __future__ import annotations

@@ -183,24 +183,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
-    except StoreError as exc:
-        print(error_line(exc.code, exc.message), file=sys.stderr)
-        return exit_status(exc.code)
-    except ApiError as exc:
-        code = getattr(exc, "code", "invalid_argument")
-        print(error_line(code, exc), file=sys.stderr)
-        return exit_status(code)
     except Exception as exc:
-        full = disk_full(exc)
-        if full is None:
-            raise
-        detail = " ".join(str(full).split())[:200]
-        print(
-            f"earthmem: error [disk_full]: the disk is full ({detail}); what was committed "
-            "before stays readable: free space (or run `earthmem gc`) and run again",
-            file=sys.stderr,
-        )
-        return EXIT_ENVIRONMENT
+        full = disk_full(exc)  # first: a typed storage error may wrap a full disk
+        if full is not None:
+            detail = " ".join(str(full).split())[:200]
+            print(
+                f"earthmem: error [disk_full]: the disk is full ({detail}); what was committed "
+                "before stays readable: free space (or run `earthmem gc`) and run again",
+                file=sys.stderr,
+            )
+            return EXIT_ENVIRONMENT
+        if isinstance(exc, StoreError):
+            print(error_line(exc.code, exc.message), file=sys.stderr)
+            return exit_status(exc.code)
+        if isinstance(exc, ApiError):
+            code = getattr(exc, "code", "invalid_argument")
+            print(error_line(code, exc), file=sys.stderr)
+            return exit_status(code)
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -292,6 +292,13 @@ class MemoryBackendUnavailable(MemoryStoreError, OSError):
     code = "memory_backend_unavailable"
 
 
+class InvalidMemoryUrl(MemoryStoreError, ValueError):
+    """A memory database URL no backend takes: an unknown scheme, SQLite's ``:memory:``, an
+    unknown ``synchronous`` mode (the input's mistake, not a database that does not answer)."""
+
+    code = "invalid_memory_url"
+
+
 class InvalidMemoryQuery(MemoryStoreError, ValueError):
     """A listing or search the store cannot run: a limit below 1, an empty or reversed bbox."""
 
@@ -330,6 +337,7 @@ __all__ += [
     "InvalidArchive",
     "InvalidCursor",
     "InvalidMemoryQuery",
+    "InvalidMemoryUrl",
     "InvalidTransition",
     "MemoryBackendUnavailable",
     "MemoryNotFound",

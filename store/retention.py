@@ -38,6 +38,9 @@ import datetime as dt
 import os
 from dataclasses import dataclass
 
+import icechunk as ic
+
+from store.errors import StorageUnavailable
 from store.snapshots import (
     EXPIRED_TAG_PREFIX,
     MAIN_BRANCH,
@@ -48,6 +51,7 @@ from store.snapshots import (
     list_snapshots,
     open_repository,
     open_storage,
+    storage_error_text,
     writers_excluded,
 )
 
@@ -114,6 +118,7 @@ def collect_cube(
     Raises:
         ValueError: a negative or non-finite ``keep_days`` or grace.
         CubeNotFound: no cube in the data directory.
+        StorageUnavailable: the storage could not be read or refused a change.
     """
     if not (keep_days >= 0 and keep_days != float("inf")):
         raise ValueError(f"keep_days must be a number of days >= 0, got {keep_days!r}")
@@ -121,6 +126,23 @@ def collect_cube(
     location = cube_location(data_dir)
     grace = _grace_hours(grace_hours, is_object_storage(location))
     repo = open_repository(open_storage(location))
+    try:
+        return _collect(repo, data_dir, cutoff, grace, dry_run)
+    except ic.IcechunkError as exc:
+        raise StorageUnavailable(
+            f"collecting the cube at {location} failed: {storage_error_text(exc)}; run it again"
+            " (what it expired or deleted before the failure stays so)"
+        ) from exc
+
+
+def _collect(
+    repo: ic.Repository,
+    data_dir: str | os.PathLike[str],
+    cutoff: dt.datetime,
+    grace: float,
+    dry_run: bool,
+) -> CubeCollection:
+    """:func:`collect_cube` on an open repository (icechunk's errors propagate)."""
     before = list_snapshots(repo, MAIN_BRANCH)
     collected_before = dt.datetime.now(dt.UTC) - dt.timedelta(hours=grace)
     if dry_run:

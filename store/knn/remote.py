@@ -440,8 +440,10 @@ table's new version into before publishing it."""
 
 def _current_on_storage(root: ObjectRoot, name: str) -> bool:
     """Whether the published version of ``name`` is of the current layout, by its ``meta.json``
-    alone (one small read). False when there is no such table, or its meta cannot tell: the
-    caller then opens the table itself.
+    alone (one small read, checked against the pointer's size, hash and digest). False when
+    there is no such table, or its meta cannot tell: the caller then opens the table itself.
+    A table found current here is not opened, so its arrays are not checked by the upgrade:
+    a server checks every file it copies against the pointer (:class:`TableCache`).
 
     Raises:
         StorageUnavailable: The storage could not be read.
@@ -450,11 +452,22 @@ def _current_on_storage(root: ObjectRoot, name: str) -> bool:
     if pointer is None:
         return False
     raw = root.get(f"{KNN_PREFIX}/{name}/{pointer['digest']}/meta.json")
+    want = pointer["files"]["meta.json"]
+    if (
+        raw is None
+        or len(raw) != int(want["bytes"])
+        or blake3.blake3(raw).hexdigest() != want["blake3"]
+    ):
+        return False  # not the meta the pointer names: the table itself is opened
     try:
-        meta = json.loads(raw) if raw is not None else None
+        meta = json.loads(raw)
     except ValueError:
         return False
-    return isinstance(meta, dict) and meta_needs_upgrade(meta) is False
+    return (
+        isinstance(meta, dict)
+        and meta.get("digest") == pointer["digest"]
+        and meta_needs_upgrade(meta) is False
+    )
 
 
 def upgrade_tables(data_dir: str | os.PathLike[str]) -> dict[str, bool]:

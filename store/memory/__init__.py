@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from store.errors import MemoryBackendUnavailable
+from store.errors import InvalidMemoryUrl
 from store.memory.interface import MemoryStore
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def backend(url: str) -> type[SqliteMemoryStore] | type[PostgresMemoryStore]:
     start (:meth:`api.context.ServiceContext.warm`) so its first memory call does not.
 
     Raises:
-        MemoryBackendUnavailable: an unknown scheme.
+        InvalidMemoryUrl: an unknown scheme.
     """
     scheme = _scheme(url)
     if scheme == "sqlite":
@@ -62,7 +62,7 @@ def backend(url: str) -> type[SqliteMemoryStore] | type[PostgresMemoryStore]:
         from store.memory.postgres import PostgresMemoryStore
 
         return PostgresMemoryStore
-    raise MemoryBackendUnavailable(
+    raise InvalidMemoryUrl(
         f"unknown memory database URL scheme {scheme!r} (use sqlite:/// or postgresql://)"
     )
 
@@ -76,7 +76,8 @@ def open_store(url: str, *, migrate: bool = True) -> MemoryStore:
         migrate: Upgrade the schema (idempotent; concurrent openers are serialised).
 
     Raises:
-        MemoryBackendUnavailable: an unknown scheme, or a database that cannot be
+        InvalidMemoryUrl: an unknown scheme, or a URL its backend does not take.
+        MemoryBackendUnavailable: a database that cannot be
             opened or reached.
     """
     cls = backend(url)

@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
-from store.errors import MemoryBackendUnavailable
+from store.errors import InvalidMemoryUrl, MemoryBackendUnavailable
 from store.memory import textsearch
 from store.memory.reads import FilterShape, bind
 from store.memory.schema import items
@@ -71,14 +71,15 @@ class SqliteMemoryStore(SqlMemoryStore):
             synchronous: SQLite's ``synchronous`` pragma (``FULL`` or ``NORMAL``).
 
         Raises:
-            MemoryBackendUnavailable: an in-memory URL, or a path that cannot be created.
+            InvalidMemoryUrl: an in-memory URL, or an unknown synchronous mode.
+            MemoryBackendUnavailable: a path that cannot be created.
         """
         parsed = sa.make_url(url)
         path = parsed.database
         if not path or path == ":memory:":
-            raise MemoryBackendUnavailable("the memory store needs a SQLite file, not :memory:")
+            raise InvalidMemoryUrl("the memory store needs a SQLite file, not :memory:")
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
-            raise MemoryBackendUnavailable(f"unknown synchronous mode {synchronous!r}")
+            raise InvalidMemoryUrl(f"unknown synchronous mode {synchronous!r}")
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -42,6 +42,21 @@ def test_the_cli_says_it_in_one_line(monkeypatch, capsys) -> None:
     assert err[0].startswith("earthmem: error [disk_full]:")
 
 
+def test_a_typed_error_over_a_full_disk_says_disk_full(monkeypatch, capsys) -> None:
+    """A storage error raised over a full local disk (a k-NN table copied into the cache) is
+    the disk's failure: ``disk_full``, not ``storage_unavailable``."""
+    from store.errors import StorageUnavailable
+
+    def full(args):
+        raise StorageUnavailable("copying a table failed") from _numpy_on_a_full_disk()
+
+    monkeypatch.setattr(cli_main, "_tslot", full)
+    assert cli_main.main(["tslot", "2024-01-01"]) == cli_main.EXIT_ENVIRONMENT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("earthmem: error [disk_full]:")
+
+
 def test_other_failures_still_raise(monkeypatch) -> None:
     def broken(args):
         raise RuntimeError("a bug")

@@ -50,7 +50,13 @@ def _one_line(proc: subprocess.CompletedProcess[str], code: str) -> None:
 def test_the_environment_codes_exit_1_and_the_rest_2() -> None:
     for code in ENVIRONMENT_CODES:
         assert exit_status(code) == EXIT_ENVIRONMENT
-    for code in ("invalid_latitude", "cube_not_found", "catalog_unreachable", "token_invalid"):
+    for code in (
+        "invalid_latitude",
+        "cube_not_found",
+        "catalog_unreachable",
+        "token_invalid",
+        "invalid_memory_url",
+    ):
         assert exit_status(code) == EXIT_USAGE
 
 
@@ -98,3 +104,11 @@ def test_a_memory_database_that_refuses_connections_exits_1(tmp_path: Path) -> N
     assert proc.returncode == EXIT_ENVIRONMENT, proc.stderr
     _one_line(proc, "memory_backend_unavailable")
     assert "secret" not in proc.stderr  # the password is never printed
+
+
+def test_a_memory_url_no_backend_takes_is_bad_input(tmp_path: Path) -> None:
+    proc = _earthmem(
+        "token", "list", "--data", str(tmp_path), "--memory-url", "mysql://x/y", env={}
+    )
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    _one_line(proc, "invalid_memory_url")

@@ -131,6 +131,37 @@ def test_collection_on_object_storage_spares_writes_in_flight_on_other_machines(
         server.stop()
 
 
+@pytest.mark.slow  # a moto server
+def test_a_store_that_refuses_the_collection_is_storage_unavailable(tmp_path, monkeypatch) -> None:
+    """Storage that may be read but refuses changes: the open succeeds, the expiry's writes are
+    refused, and that is a typed StorageUnavailable (the CLI's one line, exit 1), not
+    icechunk's own error with its trace; once the store accepts writes, the rerun collects."""
+    from store.errors import StorageUnavailable
+    from tests import s3_server
+
+    server = s3_server.start(tmp_path / "moto.log")
+    try:
+        server.create_bucket("gc-refused")
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("EARTHMEM_OBJECT_STORE", "s3://gc-refused/cube")
+        _commit(tmp_path, 0.1)
+        _commit(tmp_path, 0.2)
+        proxy = s3_server.FaultProxy(server.endpoint, "refuse")
+        try:
+            monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+            with pytest.raises(StorageUnavailable, match="collecting the cube") as err:
+                collect_cube(tmp_path, keep_days=0, grace_hours=0.0)
+            assert "run it again" in err.value.message
+        finally:
+            proxy.stop()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+        done = collect_cube(tmp_path, keep_days=0, grace_hours=0.0)
+        assert done.expired >= 1
+    finally:
+        server.stop()
+
+
 def test_a_negative_grace_is_refused(tmp_path) -> None:
     _commit(tmp_path, 0.1)
     with pytest.raises(ValueError, match="grace"):

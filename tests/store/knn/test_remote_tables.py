@@ -9,6 +9,7 @@ a copy that does not match its pointer is refused with nothing swapped in.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -26,12 +27,14 @@ from store.knn.remote import (
     KNN_PREFIX,
     LocalTables,
     TableCache,
+    _current_on_storage,
     publish_table,
     read_pointer,
     remote_names,
     table_source,
     upgrade_tables,
 )
+from store.leftovers import WRITERS_LOCK_FILENAME
 from store.objects import ObjectRoot
 from store.snapshots import OBJECT_STORE_ENV
 from tests import s3_server
@@ -230,9 +233,13 @@ def test_upgrade_tables_on_object_storage_publishes_the_new_layout(
     admin = tmp_path / "admin"
     killed = admin / ".knn-upgrade-killed"  # what an upgrade killed mid-way left
     (killed / "t").mkdir(parents=True)
-    assert upgrade_tables(admin) == {"geotessera/2024": True}
-    assert not killed.exists()  # swept: no other upgrade was live
-    assert not list(admin.glob(".knn-upgrade-*"))  # its private folder is gone
+    with open(admin / WRITERS_LOCK_FILENAME, "a+b") as live:  # another upgrade still running
+        fcntl.flock(live.fileno(), fcntl.LOCK_SH)
+        assert upgrade_tables(admin) == {"geotessera/2024": True}
+        assert killed.exists()  # kept: it may be the live upgrade's
+    assert [p.name for p in admin.glob(".knn-upgrade-*")] == [killed.name]  # its own is gone
+    assert upgrade_tables(admin) == {"geotessera/2024": False}  # current now: nothing copied
+    assert not killed.exists()  # swept once no other upgrade was live
     pointer = read_pointer(root, "geotessera/2024")
     assert pointer is not None
     assert pointer["digest"] != old
@@ -248,3 +255,7 @@ def test_upgrade_tables_on_object_storage_publishes_the_new_layout(
     other = tmp_path / "other"
     assert upgrade_tables(other) == {"geotessera/2024": False}
     assert not (other / "knn" / "geotessera" / "2024").exists()  # told by its meta: not copied
+    assert _current_on_storage(root, "geotessera/2024") is True
+    # a meta.json that is not the one the pointer names (size, hash) is not believed
+    root.put(f"knn/geotessera/2024/{pointer['digest']}/meta.json", b'{"n": 1, "d": 128}')
+    assert _current_on_storage(root, "geotessera/2024") is False

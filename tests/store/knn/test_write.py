@@ -130,6 +130,15 @@ def test_the_meta_alone_gives_the_upgrades_verdict(tmp_path) -> None:
     assert meta_needs_upgrade(no_heads) is True
     assert V.upgrade_table(tmp_path / "t") is True
     assert meta_needs_upgrade(meta()) is False
+    # the planes and the lists, from metas alone (a table of 2**18 rows is not written here)
+    current = meta()
+    assert meta_needs_upgrade({**current, "has_bin128w": False}) is True
+    big = {**current, "n": 1 << 18}
+    assert meta_needs_upgrade({k: v for k, v in big.items() if k != "ivf"}) is True
+    assert meta_needs_upgrade({**big, "ivf": {"lists": 512}}) is False
+    small_d = {"n": 1 << 18, "d": 32}  # neither heads (d < 64), planes nor lists at d != 128
+    assert meta_needs_upgrade(small_d) is False
+    assert meta_needs_upgrade({**current, "n": 0, V.HEAD_BLOCKS_KEY: 0}) is False  # empty
 
 
 def _as_older_code_left_it(tmp_path, monkeypatch, n: int, seed: int, row: int, *, both_keys: bool):

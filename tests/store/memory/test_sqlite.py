@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from store.errors import MemoryBackendUnavailable
+from store.errors import InvalidMemoryUrl, MemoryBackendUnavailable
 from store.memory import default_url, open_store
 from store.memory.sqlite import SqliteMemoryStore
 from tests.store.memory.conformance import MemoryStoreConformance
@@ -38,9 +38,11 @@ def test_default_url_creates_the_file_on_first_use(tmp_path: Path) -> None:
 
 
 def test_bad_urls_are_typed_errors(tmp_path: Path) -> None:
-    with pytest.raises(MemoryBackendUnavailable):
+    """A URL no backend takes is the input's mistake (invalid_memory_url: HTTP 422, CLI exit 2);
+    a database that cannot be created is the environment's (memory_backend_unavailable)."""
+    with pytest.raises(InvalidMemoryUrl):
         open_store("mysql://x/y")
-    with pytest.raises(MemoryBackendUnavailable):
+    with pytest.raises(InvalidMemoryUrl):
         open_store("sqlite://")
     blocker = tmp_path / "file"
     blocker.write_text("")
