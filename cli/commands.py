@@ -10,6 +10,7 @@ memory database that does not answer: :mod:`cli.exits`).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import multiprocessing
 import os
@@ -23,7 +24,7 @@ from typing import Any
 import anyio
 
 from api.errors import InvalidArgument
-from cli.exits import error_line, exit_status
+from cli.exits import EXIT_ENVIRONMENT, disk_full, disk_full_line, error_line, exit_status
 
 __all__ = ["DATA_ENV", "default_data_dir", "print_answer", "register"]
 
@@ -56,6 +57,7 @@ def register(sub: Any) -> None:
         "--out", default="data/sample", help="output directory (default: data/sample)"
     )
     build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--overwrite", action="store_true", help="replace a sample already in --out")
     build.set_defaults(handler=_sample_build)
 
     serve = sub.add_parser("serve", help="serve the query API: REST at /v1, MCP at /mcp")
@@ -136,7 +138,22 @@ def _sample_build(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    info = build_sample(Path(args.out), size=args.size, seed=args.seed, progress=progress)
+    out = Path(args.out)
+    if (out / "catalog.json").exists() and not args.overwrite:
+        raise InvalidArgument(
+            f"{out} already holds a sample (catalog.json): pass --overwrite to replace it",
+            code="sample_exists",
+        )
+    try:
+        info = build_sample(
+            out, size=args.size, seed=args.seed, progress=progress, overwrite=args.overwrite
+        )
+    except OSError as exc:
+        if disk_full(exc) is not None:
+            raise  # said as disk_full by cli.main
+        raise InvalidArgument(
+            f"cannot write the sample to {out}: {exc}", code="unwritable_output"
+        ) from exc
     print(f"sample area ({args.size}) written to {info.root}")
     return 0
 
@@ -149,7 +166,8 @@ def _context(data: str | None) -> Any:
     data_dir = Path(data if data is not None else default_data_dir())
     if not data_dir.is_dir():
         raise InvalidArgument(
-            f"data directory {str(data_dir)!r} does not exist (ingest first, or pass --data)",
+            f"data directory {str(data_dir)!r} does not exist or is not a directory (ingest first,"
+            " or pass --data)",
             code="no_data_dir",
         )
     return ContextProvider(data_dir).get()
@@ -171,8 +189,15 @@ def _serve(args: argparse.Namespace) -> int:
         raise InvalidArgument(
             f"--workers must be at least 1, got {workers}", code="invalid_argument"
         )
+    if args.read_timeout is not None and not args.read_timeout > 0:
+        raise InvalidArgument(
+            f"--read-timeout must be above 0, got {args.read_timeout}", code="invalid_argument"
+        )
+    if not 0 <= args.port <= 65535:
+        raise InvalidArgument(f"--port must be in [0, 65535], got {args.port}")
     ctx = _context(args.data)
     data_dir = getattr(ctx, "data_dir", "")
+    _check_bind(args.host, args.port)  # before the banner: a refused port is one line
     print(
         f"earthmem serving {data_dir} on http://{args.host}:{args.port} "
         f"(REST /v1, MCP /mcp{' stateless' if workers > 1 else ''}, docs /docs; "
@@ -180,10 +205,6 @@ def _serve(args: argparse.Namespace) -> int:
         f"{refresh:g} s)",
         file=sys.stderr,
     )
-    if args.read_timeout is not None and not args.read_timeout > 0:
-        raise InvalidArgument(
-            f"--read-timeout must be above 0, got {args.read_timeout}", code="invalid_argument"
-        )
     options = uvicorn_options(
         args.host,
         args.port,
@@ -215,6 +236,27 @@ def _listen_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
     return sock
 
 
+def _check_bind(host: str, port: int) -> None:
+    """Refuse an address the server cannot listen on, before anything starts (with several
+    workers, SO_REUSEPORT would otherwise share a port something already listens on).
+
+    Raises:
+        InvalidArgument: ``address_in_use``, ``port_not_permitted``, ``invalid_host`` or
+            ``cannot_bind``.
+    """
+    try:
+        _listen_socket(host, port, reuse_port=False).close()
+    except socket.gaierror as exc:
+        raise InvalidArgument(
+            f"--host {host!r} does not resolve: {exc}", code="invalid_host"
+        ) from exc
+    except OSError as exc:
+        code = {errno.EADDRINUSE: "address_in_use", errno.EACCES: "port_not_permitted"}.get(
+            exc.errno or 0, "cannot_bind"
+        )
+        raise InvalidArgument(f"cannot bind {host}:{port}: {exc}", code=code) from exc
+
+
 def _worker_main(host: str, port: int, options: dict[str, Any]) -> None:
     """One ``earthmem serve`` worker process: its own listening socket, one uvicorn server."""
     import uvicorn  # deferred: slow to import (see _serve)
@@ -230,10 +272,6 @@ def _serve_workers(host: str, port: int, workers: int, options: dict[str, Any]) 
         raise InvalidArgument(
             "--workers above 1 needs SO_REUSEPORT (Linux, BSD, macOS)", code="invalid_argument"
         )
-    try:  # refuse a port something already listens on (SO_REUSEPORT would share it silently)
-        _listen_socket(host, port, reuse_port=False).close()
-    except OSError as exc:
-        raise InvalidArgument(f"cannot bind {host}:{port}: {exc}", code="address_in_use") from exc
     spawn = multiprocessing.get_context("spawn")
     procs = [
         spawn.Process(target=_worker_main, args=(host, port, options), name=f"earthmem-worker-{i}")
@@ -315,6 +353,10 @@ def print_answer(call: Callable[[], Any]) -> int:
     try:
         answer = call()
     except Exception as exc:
+        full = disk_full(exc)  # a memory write on a full disk arrives as a backend error
+        if full is not None:
+            print(disk_full_line(full), file=sys.stderr)
+            return EXIT_ENVIRONMENT
         described = describe_error(exc)
         if described is None:
             raise

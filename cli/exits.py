@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-__all__ = ["ENVIRONMENT_CODES", "EXIT_ENVIRONMENT", "EXIT_USAGE", "error_line", "exit_status"]
+import errno
+import re
+
+__all__ = [
+    "ENVIRONMENT_CODES",
+    "EXIT_ENVIRONMENT",
+    "EXIT_USAGE",
+    "disk_full",
+    "disk_full_line",
+    "error_line",
+    "exit_status",
+    "typed_error",
+]
 
 EXIT_USAGE = 2
 """Status of bad input (a typed error of the arguments or of what they name)."""
@@ -29,3 +41,62 @@ def error_line(code: str, message: object) -> str:
     line breaks and runs of spaces folded (a driver's message can span lines: psycopg's
     "connection refused" does)."""
     return f"earthmem: error [{code}]: {' '.join(str(message).split())}"
+
+
+TYPED_PACKAGES = frozenset({"store", "api", "pipelines", "cli"})
+"""Packages whose errors carry a stable ``code`` and a ``message`` (each layer's errors module:
+``store.errors``, ``api.errors``, ``pipelines.sources.errors``, ``pipelines.sample.errors``,
+``store.export``...)."""
+
+
+def typed_error(exc: BaseException) -> tuple[str, str] | None:
+    """``(code, message)`` of one of earthmem's typed errors, else None (a bug: shown whole).
+
+    Recognised by what every layer's errors share (a string ``code``, a class defined in one
+    of :data:`TYPED_PACKAGES`) rather than by importing each layer's error root: the pipelines'
+    packages import rasterio, pystac and Dagster, which ``earthmem cell`` must not wait for.
+    """
+    code = getattr(exc, "code", None)
+    module = type(exc).__module__.split(".", 1)[0]
+    if not isinstance(code, str) or module not in TYPED_PACKAGES:
+        return None
+    message = getattr(exc, "message", None)
+    return code, str(message if isinstance(message, str) else exc)
+
+
+_DISK_FULL = re.compile(
+    r"no space left on device|database or disk is full|disk quota exceeded"
+    r"|\d+ requested and \d+ written",
+    re.IGNORECASE,
+)
+
+
+def disk_full(exc: BaseException) -> BaseException | None:
+    """The exception in ``exc``'s chain that says the disk is full, if any.
+
+    Disk-full failures arrive in many shapes: ``OSError(ENOSPC)``, SQLite's
+    "database or disk is full" (through SQLAlchemy and Dagster), numpy's
+    "N requested and M written", icechunk's storage errors quoting the OS error.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return e
+        if _DISK_FULL.search(str(e)):
+            return e
+        todo += [e.__cause__, e.__context__]
+    return None
+
+
+def disk_full_line(full: BaseException) -> str:
+    """The one stderr line of a full disk (:func:`disk_full`'s finding)."""
+    detail = " ".join(str(full).split())[:200]
+    return (
+        f"earthmem: error [disk_full]: the disk is full ({detail}); what was committed "
+        "before stays readable: free space (or run `earthmem gc`) and run again"
+    )

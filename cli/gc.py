@@ -34,25 +34,33 @@ def register(sub: Any) -> None:
 
 
 def _gc(args: argparse.Namespace) -> int:
+    from store.retention import MAX_DAYS  # deferred: it imports icechunk
+
     try:
         keep_days = float(args.keep_days)
     except ValueError:
         keep_days = float("nan")
-    if not (keep_days >= 0 and keep_days != float("inf")):
-        raise InvalidArgument(f"--keep-days must be a number of days >= 0, got {args.keep_days!r}")
+    if not (0 <= keep_days <= MAX_DAYS):
+        raise InvalidArgument(
+            f"--keep-days must be a number of days in [0, {MAX_DAYS}], got {args.keep_days!r}"
+        )
     grace: float | None = None
     if args.grace_hours is not None:
         try:
             grace = float(args.grace_hours)
         except ValueError:
             grace = float("nan")
-        if not (grace >= 0 and grace != float("inf")):
+        if not (0 <= grace <= MAX_DAYS * 24):
             raise InvalidArgument(
-                f"--grace-hours must be a number of hours >= 0, got {args.grace_hours!r}"
+                f"--grace-hours must be a number of hours in [0, {MAX_DAYS * 24}],"
+                f" got {args.grace_hours!r}"
             )
     data = Path(args.data)
     if not data.is_dir():
-        raise InvalidArgument(f"data directory {str(data)!r} does not exist", code="no_data_dir")
+        raise InvalidArgument(
+            f"data directory {str(data)!r} does not exist or is not a directory",
+            code="no_data_dir",
+        )
     # Deferred: Dagster takes seconds to import (see cli/ingest.py).
     from pipelines.instance import open_instance
     from pipelines.retention import collect

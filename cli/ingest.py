@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli.exits import error_line, exit_status
+from api.errors import InvalidArgument
 
 __all__ = ["ingest", "register"]
 
@@ -31,14 +31,37 @@ def register(sub: Any) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from pipelines.sources.errors import SourceError
-
-    try:
-        report = ingest(Path(args.data), args.catalog, args.area)
-    except SourceError as exc:
-        print(error_line(exc.code, exc.message), file=sys.stderr)
-        return exit_status(exc.code)
+    # a catalog that cannot be read raises pipelines.sources.errors.SourceError: cli.main
+    # prints it as one line (catalog_unreachable: exit 2)
+    report = ingest(Path(args.data), args.catalog, args.area)
     return 0 if not report.failed and not report.held else 1
+
+
+def _check_inputs(data: Path, area_path: str) -> None:
+    """Refuse a ``--data`` that is not a directory and an area file that is not an area JSON
+    before anything is created (the Dagster home, the data directory).
+
+    Raises:
+        InvalidArgument: ``no_data_dir`` or ``invalid_area``.
+    """
+    from pipelines.resources import load_area  # deferred with the pipelines (start-up time)
+
+    if data.exists() and not data.is_dir():
+        raise InvalidArgument(f"--data {str(data)!r} is not a directory", code="no_data_dir")
+    try:
+        load_area(area_path)
+    except FileNotFoundError:
+        raise InvalidArgument(
+            f"area file {area_path!r} does not exist (build the sample area: `earthmem sample"
+            " build --out <data>/sample`, or pass --area)",
+            code="invalid_area",
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidArgument(
+            f"area file {area_path!r} is not an area JSON with a bbox [min_lng, min_lat,"
+            f" max_lng, max_lat]: {exc}",
+            code="invalid_area",
+        ) from exc
 
 
 def ingest(
@@ -48,7 +71,8 @@ def ingest(
 
     The summary names every item skipped (id, code, reason) and every week held
     because rewriting it would drop an overpass it stores; the command exits 1
-    when a run failed or a week was held, 2 when the catalog cannot be read.
+    when a run failed or a week was held, 2 when the catalog cannot be read or the data
+    directory or the area file is not one.
     """
     # Deferred: Dagster and the pipeline definitions take seconds to import; every other
     # `earthmem` command would pay for them at start-up.
@@ -59,6 +83,7 @@ def ingest(
     cfg = Path(__file__).resolve().parents[1] / "deploy" / "dagster.yaml"
     catalog_path = catalog or str(data / "sample" / "catalog.json")
     area_path = area or str(data / "sample" / "manifest.json")
+    _check_inputs(data, area_path)
 
     def progress(stage: str, done: int, total: int) -> None:
         end = "\n" if done >= total else ""

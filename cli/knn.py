@@ -32,7 +32,10 @@ def _upgrade(args: argparse.Namespace) -> int:
 
     data = Path(args.data or default_data_dir())
     if not data.is_dir():
-        raise InvalidArgument(f"data directory {str(data)!r} does not exist", code="no_data_dir")
+        raise InvalidArgument(
+            f"data directory {str(data)!r} does not exist or is not a directory",
+            code="no_data_dir",
+        )
     # Deferred: the tables load numba (a second of start-up for every other command).
     from store.knn.remote import upgrade_tables
 

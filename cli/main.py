@@ -9,48 +9,25 @@ that does not answer: :data:`ENVIRONMENT_CODES`) exits with status 1 and one lin
 from __future__ import annotations
 
 import argparse
-import errno
 import json
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from api.errors import ApiError
 from cli import commands, gc, ingest, knn, memory, recall
-from cli.exits import EXIT_ENVIRONMENT, EXIT_USAGE, error_line, exit_status
-from store import address, tslot
-from store.errors import AddressError, StoreError
-
-__all__ = ["EXIT_ENVIRONMENT", "EXIT_USAGE", "main"]
-
-_DISK_FULL = re.compile(
-    r"no space left on device|database or disk is full|disk quota exceeded"
-    r"|\d+ requested and \d+ written",
-    re.IGNORECASE,
+from cli.exits import (
+    EXIT_ENVIRONMENT,
+    EXIT_USAGE,
+    disk_full,
+    disk_full_line,
+    error_line,
+    exit_status,
+    typed_error,
 )
+from store import address, tslot
+from store.errors import AddressError
 
-
-def disk_full(exc: BaseException) -> BaseException | None:
-    """The exception in ``exc``'s chain that says the disk is full, if any.
-
-    Disk-full failures arrive in many shapes: ``OSError(ENOSPC)``, SQLite's
-    "database or disk is full" (through SQLAlchemy and Dagster), numpy's
-    "N requested and M written", icechunk's storage errors quoting the OS error.
-    """
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return e
-        if _DISK_FULL.search(str(e)):
-            return e
-        todo += [e.__cause__, e.__context__]
-    return None
+__all__ = ["EXIT_ENVIRONMENT", "EXIT_USAGE", "disk_full", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -186,21 +163,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         full = disk_full(exc)  # first: a typed storage error may wrap a full disk
         if full is not None:
-            detail = " ".join(str(full).split())[:200]
-            print(
-                f"earthmem: error [disk_full]: the disk is full ({detail}); what was committed "
-                "before stays readable: free space (or run `earthmem gc`) and run again",
-                file=sys.stderr,
-            )
+            print(disk_full_line(full), file=sys.stderr)
             return EXIT_ENVIRONMENT
-        if isinstance(exc, StoreError):
-            print(error_line(exc.code, exc.message), file=sys.stderr)
-            return exit_status(exc.code)
-        if isinstance(exc, ApiError):
-            code = getattr(exc, "code", "invalid_argument")
-            print(error_line(code, exc), file=sys.stderr)
-            return exit_status(code)
-        raise
+        typed = typed_error(exc)
+        if typed is None:
+            raise  # not a foreseeable failure: a bug, shown whole
+        print(error_line(*typed), file=sys.stderr)
+        return exit_status(typed[0])
 
 
 if __name__ == "__main__":  # pragma: no cover

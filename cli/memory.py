@@ -30,6 +30,7 @@ from typing import Any
 
 from api.errors import InvalidArgument
 from cli.commands import default_data_dir, print_answer
+from cli.exits import disk_full
 
 __all__ = ["ARCHIVE_VERSION", "TOKEN_ENV", "register"]
 
@@ -296,7 +297,14 @@ def _export(args: argparse.Namespace) -> int:
     if args.out == "-":
         sys.stdout.write(text)
     else:
-        Path(args.out).write_text(text, encoding="utf-8")
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            if disk_full(exc) is not None:
+                raise  # said as disk_full by cli.main
+            raise InvalidArgument(
+                f"cannot write {args.out}: {exc}", code="unwritable_output"
+            ) from exc
         print(f"wrote {len(lines) - 1} records of {args.project} to {args.out}", file=sys.stderr)
     return 0
 
@@ -306,6 +314,11 @@ def _import(args: argparse.Namespace) -> int:
         raw = Path(args.file).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise InvalidArgument(f"cannot read {args.file}: {exc}", code="unreadable_file") from None
+    except UnicodeDecodeError:
+        raise InvalidArgument(
+            f"{args.file} is not UTF-8 text (a compressed archive? decompress it first)",
+            code="invalid_archive",
+        ) from None
     if not raw:
         raise InvalidArgument(f"{args.file} is empty", code="invalid_archive")
     header = _read_json(raw[0], "the archive header")

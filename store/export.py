@@ -48,7 +48,8 @@ def export_band(
         The written path.
 
     Raises:
-        ExportError: vector band, nothing to export, or too many tslots.
+        ExportError: vector band, nothing to export, too many tslots, or an output that
+            cannot be written (a missing folder, an existing Zarr path: nothing is replaced).
     """
     spec = band_spec(band)
     if spec.extra_dim:
@@ -58,6 +59,7 @@ def export_band(
     if da.sizes["tslot"] == 0:
         raise ExportError(f"no {band} data in bbox {bbox} and tslots [{t0}, {t1})")
     out_path = Path(out)
+    _check_out(out_path, fmt)
     if fmt == "zarr":
         ds = da.to_dataset(name=band.replace(".", "_"))
         ds.attrs.update(
@@ -68,13 +70,17 @@ def export_band(
                 "crs": "EPSG:4326",
             }
         )
-        ds.to_zarr(out_path, mode="w", consolidated=False)
+        try:  # "w-": never replace what is there (checked above; a race fails here)
+            ds.to_zarr(out_path, mode="w-", consolidated=False)
+        except (OSError, ValueError) as exc:
+            raise ExportError(f"cannot write {out_path}: {exc}") from exc
         return out_path
     if da.sizes["tslot"] > MAX_EXPORT_BANDS:
         raise ExportError(
             f"{da.sizes['tslot']} tslots exceed the GeoTIFF export cap {MAX_EXPORT_BANDS}"
         )
     import rasterio
+    import rasterio.errors
     from affine import Affine
 
     from store import address
@@ -97,14 +103,38 @@ def export_band(
         "nodata": nodata,
         "compress": "deflate",
     }
-    with rasterio.open(out_path, "w", **profile) as dst:
-        dst.write(values)
-        dates = da["date"].values if "date" in da.coords else da["tslot"].values
-        for i, d in enumerate(dates, start=1):
-            dst.set_band_description(i, str(d)[:10])
-        dst.update_tags(
-            band=band,
-            snapshot_id=reader.snapshot_id,
-            tslots=",".join(str(int(t)) for t in da["tslot"].values),
-        )
+    try:
+        with rasterio.open(out_path, "w", **profile) as dst:
+            dst.write(values)
+            dates = da["date"].values if "date" in da.coords else da["tslot"].values
+            for i, d in enumerate(dates, start=1):
+                dst.set_band_description(i, str(d)[:10])
+            dst.update_tags(
+                band=band,
+                snapshot_id=reader.snapshot_id,
+                tslots=",".join(str(int(t)) for t in da["tslot"].values),
+            )
+    except (OSError, rasterio.errors.RasterioError) as exc:
+        raise ExportError(f"cannot write {out_path}: {exc}") from exc
     return out_path
+
+
+def _check_out(out_path: Path, fmt: str) -> None:
+    """Refuse an output that cannot be written, and never replace a directory: a Zarr export
+    is a directory, and writing one over an existing path would delete what is there (a
+    data directory named by mistake). A GeoTIFF replaces a file of the same name, as ``cp``
+    does.
+
+    Raises:
+        ExportError: the folder does not exist, or the path exists (Zarr) or is a directory.
+    """
+    parent = out_path.parent
+    if not parent.is_dir():
+        raise ExportError(f"cannot write {out_path}: folder {str(parent)!r} does not exist")
+    if fmt == "zarr" and out_path.exists():
+        raise ExportError(
+            f"{out_path} already exists: a Zarr export is written to a new path (remove it, or"
+            " choose another --out)"
+        )
+    if fmt != "zarr" and out_path.is_dir():
+        raise ExportError(f"{out_path} is a directory; name the GeoTIFF file to write")

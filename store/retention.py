@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import icechunk as ic
 
-from store.errors import StorageUnavailable
+from store.errors import StorageUnavailable, UnsupportedStorage
 from store.snapshots import (
     EXPIRED_TAG_PREFIX,
     MAIN_BRANCH,
@@ -59,12 +59,16 @@ __all__ = [
     "DEFAULT_GRACE_HOURS",
     "DEFAULT_KEEP_DAYS",
     "GRACE_ENV",
+    "MAX_DAYS",
     "CubeCollection",
     "collect_cube",
 ]
 
 DEFAULT_KEEP_DAYS = 30.0
 """Days of cube history kept by default (``earthmem gc``, the weekly Dagster job)."""
+MAX_DAYS = 36_500
+"""The longest window or grace accepted (100 years): a "keep everything" beyond it would
+place the cutoff before any date the calendar can hold."""
 DEFAULT_GRACE_HOURS = 24.0
 """On object storage, unreachable objects younger than this are left for a later collection:
 a write in flight on another machine may be about to commit them."""
@@ -120,8 +124,10 @@ def collect_cube(
         CubeNotFound: no cube in the data directory.
         StorageUnavailable: the storage could not be read or refused a change.
     """
-    if not (keep_days >= 0 and keep_days != float("inf")):
-        raise ValueError(f"keep_days must be a number of days >= 0, got {keep_days!r}")
+    if not (0 <= keep_days <= MAX_DAYS):
+        raise ValueError(
+            f"keep_days must be a number of days in [0, {MAX_DAYS}], got {keep_days!r}"
+        )
     cutoff = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=keep_days)
     location = cube_location(data_dir)
     grace = _grace_hours(grace_hours, is_object_storage(location))
@@ -192,9 +198,16 @@ def _grace_hours(given: float | None, on_object_storage: bool) -> float:
         try:
             given = float(text) if text else DEFAULT_GRACE_HOURS
         except ValueError:
-            raise ValueError(f"{GRACE_ENV} must be a number of hours >= 0, got {text!r}") from None
-    if not (given >= 0 and given != float("inf")):
-        raise ValueError(f"the collection's grace must be a number of hours >= 0, got {given!r}")
+            given = float("nan")
+        if not (0 <= given <= MAX_DAYS * 24):  # the environment's: a typed error
+            raise UnsupportedStorage(
+                f"{GRACE_ENV} must be a number of hours in [0, {MAX_DAYS * 24}], got {text!r}"
+            )
+    if not (0 <= given <= MAX_DAYS * 24):
+        raise ValueError(
+            f"the collection's grace must be a number of hours in [0, {MAX_DAYS * 24}],"
+            f" got {given!r}"
+        )
     return float(given)
 
 

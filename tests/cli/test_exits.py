@@ -112,3 +112,44 @@ def test_a_memory_url_no_backend_takes_is_bad_input(tmp_path: Path) -> None:
     )
     assert proc.returncode == EXIT_USAGE, proc.stderr
     _one_line(proc, "invalid_memory_url")
+
+
+def test_foreseeable_failures_of_the_commands_are_one_line(tmp_path: Path) -> None:
+    """What a user meets (an existing sample, an unwritable --out, a --data that is a file, a
+    missing or broken area file, a compressed archive, a window past the calendar, a port in
+    use): exit 2 and one ``[code]`` line, nothing created, never a traceback."""
+    existing = tmp_path / "sample"
+    existing.mkdir()
+    (existing / "catalog.json").write_text("{}")
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    bad_area = tmp_path / "area.json"
+    bad_area.write_text("{not json")
+    archive = tmp_path / "p.jsonl.gz"
+    archive.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe")
+    data = tmp_path / "data"
+    data.mkdir()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = str(busy.getsockname()[1])
+        cases = [
+            (["sample", "build", "--size", "tiny", "--out", str(existing)], "sample_exists"),
+            (
+                ["sample", "build", "--size", "tiny", "--out", str(a_file / "s")],
+                "unwritable_output",
+            ),
+            (["ingest", "--data", str(a_file)], "no_data_dir"),
+            (["ingest", "--data", str(tmp_path / "new")], "invalid_area"),
+            (["ingest", "--data", str(data), "--area", str(bad_area)], "invalid_area"),
+            (["memory", "import", str(archive), "--data", str(data)], "invalid_archive"),
+            (["gc", "--data", str(data), "--keep-days", "999999"], "invalid_argument"),
+            (["serve", "--data", str(data), "--port", port, "--workers", "1"], "address_in_use"),
+            (["serve", "--data", str(data), "--port", "70000"], "invalid_argument"),
+        ]
+        for argv, code in cases:
+            proc = _earthmem(*argv, env={})
+            assert proc.returncode == EXIT_USAGE, (argv, proc.stderr)
+            _one_line(proc, code)
+    assert not (tmp_path / "new").exists()  # refused before the Dagster home was created
+    assert (existing / "catalog.json").read_text() == "{}"

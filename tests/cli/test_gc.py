@@ -83,4 +83,7 @@ def test_gc_after_identical_reingests(tiny_store, tmp_path, monkeypatch, capsys)
     assert main(["gc", "--data", str(data), "--keep-days", "soon"]) == 2
     assert main(["gc", "--data", str(data), "--grace-hours", "soon"]) == 2
     assert main(["gc", "--data", str(data), "--grace-hours", "-1"]) == 2
-    assert "--grace-hours must be a number of hours >= 0" in capsys.readouterr().err
+    assert "--grace-hours must be a number of hours in [0, " in capsys.readouterr().err
+    # "keep everything" past the calendar: a typed error, not an OverflowError's traceback
+    assert main(["gc", "--data", str(data), "--keep-days", "999999"]) == 2
+    assert "--keep-days must be a number of days in [0, 36500]" in capsys.readouterr().err

@@ -55,3 +55,25 @@ def test_export_refuses_vector_bands_and_empty_ranges(tiny_store, tmp_path) -> N
             11,
             tmp_path / "y.tif",
         )
+
+
+def test_export_never_replaces_a_directory_and_names_what_it_cannot_write(
+    tiny_store, tmp_path
+) -> None:
+    """A Zarr export over an existing path would have deleted it (zarr's mode "w": a data
+    directory named by mistake went with it); it is refused and the path is untouched. A
+    missing folder, or a directory named as the GeoTIFF, is a typed error, not a traceback."""
+    min_lng, min_lat, max_lng, max_lat = tiny_store.manifest["bbox"]
+    bbox = (min_lat, min_lng, max_lat, max_lng)
+    kept = tmp_path / "precious"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(ExportError, match="already exists"):
+        export_band(tiny_store.data, "indices.ndvi", bbox, None, None, kept, fmt="zarr")
+    assert (kept / "notes.txt").read_text() == "mine"
+    assert [p.name for p in kept.iterdir()] == ["notes.txt"]
+    with pytest.raises(ExportError, match="does not exist"):
+        export_band(tiny_store.data, "indices.ndvi", bbox, None, None, tmp_path / "no" / "x.tif")
+    with pytest.raises(ExportError, match="is a directory"):
+        export_band(tiny_store.data, "indices.ndvi", bbox, None, None, kept)
+    assert ExportError.code == "invalid_export"
