@@ -129,6 +129,7 @@ def register(sub: Any) -> None:
 def _sample_build(args: argparse.Namespace) -> int:
     # Deferred: the sample generator imports rasterio, numpy and pystac (slow start-up).
     from pipelines.sample import build_sample
+    from pipelines.sample.errors import SampleError
 
     def progress(stage: str, done: int, total: int) -> None:
         print(
@@ -148,6 +149,8 @@ def _sample_build(args: argparse.Namespace) -> int:
         info = build_sample(
             out, size=args.size, seed=args.seed, progress=progress, overwrite=args.overwrite
         )
+    except SampleError:
+        raise  # typed (sample_exists if another build got there first): cli.main says it
     except OSError as exc:
         if disk_full(exc) is not None:
             raise  # said as disk_full by cli.main
@@ -195,9 +198,14 @@ def _serve(args: argparse.Namespace) -> int:
         )
     if not 0 <= args.port <= 65535:
         raise InvalidArgument(f"--port must be in [0, 65535], got {args.port}")
+    if args.port == 0 and workers > 1:
+        raise InvalidArgument(
+            "--port 0 (any free port) would give each worker its own port: name a port for"
+            " --workers above 1"
+        )
     ctx = _context(args.data)
     data_dir = getattr(ctx, "data_dir", "")
-    _check_bind(args.host, args.port)  # before the banner: a refused port is one line
+    _check_bind(args.host, args.port, all_addresses=workers == 1)  # a refused port: one line
     print(
         f"earthmem serving {data_dir} on http://{args.host}:{args.port} "
         f"(REST /v1, MCP /mcp{' stateless' if workers > 1 else ''}, docs /docs; "
@@ -236,16 +244,34 @@ def _listen_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
     return sock
 
 
-def _check_bind(host: str, port: int) -> None:
+def _check_bind(host: str, port: int, *, all_addresses: bool) -> None:
     """Refuse an address the server cannot listen on, before anything starts (with several
     workers, SO_REUSEPORT would otherwise share a port something already listens on).
+
+    ``all_addresses``: bind every address the host resolves to, IPv6 ones v6-only, as
+    uvicorn's single server does (asyncio's ``create_server``: ``""`` is every interface);
+    else the first, as each of several workers does (:func:`_listen_socket`). The sockets
+    never listen and are closed before the server binds.
 
     Raises:
         InvalidArgument: ``address_in_use``, ``port_not_permitted``, ``invalid_host`` or
             ``cannot_bind``.
     """
+    opened: list[socket.socket] = []
     try:
-        _listen_socket(host, port, reuse_port=False).close()
+        if not all_addresses:
+            opened.append(_listen_socket(host, port, reuse_port=False))
+            return
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        for family, kind, proto, _, addr in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            opened.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(addr)
     except socket.gaierror as exc:
         raise InvalidArgument(
             f"--host {host!r} does not resolve: {exc}", code="invalid_host"
@@ -255,6 +281,9 @@ def _check_bind(host: str, port: int) -> None:
             exc.errno or 0, "cannot_bind"
         )
         raise InvalidArgument(f"cannot bind {host}:{port}: {exc}", code=code) from exc
+    finally:
+        for sock in opened:
+            sock.close()
 
 
 def _worker_main(host: str, port: int, options: dict[str, Any]) -> None:

@@ -92,7 +92,14 @@ def _export(args: argparse.Namespace) -> int:
     t0 = tslot.to_slot(args.start, tempo) if args.start else None
     t1 = tslot.to_slot(args.end, tempo) + 1 if args.end else None
     path = export_band(
-        args.data, args.band, (bbox[0], bbox[1], bbox[2], bbox[3]), t0, t1, args.out, args.format
+        args.data,
+        args.band,
+        (bbox[0], bbox[1], bbox[2], bbox[3]),
+        t0,
+        t1,
+        args.out,
+        args.format,
+        overwrite=args.overwrite,
     )
     print(path)
     return 0
@@ -142,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--end", help="last date (inclusive)")
     ex.add_argument("--format", choices=("cog", "zarr"), default="cog")
     ex.add_argument("--out", required=True)
+    ex.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier Zarr export at --out (a GeoTIFF file is always replaced; a"
+        " path that is not a Zarr store never is)",
+    )
     ex.add_argument("--data", default="data")
     ex.set_defaults(handler=_export)
 

@@ -142,7 +142,9 @@ class SnapshotExpired(SnapshotNotFound):
 
 
 class UnsupportedStorage(StoreError, ValueError):
-    """A storage URL scheme the cube cannot open (use a path or ``s3://``)."""
+    """A storage URL scheme the cube cannot open (use a path or ``s3://``), or a storage setting
+    of the environment it cannot use (``EARTHMEM_STORAGE_TIMEOUT_SECONDS``,
+    ``EARTHMEM_GC_GRACE_HOURS``)."""
 
     code = "unsupported_storage"
 

@@ -38,6 +38,8 @@ def export_band(
     t1: int | None,
     out: str | os.PathLike[str],
     fmt: Literal["cog", "zarr"] = "cog",
+    *,
+    overwrite: bool = False,
 ) -> Path:
     """Write one band over ``bbox`` (``min_lat, min_lng, max_lat, max_lng``) and ``[t0, t1)``.
 
@@ -47,19 +49,23 @@ def export_band(
     Returns:
         The written path.
 
+    ``overwrite`` replaces an earlier Zarr export at ``out`` (a Zarr store: ``zarr.json``
+    or ``.zgroup`` at its root); without it, or when the path is anything else, an existing
+    path is refused and left as it is. A GeoTIFF replaces a file of the same name.
+
     Raises:
         ExportError: vector band, nothing to export, too many tslots, or an output that
-            cannot be written (a missing folder, an existing Zarr path: nothing is replaced).
+            cannot be written (a missing folder, an existing path it may not replace).
     """
     spec = band_spec(band)
     if spec.extra_dim:
         raise ExportError(f"{band} is a vector band; export is for raster bands")
+    out_path = Path(out)
+    _check_out(out_path, fmt, overwrite)  # before the read: a bad --out costs nothing
     reader = CubeReader(data_dir)
     da = reader.read_bbox(band, bbox, t0, t1)
     if da.sizes["tslot"] == 0:
         raise ExportError(f"no {band} data in bbox {bbox} and tslots [{t0}, {t1})")
-    out_path = Path(out)
-    _check_out(out_path, fmt)
     if fmt == "zarr":
         ds = da.to_dataset(name=band.replace(".", "_"))
         ds.attrs.update(
@@ -70,8 +76,8 @@ def export_band(
                 "crs": "EPSG:4326",
             }
         )
-        try:  # "w-": never replace what is there (checked above; a race fails here)
-            ds.to_zarr(out_path, mode="w-", consolidated=False)
+        try:  # "w-": never replace what is there (an earlier export only when asked)
+            ds.to_zarr(out_path, mode="w" if overwrite else "w-", consolidated=False)
         except (OSError, ValueError) as exc:
             raise ExportError(f"cannot write {out_path}: {exc}") from exc
         return out_path
@@ -119,22 +125,26 @@ def export_band(
     return out_path
 
 
-def _check_out(out_path: Path, fmt: str) -> None:
-    """Refuse an output that cannot be written, and never replace a directory: a Zarr export
-    is a directory, and writing one over an existing path would delete what is there (a
-    data directory named by mistake). A GeoTIFF replaces a file of the same name, as ``cp``
-    does.
+def _check_out(out_path: Path, fmt: str, overwrite: bool) -> None:
+    """Refuse an output that cannot be written, and never replace a directory that is not an
+    earlier Zarr export: a Zarr export is a directory, and writing one over an existing path
+    deletes what is there (a data directory named by mistake). A GeoTIFF replaces a file of
+    the same name, as ``cp`` does.
 
     Raises:
-        ExportError: the folder does not exist, or the path exists (Zarr) or is a directory.
+        ExportError: the folder does not exist; the path exists (Zarr) and ``overwrite`` is
+            false or it is not a Zarr store; or it is a directory (GeoTIFF).
     """
     parent = out_path.parent
     if not parent.is_dir():
         raise ExportError(f"cannot write {out_path}: folder {str(parent)!r} does not exist")
     if fmt == "zarr" and out_path.exists():
-        raise ExportError(
-            f"{out_path} already exists: a Zarr export is written to a new path (remove it, or"
-            " choose another --out)"
-        )
+        if not overwrite:
+            raise ExportError(
+                f"{out_path} already exists: pass --overwrite to replace an earlier Zarr"
+                " export, or choose another --out"
+            )
+        if not any((out_path / m).is_file() for m in ("zarr.json", ".zgroup")):
+            raise ExportError(f"{out_path} is not a Zarr store: it is not replaced")
     if fmt != "zarr" and out_path.is_dir():
         raise ExportError(f"{out_path} is a directory; name the GeoTIFF file to write")

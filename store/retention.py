@@ -120,7 +120,8 @@ def collect_cube(
             waits for every write of the one host.
 
     Raises:
-        ValueError: a negative or non-finite ``keep_days`` or grace.
+        ValueError: a ``keep_days`` or grace outside ``[0, MAX_DAYS]`` (days; hours x 24).
+        UnsupportedStorage: a bad ``EARTHMEM_GC_GRACE_HOURS``.
         CubeNotFound: no cube in the data directory.
         StorageUnavailable: the storage could not be read or refused a change.
     """

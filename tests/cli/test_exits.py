@@ -23,6 +23,7 @@ from cli.exits import (
     EXIT_USAGE,
     error_line,
     exit_status,
+    typed_error,
 )
 from tests import s3_server
 
@@ -146,6 +147,15 @@ def test_foreseeable_failures_of_the_commands_are_one_line(tmp_path: Path) -> No
             (["gc", "--data", str(data), "--keep-days", "999999"], "invalid_argument"),
             (["serve", "--data", str(data), "--port", port, "--workers", "1"], "address_in_use"),
             (["serve", "--data", str(data), "--port", "70000"], "invalid_argument"),
+            (["serve", "--data", str(data), "--port", "0", "--workers", "2"], "invalid_argument"),
+            (["serve", "--data", str(data), "--host", "no.such.host.invalid"], "invalid_host"),
+            (
+                [
+                    *("memory", "export", "--project", "p"),
+                    *("--out", str(a_file / "p.jsonl"), "--data", str(data)),
+                ],
+                "unwritable_output",
+            ),
         ]
         for argv, code in cases:
             proc = _earthmem(*argv, env={})
@@ -153,3 +163,40 @@ def test_foreseeable_failures_of_the_commands_are_one_line(tmp_path: Path) -> No
             _one_line(proc, code)
     assert not (tmp_path / "new").exists()  # refused before the Dagster home was created
     assert (existing / "catalog.json").read_text() == "{}"
+
+
+def test_only_earthmems_typed_errors_are_one_line() -> None:
+    """An error of another package stays a traceback (a bug), even with a string ``code``
+    (SQLAlchemy's errors have one); earthmem's typed errors of every layer are one line."""
+    from pipelines.sample.errors import SampleExists
+    from store.errors import StorageTimeout
+
+    class Foreign(Exception):
+        code = "e3q8"
+
+    assert typed_error(Foreign("x")) is None
+    assert typed_error(ValueError("x")) is None
+    assert typed_error(SampleExists("there already")) == ("sample_exists", "there already")
+    assert typed_error(StorageTimeout("slow")) == ("storage_timeout", "slow")
+
+
+def test_a_dispatch_error_over_a_full_disk_says_disk_full(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """print_answer (call, intent, memory, recall): a memory write that failed on a full disk
+    arrives as the backend's error; it is said as the disk's."""
+    import errno
+
+    from cli.commands import print_answer
+    from store.errors import MemoryBackendUnavailable
+
+    def write() -> None:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as exc:
+            raise MemoryBackendUnavailable("the write failed") from exc
+
+    assert print_answer(write) == EXIT_ENVIRONMENT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("earthmem: error [disk_full]:")

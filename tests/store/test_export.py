@@ -76,4 +76,15 @@ def test_export_never_replaces_a_directory_and_names_what_it_cannot_write(
         export_band(tiny_store.data, "indices.ndvi", bbox, None, None, tmp_path / "no" / "x.tif")
     with pytest.raises(ExportError, match="is a directory"):
         export_band(tiny_store.data, "indices.ndvi", bbox, None, None, kept)
+    # --overwrite replaces an earlier Zarr export, and still nothing that is not one
+    with pytest.raises(ExportError, match="not a Zarr store"):
+        export_band(
+            tiny_store.data, "indices.ndvi", bbox, None, None, kept, fmt="zarr", overwrite=True
+        )
+    assert [p.name for p in kept.iterdir()] == ["notes.txt"]
+    z = tmp_path / "ndvi.zarr"
+    export_band(tiny_store.data, "indices.ndvi", bbox, None, None, z, fmt="zarr")
+    with pytest.raises(ExportError, match="--overwrite"):
+        export_band(tiny_store.data, "indices.ndvi", bbox, None, None, z, fmt="zarr")
+    export_band(tiny_store.data, "indices.ndvi", bbox, None, None, z, fmt="zarr", overwrite=True)
     assert ExportError.code == "invalid_export"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from store.cube import CubeReader, CubeWriter
-from store.errors import SnapshotExpired
+from store.errors import SnapshotExpired, UnsupportedStorage
 from store.retention import collect_cube
 from store.snapshots import cube_location, open_repository, open_storage, snapshot_at
 
@@ -125,7 +125,7 @@ def test_collection_on_object_storage_spares_writes_in_flight_on_other_machines(
         assert not _in_flight_write_survives(tmp_path, monkeypatch, "none", 0.0)
         # the grace comes from the environment too, and a bad one is a clear error
         monkeypatch.setenv("EARTHMEM_GC_GRACE_HOURS", "soon")
-        with pytest.raises(ValueError, match="EARTHMEM_GC_GRACE_HOURS"):
+        with pytest.raises(UnsupportedStorage, match="EARTHMEM_GC_GRACE_HOURS"):
             collect_cube(tmp_path / "default-a", keep_days=0)
     finally:
         server.stop()
