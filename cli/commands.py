@@ -26,7 +26,7 @@ import anyio
 from api.errors import InvalidArgument
 from cli.exits import EXIT_ENVIRONMENT, disk_full, disk_full_line, error_line, exit_status
 
-__all__ = ["DATA_ENV", "default_data_dir", "print_answer", "register"]
+__all__ = ["DATA_ENV", "default_data_dir", "existing_data_dir", "print_answer", "register"]
 
 DATA_ENV = "EARTHMEM_DATA"
 """Environment variable naming the default data directory."""
@@ -35,6 +35,22 @@ DATA_ENV = "EARTHMEM_DATA"
 def default_data_dir() -> str:
     """The data directory used when ``--data`` is omitted: ``$EARTHMEM_DATA`` or ``data``."""
     return os.environ.get(DATA_ENV) or "data"
+
+
+def existing_data_dir(data: str | None, hint: str = "ingest first, or pass --data") -> Path:
+    """``--data`` (or :func:`default_data_dir`), which must be a directory: a typo would
+    otherwise be created (a new memory database in it) or read as an empty store.
+
+    Raises:
+        InvalidArgument: ``no_data_dir``.
+    """
+    data_dir = Path(data if data is not None else default_data_dir())
+    if not data_dir.is_dir():
+        raise InvalidArgument(
+            f"data directory {str(data_dir)!r} does not exist or is not a directory ({hint})",
+            code="no_data_dir",
+        )
+    return data_dir
 
 
 def _add_data(parser: argparse.ArgumentParser) -> None:
@@ -166,14 +182,7 @@ def _context(data: str | None) -> Any:
     # Deferred: the dispatch loads pydantic and every query module (start-up time).
     from api.dispatch import ContextProvider
 
-    data_dir = Path(data if data is not None else default_data_dir())
-    if not data_dir.is_dir():
-        raise InvalidArgument(
-            f"data directory {str(data_dir)!r} does not exist or is not a directory (ingest first,"
-            " or pass --data)",
-            code="no_data_dir",
-        )
-    return ContextProvider(data_dir).get()
+    return ContextProvider(existing_data_dir(data)).get()
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -92,7 +92,7 @@ def _export(args: argparse.Namespace) -> int:
     t0 = tslot.to_slot(args.start, tempo) if args.start else None
     t1 = tslot.to_slot(args.end, tempo) + 1 if args.end else None
     path = export_band(
-        args.data,
+        commands.existing_data_dir(args.data),
         args.band,
         (bbox[0], bbox[1], bbox[2], bbox[3]),
         t0,
@@ -155,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace an earlier Zarr export at --out (a GeoTIFF file is always replaced; a"
         " path that is not a Zarr store never is)",
     )
-    ex.add_argument("--data", default="data")
+    ex.add_argument(
+        "--data", default=None, help="data directory (default: $EARTHMEM_DATA or ./data)"
+    )
     ex.set_defaults(handler=_export)
 
     commands.register(sub)

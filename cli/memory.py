@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from api.errors import InvalidArgument
-from cli.commands import default_data_dir, print_answer
+from cli.commands import default_data_dir, existing_data_dir, print_answer
 from cli.exits import disk_full
 
 __all__ = ["ARCHIVE_VERSION", "TOKEN_ENV", "register"]
@@ -130,13 +130,25 @@ def _data_dir(args: argparse.Namespace) -> str:
     return args.data or default_data_dir()
 
 
+def context_dir(args: argparse.Namespace) -> Path:
+    """The data directory a memory command's service context opens: it must exist when the
+    memory database is the directory's own (no ``--memory-url`` and no
+    ``$EARTHMEM_MEMORY_URL``), or a typo would create a new, empty database there."""
+    from store.memory import MEMORY_URL_ENV
+
+    if args.memory_url or os.environ.get(MEMORY_URL_ENV):
+        return Path(_data_dir(args))
+    return existing_data_dir(args.data, "pass --data, or --memory-url for a database of its own")
+
+
 def _store(args: argparse.Namespace, url: str | None = None) -> Any:
     # Deferred: opening the store loads SQLAlchemy, alembic and a driver (start-up time).
     from store.memory import MEMORY_URL_ENV, default_url, open_store
 
-    target = (
-        url or args.memory_url or os.environ.get(MEMORY_URL_ENV) or default_url(_data_dir(args))
-    )
+    target = url or args.memory_url or os.environ.get(MEMORY_URL_ENV)
+    if not target:  # the data directory's own database: the directory must exist
+        hint = "pass --data, or --memory-url for a database of its own"
+        target = default_url(existing_data_dir(args.data, hint))
     store = open_store(target)
     return store
 
@@ -145,13 +157,9 @@ def _token_create(args: argparse.Namespace) -> int:
     from api.memory.auth import issue_token, parse_expiry
 
     can = tuple(c.strip() for c in args.can.split(",") if c.strip())
+    expires_at = parse_expiry(args.expires)  # bad input refused before the store is opened
     text, record = issue_token(
-        _store(args),
-        args.project,
-        can,
-        actor=args.actor,
-        label=args.label,
-        expires_at=parse_expiry(args.expires),
+        _store(args), args.project, can, actor=args.actor, label=args.label, expires_at=expires_at
     )
     print(text)
     expires = record.expires_at.isoformat() if record.expires_at else "never"
@@ -222,7 +230,7 @@ def _memory_call(args: argparse.Namespace) -> int:
     payload = _read_json(args.args, "the arguments")
     if not isinstance(payload, dict):
         raise InvalidArgument("the arguments must be a JSON object")
-    ctx = ServiceContext(_data_dir(args), memory_url=args.memory_url)
+    ctx = ServiceContext(context_dir(args), memory_url=args.memory_url)
     token = args.token or os.environ.get(TOKEN_ENV)
     return print_answer(lambda: call_primitive(ctx, f"memory_{args.verb}", payload, token=token))
 

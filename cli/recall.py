@@ -15,8 +15,8 @@ import re
 from typing import Any
 
 from api.errors import InvalidArgument
-from cli.commands import default_data_dir, print_answer
-from cli.memory import TOKEN_ENV
+from cli.commands import print_answer
+from cli.memory import TOKEN_ENV, context_dir
 from store.address import CELL64_PATTERN
 
 __all__ = ["DEFAULT_RADIUS_M", "near_arg", "register"]
@@ -86,6 +86,6 @@ def _recall(args: argparse.Namespace) -> int:
     from api.dispatch import call_primitive
 
     payload = _payload(args)
-    ctx = ServiceContext(args.data or default_data_dir(), memory_url=args.memory_url)
+    ctx = ServiceContext(context_dir(args), memory_url=args.memory_url)
     token = args.token or os.environ.get(TOKEN_ENV)
     return print_answer(lambda: call_primitive(ctx, "recall", payload, token=token))

@@ -130,6 +130,9 @@ def test_foreseeable_failures_of_the_commands_are_one_line(tmp_path: Path) -> No
     archive.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe")
     data = tmp_path / "data"
     data.mkdir()
+    typo = tmp_path / "dta"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
@@ -156,12 +159,30 @@ def test_foreseeable_failures_of_the_commands_are_one_line(tmp_path: Path) -> No
                 ],
                 "unwritable_output",
             ),
+            # a --data typo is refused, not created with an empty memory database in it
+            (["token", "list", "--data", str(typo)], "no_data_dir"),
+            (["memory", "get", '{"id": "mem_x"}', "--data", str(typo)], "no_data_dir"),
+            (["recall", "--data", str(typo), '{"query": "flood"}'], "no_data_dir"),
+            (
+                [
+                    *("export", "indices.ndvi", "--bbox", "1,2,3,4"),
+                    *("--out", "x.tif", "--data", str(typo)),
+                ],
+                "no_data_dir",
+            ),
+            # bad input refused before the memory database is opened (and created)
+            (
+                ["token", "create", "--project", "p", "--expires", "soon", "--data", str(fresh)],
+                "invalid_argument",
+            ),
         ]
         for argv, code in cases:
-            proc = _earthmem(*argv, env={})
+            proc = _earthmem(*argv, env={"EARTHMEM_MEMORY_URL": ""})
             assert proc.returncode == EXIT_USAGE, (argv, proc.stderr)
             _one_line(proc, code)
     assert not (tmp_path / "new").exists()  # refused before the Dagster home was created
+    assert not typo.exists()
+    assert not list(fresh.iterdir())  # no memory database created for a refused token
     assert (existing / "catalog.json").read_text() == "{}"
 
 
