@@ -243,7 +243,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _listen_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
     family, kind, proto, _, addr = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -258,7 +258,8 @@ def _check_bind(host: str, port: int, *, all_addresses: bool) -> None:
     workers, SO_REUSEPORT would otherwise share a port something already listens on).
 
     ``all_addresses``: bind every address the host resolves to, IPv6 ones v6-only, as
-    uvicorn's single server does (asyncio's ``create_server``: ``""`` is every interface);
+    uvicorn's single server does (``create_server`` of asyncio or uvloop, whichever loop it
+    picks: ``""`` is every interface; a family the host lacks is skipped);
     else the first, as each of several workers does (:func:`_listen_socket`). The sockets
     never listen and are closed before the server binds.
 
@@ -275,12 +276,20 @@ def _check_bind(host: str, port: int, *, all_addresses: bool) -> None:
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
         for family, kind, proto, _, addr in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # a family this host lacks (IPv6 off): the server skips it too
+                continue
             opened.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(addr)
+        if not opened:
+            raise InvalidArgument(
+                f"cannot bind {host}:{port}: no address it resolves to can be used here",
+                code="cannot_bind",
+            )
     except socket.gaierror as exc:
         raise InvalidArgument(
             f"--host {host!r} does not resolve: {exc}", code="invalid_host"

@@ -91,8 +91,12 @@ def _export(args: argparse.Namespace) -> int:
     tempo = band_spec(args.band).tempo
     t0 = tslot.to_slot(args.start, tempo) if args.start else None
     t1 = tslot.to_slot(args.end, tempo) + 1 if args.end else None
+    from store.snapshots import object_root
+
+    # the cube on object storage needs no local data directory; on local disk it must exist
+    data = args.data or commands.default_data_dir()
     path = export_band(
-        commands.existing_data_dir(args.data),
+        data if object_root() is not None else commands.existing_data_dir(args.data),
         args.band,
         (bbox[0], bbox[1], bbox[2], bbox[3]),
         t0,

@@ -131,14 +131,20 @@ def _data_dir(args: argparse.Namespace) -> str:
 
 
 def context_dir(args: argparse.Namespace) -> Path:
-    """The data directory a memory command's service context opens: it must exist when the
-    memory database is the directory's own (no ``--memory-url`` and no
-    ``$EARTHMEM_MEMORY_URL``), or a typo would create a new, empty database there."""
+    """The data directory a memory command's service context (or audit) opens. It must exist
+    unless neither the memory database nor the signing key is the directory's own (a
+    ``--memory-url`` or ``$EARTHMEM_MEMORY_URL``, and ``$EARTHMEM_SIGNING_KEY_FILE``): a typo
+    would otherwise get a new, empty database, or a new key whose signed heads no audit
+    of the real directory knows."""
+    from store.keys import KEY_FILE_ENV
     from store.memory import MEMORY_URL_ENV
 
-    if args.memory_url or os.environ.get(MEMORY_URL_ENV):
+    url = args.memory_url or os.environ.get(MEMORY_URL_ENV)
+    if url and os.environ.get(KEY_FILE_ENV, "").strip():
         return Path(_data_dir(args))
-    return existing_data_dir(args.data, "pass --data, or --memory-url for a database of its own")
+    return existing_data_dir(
+        args.data, "pass --data (the directory holding the memory database and the signing key)"
+    )
 
 
 def _store(args: argparse.Namespace, url: str | None = None) -> Any:
@@ -147,7 +153,7 @@ def _store(args: argparse.Namespace, url: str | None = None) -> Any:
 
     target = url or args.memory_url or os.environ.get(MEMORY_URL_ENV)
     if not target:  # the data directory's own database: the directory must exist
-        hint = "pass --data, or --memory-url for a database of its own"
+        hint = "pass --data, or a database URL of its own (--memory-url; --to for import)"
         target = default_url(existing_data_dir(args.data, hint))
     store = open_store(target)
     return store
@@ -281,7 +287,7 @@ def _audit(args: argparse.Namespace) -> int:
     from api.receipts import Signer
 
     store = _store(args)
-    signer = Signer.load_or_create(_data_dir(args))
+    signer = Signer.load_or_create(context_dir(args))
     keys = {signer.key_id: signer.public_key}
     projects = [args.project] if args.project else store.projects()
     ok = True

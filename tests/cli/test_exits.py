@@ -163,6 +163,14 @@ def test_foreseeable_failures_of_the_commands_are_one_line(tmp_path: Path) -> No
             (["token", "list", "--data", str(typo)], "no_data_dir"),
             (["memory", "get", '{"id": "mem_x"}', "--data", str(typo)], "no_data_dir"),
             (["recall", "--data", str(typo), '{"query": "flood"}'], "no_data_dir"),
+            # a database of its own, but the signing key is still the directory's
+            (
+                [
+                    *("memory", "audit", "--data", str(typo)),
+                    *("--memory-url", f"sqlite:///{tmp_path / 'own.sqlite'}"),
+                ],
+                "no_data_dir",
+            ),
             (
                 [
                     *("export", "indices.ndvi", "--bbox", "1,2,3,4"),
