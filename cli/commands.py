@@ -26,7 +26,14 @@ import anyio
 from api.errors import InvalidArgument
 from cli.exits import EXIT_ENVIRONMENT, disk_full, disk_full_line, error_line, exit_status
 
-__all__ = ["DATA_ENV", "default_data_dir", "existing_data_dir", "print_answer", "register"]
+__all__ = [
+    "DATA_ENV",
+    "default_data_dir",
+    "existing_data_dir",
+    "print_answer",
+    "read_stdin",
+    "register",
+]
 
 DATA_ENV = "EARTHMEM_DATA"
 """Environment variable naming the default data directory."""
@@ -35,6 +42,21 @@ DATA_ENV = "EARTHMEM_DATA"
 def default_data_dir() -> str:
     """The data directory used when ``--data`` is omitted: ``$EARTHMEM_DATA`` or ``data``."""
     return os.environ.get(DATA_ENV) or "data"
+
+
+def read_stdin() -> str:
+    """Standard input as text (an argument given as ``-``).
+
+    Raises:
+        InvalidArgument: ``invalid_input``: it is not text in the locale's encoding (UTF-8).
+    """
+    try:
+        return sys.stdin.read()
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(
+            f"standard input is not UTF-8 text: {exc.reason} at byte {exc.start}",
+            code="invalid_input",
+        ) from None
 
 
 def existing_data_dir(data: str | None, hint: str = "ingest first, or pass --data") -> Path:
@@ -360,7 +382,7 @@ def _intent(args: argparse.Namespace) -> int:
     # Deferred: the dispatch loads pydantic and every query module (start-up time).
     from api.dispatch import run_intent
 
-    text = sys.stdin.read() if args.payload == "-" else args.payload
+    text = read_stdin() if args.payload == "-" else args.payload
     try:
         payload = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -376,7 +398,7 @@ def _call(args: argparse.Namespace) -> int:
     # Deferred: the dispatch loads pydantic and every query module (start-up time).
     from api.dispatch import call_primitive
 
-    text = sys.stdin.read() if args.arguments == "-" else args.arguments
+    text = read_stdin() if args.arguments == "-" else args.arguments
     try:
         payload = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -419,7 +441,7 @@ def _verify(args: argparse.Namespace) -> int:
     from api.receipts import verify_saved
 
     try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+        text = read_stdin() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"cannot read {args.file}: {exc}", code="unreadable_file") from None
     try:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from api.errors import InvalidArgument
-from cli.commands import default_data_dir, existing_data_dir, print_answer
+from cli.commands import default_data_dir, existing_data_dir, print_answer, read_stdin
 from cli.exits import disk_full
 
 __all__ = ["ARCHIVE_VERSION", "TOKEN_ENV", "register"]
@@ -221,7 +221,7 @@ def _token_rotate(args: argparse.Namespace) -> int:
 
 
 def _read_json(text: str, what: str) -> Any:
-    raw = sys.stdin.read() if text == "-" else text
+    raw = read_stdin() if text == "-" else text
     try:
         return json.loads(raw)
     except json.JSONDecodeError as exc:

@@ -229,3 +229,27 @@ def test_a_dispatch_error_over_a_full_disk_says_disk_full(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert err[0].startswith("earthmem: error [disk_full]:")
+
+
+def test_standard_input_that_is_not_text_is_one_line(tmp_path: Path) -> None:
+    """An argument read from standard input (``-``) that is not UTF-8: a typed line, not
+    Python's UnicodeDecodeError."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for argv in (
+        ["call", "read_cell", "-", "--data", str(data)],
+        ["intent", "-", "--data", str(data)],
+        ["memory", "get", "-", "--data", str(data)],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "cli.main", *argv],
+            input=b"\xff\xfe{not text",
+            capture_output=True,
+            timeout=180,
+            cwd=ROOT,
+            env={**os.environ, "LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8"},
+        )
+        err = proc.stderr.decode().strip().splitlines()
+        assert proc.returncode == EXIT_USAGE, (argv, proc.stderr)
+        assert len(err) == 1, err
+        assert err[0].startswith("earthmem: error [invalid_input]: "), err
