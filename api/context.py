@@ -5,8 +5,8 @@ everything lazily and read-only, and keeps:
 
 * the :class:`~store.cube.CubeReader` of the branch tip, reopened when the tip
   moves (checked with one cheap ``lookup_branch`` at most every
-  ``tip_check_seconds``: the refresh policy, default :data:`DEFAULT_TIP_CHECK_SECONDS`,
-  set by ``$EARTHMEM_REFRESH_SECONDS`` or ``earthmem serve --refresh-seconds``), plus a few readers opened ``as_of`` a time; all of them
+  ``tip_check_seconds``: the refresh policy, :mod:`api.refresh`), plus a few readers
+  opened ``as_of`` a time; all of them
   share one :class:`~store.cube.ChunkCache` (decoded block columns and tiles,
   bounded by bytes, keyed by snapshot), so a new snapshot never serves stale
   values; a new tip reader re-keys the entries whose chunks the commits since did
@@ -54,6 +54,7 @@ from api.errors import ApiError, InvalidArgument, NotFound, Unavailable, store_e
 from api.knn_handles import TableHandles
 from api.limiter import RateLimiter
 from api.receipts import Signer
+from api.refresh import refresh_seconds
 from store import address
 from store.cube import DEFAULT_CACHE_BYTES, REGISTRY, ChunkCache, Column
 from store.cube.cache import SingleFlight
@@ -79,48 +80,13 @@ _LOG = logging.getLogger("earthmem.context")
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
-    "DEFAULT_TIP_CHECK_SECONDS",
-    "ENV_REFRESH_SECONDS",
     "MANIFEST_CANDIDATES",
     "REQUIRE_TOKEN_ENV",
     "ServiceContext",
-    "refresh_seconds",
 ]
 
 REQUIRE_TOKEN_ENV = "EARTHMEM_REQUIRE_TOKEN"
 """``1``: cube primitives answer only callers with a token that may read (any project)."""
-
-DEFAULT_TIP_CHECK_SECONDS = 1.0
-"""At most one branch-tip lookup per this many seconds (when nothing else is set)."""
-
-ENV_REFRESH_SECONDS = "EARTHMEM_REFRESH_SECONDS"
-"""Environment variable: the refresh interval of a running server, in seconds."""
-
-
-def refresh_seconds(value: str | float | None = None) -> float:
-    """The refresh interval: ``value``, else ``$EARTHMEM_REFRESH_SECONDS``, else the default.
-
-    A server moves to a newer snapshot (and reopens moved k-NN tables and a changed
-    inventory) at most once per this interval; 0 checks on every request.
-
-    Raises:
-        InvalidArgument: not a finite number >= 0 (``invalid_refresh_seconds``).
-    """
-    raw = value if value is not None else os.environ.get(ENV_REFRESH_SECONDS)
-    if raw is None or raw == "":
-        return DEFAULT_TIP_CHECK_SECONDS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if not (seconds >= 0 and seconds != float("inf")):
-        raise InvalidArgument(
-            f"the refresh interval ({ENV_REFRESH_SECONDS} / --refresh-seconds) must be a "
-            f"number of seconds >= 0, got {raw!r}",
-            code="invalid_refresh_seconds",
-        )
-    return seconds
-
 
 CELL_MEMO_ENTRIES = 1024
 """Cell series a context remembers (a few KB each)."""

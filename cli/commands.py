@@ -211,7 +211,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Deferred: uvicorn and the REST app (FastAPI, the service layer) are slow to import.
     import uvicorn
 
-    from api.context import ENV_REFRESH_SECONDS, refresh_seconds
+    from api.refresh import ENV_REFRESH_SECONDS, refresh_seconds
     from api.rest import ENV_DATA, ENV_HOST, ENV_MCP_STATELESS, create_app
     from cli.serving import READ_TIMEOUT_SECONDS, logged_app, uvicorn_options
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from api.context import DEFAULT_TIP_CHECK_SECONDS, ENV_REFRESH_SECONDS, ServiceContext
+from api.context import ServiceContext
 from api.errors import InvalidArgument
+from api.refresh import DEFAULT_TIP_CHECK_SECONDS, ENV_REFRESH_SECONDS
 from store.cube import CubeWriter
 
 
