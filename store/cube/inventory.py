@@ -433,7 +433,6 @@ class SnapshotInventory:
         *,
         data_dir: str | os.PathLike[str] | None = None,
         previous: SnapshotInventory | None = None,
-        repo: ic.Repository | None = None,
         diff: Any | None = None,
     ) -> SnapshotInventory:
         """Read a snapshot's inventory.
@@ -443,10 +442,10 @@ class SnapshotInventory:
             data_dir: Data directory whose ``inventory/*.parquet`` answer for a
                 snapshot without the inventory array (stores written before).
             previous: The inventory of an ancestor snapshot: only the partitions
-                changed since are read (``repo`` needed).
-            repo: The repository (for ``previous``).
-            diff: icechunk's diff from ``previous``'s snapshot to this one when the caller
-                has it (else it is asked for here).
+                changed since (``diff``) are read.
+            diff: icechunk's diff from ``previous``'s snapshot to this one; without it (none
+                could be had: a reset branch, storage that did not answer) every partition
+                is read.
         """
         snap = str(session.snapshot_id)
         try:
@@ -460,7 +459,7 @@ class SnapshotInventory:
                 legacy.root if legacy is not None else "(no data directory)",
             )
             return cls(snap, {}, versioned=False, legacy=legacy)
-        changed = _changed_since(repo, previous, snap, diff)
+        changed = _changed_since(previous, snap, diff)
         if changed is not None and previous is not None:
             parts = dict(previous.partitions)
             found = {p.key: p for p in _read_chunks(arr, changed)}
@@ -569,19 +568,16 @@ class SnapshotInventory:
 
 
 def _changed_since(
-    repo: ic.Repository | None, previous: SnapshotInventory | None, snap: str, diff: Any = None
+    previous: SnapshotInventory | None, snap: str, diff: Any
 ) -> list[tuple[int, int]] | None:
-    """Inventory chunks changed from ``previous`` to ``snap`` (``diff``: icechunk's diff
-    between them, when known); None = read everything."""
-    if repo is None or previous is None or not previous.versioned:
+    """Inventory chunks changed from ``previous`` to ``snap`` by icechunk's ``diff`` between
+    them; None = read everything."""
+    if previous is None or not previous.versioned:
         return None
     if previous.snapshot_id == snap:
         return []
     if diff is None:
-        try:
-            diff = repo.diff(from_snapshot_id=previous.snapshot_id, to_snapshot_id=snap)
-        except ic.IcechunkError:
-            return None  # not an ancestor (history rewritten): read everything
+        return None  # no diff to be had (the reader asked once: store.cube.carry.diff_since)
     path = "/" + INVENTORY_ARRAY
     if path in diff.new_arrays or path in diff.deleted_arrays or path in diff.updated_arrays:
         return None

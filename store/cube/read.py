@@ -252,7 +252,6 @@ class CubeReader(ChunkIndexReads, RegionReads):
                             self.session,
                             data_dir=self._data_dir,
                             previous=self._inventory_base,
-                            repo=self.repo,
                             diff=self._diff,
                         )
 
