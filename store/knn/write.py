@@ -17,7 +17,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -352,23 +352,27 @@ def upgrade_table(
 
 def _needs_upgrade(t: KnnTable) -> bool:
     """Whether the open table lacks arrays the current layout writes (heads in blocks, word-major
-    planes, inverted lists)."""
-    heads_ok = t.head_blocks is not None or t.d < HEAD_MIN_D  # None for row-major heads too
-    planes_ok = t.bin128w is not None or t.d != BIN_BYTES * 8
-    lists_ok = t.ivf is not None or t.n < IVF_MIN_ROWS or t.d != BIN_BYTES * 8
-    return not (heads_ok and planes_ok and lists_ok) and t.n > 0
+    planes, inverted lists): its meta names the arrays it opened with
+    (:func:`store.knn.layout.array_names`)."""
+    return _outdated(t.meta, t.n, t.d)
 
 
 def meta_needs_upgrade(meta: dict[str, Any]) -> bool | None:
-    """:func:`upgrade_table`'s verdict from a table's ``meta.json`` alone (the arrays it lists,
-    as :func:`store.knn.layout.array_names` opens them), or None when the meta does not say
-    (no ``n`` or ``d``): then the table itself must be opened. Lets an upgrade on object
-    storage leave current tables where they are instead of copying them to find out."""
+    """:func:`upgrade_table`'s verdict from a table's ``meta.json`` alone, or None when the meta
+    does not say (no ``n`` or ``d``): then the table itself must be opened. Lets an upgrade on
+    object storage leave current tables where they are instead of copying them to find out."""
     try:
         n, d = int(meta["n"]), int(meta["d"])
     except (KeyError, TypeError, ValueError):
         return None
-    heads_ok = blocked_heads(meta) > 0 or d < HEAD_MIN_D
+    return _outdated(meta, n, d)
+
+
+def _outdated(meta: Mapping[str, Any], n: int, d: int) -> bool:
+    """The one rule: a table of ``n`` rows of ``d`` dimensions whose meta lists no heads in
+    blocks (d >= 64), no word-major planes (d = 128) or no inverted lists (2**18 rows or more,
+    d = 128) is of an older layout; an empty table never is."""
+    heads_ok = blocked_heads(meta) > 0 or d < HEAD_MIN_D  # 0 for row-major heads too
     planes_ok = bool(meta.get("has_bin128w")) or d != BIN_BYTES * 8
     lists_ok = bool(meta.get("ivf")) or n < IVF_MIN_ROWS or d != BIN_BYTES * 8
     return not (heads_ok and planes_ok and lists_ok) and n > 0
