@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from api.errors import InvalidArgument
-from cli.exits import EXIT_ENVIRONMENT, disk_full, disk_full_line, error_line, exit_status
+from cli.exits import report, unwritable
 
 __all__ = [
     "DATA_ENV",
@@ -190,11 +190,7 @@ def _sample_build(args: argparse.Namespace) -> int:
     except SampleError:
         raise  # typed (sample_exists if another build got there first): cli.main says it
     except OSError as exc:
-        if disk_full(exc) is not None:
-            raise  # said as disk_full by cli.main
-        raise InvalidArgument(
-            f"cannot write the sample to {out}: {exc}", code="unwritable_output"
-        ) from exc
+        raise unwritable(out, exc) from exc
     print(f"sample area ({args.size}) written to {info.root}")
     return 0
 
@@ -422,16 +418,13 @@ def print_answer(call: Callable[[], Any]) -> int:
     try:
         answer = call()
     except Exception as exc:
-        full = disk_full(exc)  # a memory write on a full disk arrives as a backend error
-        if full is not None:
-            print(disk_full_line(full), file=sys.stderr)
-            return EXIT_ENVIRONMENT
         described = describe_error(exc)
-        if described is None:
+        err = described[1]["error"] if described is not None else None
+        # a memory write on a full disk arrives as a backend error: report says the disk's
+        status = report(exc, (str(err["code"]), str(err["message"])) if err else None)
+        if status is None:
             raise
-        err = described[1]["error"]
-        print(error_line(str(err["code"]), err["message"]), file=sys.stderr)
-        return exit_status(str(err["code"]))
+        return status
     print(json.dumps(answer, indent=2))
     return 0
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import errno
 import re
+import sys
+
+from api.errors import InvalidArgument
 
 __all__ = [
     "ENVIRONMENT_CODES",
@@ -13,7 +16,9 @@ __all__ = [
     "disk_full_line",
     "error_line",
     "exit_status",
+    "report",
     "typed_error",
+    "unwritable",
 ]
 
 EXIT_USAGE = 2
@@ -26,8 +31,8 @@ ENVIRONMENT_CODES = frozenset(
 """Error codes that are the environment's failure, not the input's: the cube's storage or the
 memory database could not be reached or did not answer in time (a missing bucket, denied
 credentials, a server down). ``catalog_unreachable`` is not among them: it also names a
-catalog path that does not exist, which is the input's. They exit :data:`EXIT_ENVIRONMENT`; running again once the
-storage answers can succeed with the same arguments."""
+catalog path that does not exist, which is the input's. They exit :data:`EXIT_ENVIRONMENT`;
+running again once the storage answers can succeed with the same arguments."""
 
 
 def exit_status(code: str) -> int:
@@ -100,3 +105,24 @@ def disk_full_line(full: BaseException) -> str:
         f"earthmem: error [disk_full]: the disk is full ({detail}); what was committed "
         "before stays readable: free space (or run `earthmem gc`) and run again"
     )
+
+
+def report(exc: BaseException, typed: tuple[str, str] | None = None) -> int | None:
+    """Say a foreseeable failure in its one stderr line and return its exit status: a full disk
+    anywhere in ``exc``'s chain first (:func:`disk_full`), else the typed error (``typed``, as
+    a caller described it, or :func:`typed_error`'s). None: not foreseeable, a bug to raise."""
+    full = disk_full(exc)
+    if full is not None:
+        print(disk_full_line(full), file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    typed = typed if typed is not None else typed_error(exc)
+    if typed is None:
+        return None
+    print(error_line(*typed), file=sys.stderr)
+    return exit_status(typed[0])
+
+
+def unwritable(path: object, exc: OSError) -> Exception:
+    """The typed error of an output that cannot be written (``unwritable_output``), raised
+    ``from exc``: a full disk in the chain is still said as one (:func:`report`)."""
+    return InvalidArgument(f"cannot write {path}: {exc}", code="unwritable_output")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from api.errors import InvalidArgument
+from cli.commands import existing_data_dir
 
 __all__ = ["register"]
 
@@ -55,12 +56,7 @@ def _gc(args: argparse.Namespace) -> int:
                 f"--grace-hours must be a number of hours in [0, {MAX_DAYS * 24}],"
                 f" got {args.grace_hours!r}"
             )
-    data = Path(args.data)
-    if not data.is_dir():
-        raise InvalidArgument(
-            f"data directory {str(data)!r} does not exist or is not a directory",
-            code="no_data_dir",
-        )
+    data = existing_data_dir(args.data)
     # Deferred: Dagster takes seconds to import (see cli/ingest.py).
     from pipelines.instance import open_instance
     from pipelines.retention import collect

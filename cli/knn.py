@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
-
-from api.errors import InvalidArgument
 
 __all__ = ["register"]
 
@@ -28,14 +25,9 @@ def register(sub: Any) -> None:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    from cli.commands import default_data_dir
+    from cli.commands import existing_data_dir
 
-    data = Path(args.data or default_data_dir())
-    if not data.is_dir():
-        raise InvalidArgument(
-            f"data directory {str(data)!r} does not exist or is not a directory",
-            code="no_data_dir",
-        )
+    data = existing_data_dir(args.data)
     # Deferred: the tables load numba (a second of start-up for every other command).
     from store.knn.remote import upgrade_tables
 

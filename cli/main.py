@@ -3,7 +3,7 @@
 Each subcommand is a thin adapter: parse arguments, call a plain function,
 print JSON or text. Bad input exits with status 2 and one line on stderr; a failure
 of the environment rather than of the input (a full disk, storage or a memory database
-that does not answer: :data:`ENVIRONMENT_CODES`) exits with status 1 and one line.
+that does not answer: :data:`cli.exits.ENVIRONMENT_CODES`) exits with status 1 and one line.
 """
 
 from __future__ import annotations
@@ -15,19 +15,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from cli import commands, gc, ingest, knn, memory, recall
-from cli.exits import (
-    EXIT_ENVIRONMENT,
-    EXIT_USAGE,
-    disk_full,
-    disk_full_line,
-    error_line,
-    exit_status,
-    typed_error,
-)
+from cli.exits import EXIT_USAGE, report
 from store import address, tslot
 from store.errors import AddressError
 
-__all__ = ["EXIT_ENVIRONMENT", "EXIT_USAGE", "disk_full", "main"]
+__all__ = ["main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -180,15 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except Exception as exc:
-        full = disk_full(exc)  # first: a typed storage error may wrap a full disk
-        if full is not None:
-            print(disk_full_line(full), file=sys.stderr)
-            return EXIT_ENVIRONMENT
-        typed = typed_error(exc)
-        if typed is None:
+        status = report(exc)
+        if status is None:
             raise  # not a foreseeable failure: a bug, shown whole
-        print(error_line(*typed), file=sys.stderr)
-        return exit_status(typed[0])
+        return status
 
 
 if __name__ == "__main__":  # pragma: no cover

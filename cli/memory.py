@@ -30,7 +30,7 @@ from typing import Any
 
 from api.errors import InvalidArgument
 from cli.commands import default_data_dir, existing_data_dir, print_answer, read_stdin
-from cli.exits import disk_full
+from cli.exits import unwritable
 
 __all__ = ["ARCHIVE_VERSION", "TOKEN_ENV", "register"]
 
@@ -314,11 +314,7 @@ def _export(args: argparse.Namespace) -> int:
         try:
             Path(args.out).write_text(text, encoding="utf-8")
         except OSError as exc:
-            if disk_full(exc) is not None:
-                raise  # said as disk_full by cli.main
-            raise InvalidArgument(
-                f"cannot write {args.out}: {exc}", code="unwritable_output"
-            ) from exc
+            raise unwritable(args.out, exc) from exc
         print(f"wrote {len(lines) - 1} records of {args.project} to {args.out}", file=sys.stderr)
     return 0
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from cli import main as cli_main
+from cli.exits import EXIT_ENVIRONMENT, disk_full
 
 
 def _numpy_on_a_full_disk() -> BaseException:
@@ -23,12 +24,12 @@ def _numpy_on_a_full_disk() -> BaseException:
 
 def test_the_shapes_of_disk_full_are_recognised() -> None:
     exc = _numpy_on_a_full_disk()
-    assert cli_main.disk_full(exc) is exc
+    assert disk_full(exc) is exc
     wrapped = RuntimeError("step failed")
     wrapped.__cause__ = sqlite3.OperationalError("database or disk is full")
-    assert cli_main.disk_full(wrapped) is wrapped.__cause__
-    assert cli_main.disk_full(OSError("224128 requested and 159616 written")) is not None
-    assert cli_main.disk_full(OSError(errno.ENOENT, "missing")) is None
+    assert disk_full(wrapped) is wrapped.__cause__
+    assert disk_full(OSError("224128 requested and 159616 written")) is not None
+    assert disk_full(OSError(errno.ENOENT, "missing")) is None
 
 
 def test_the_cli_says_it_in_one_line(monkeypatch, capsys) -> None:
@@ -36,7 +37,7 @@ def test_the_cli_says_it_in_one_line(monkeypatch, capsys) -> None:
         raise RuntimeError("commit failed") from _numpy_on_a_full_disk()
 
     monkeypatch.setattr(cli_main, "_tslot", full)
-    assert cli_main.main(["tslot", "2024-01-01"]) == cli_main.EXIT_ENVIRONMENT
+    assert cli_main.main(["tslot", "2024-01-01"]) == EXIT_ENVIRONMENT
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert err[0].startswith("earthmem: error [disk_full]:")
@@ -51,7 +52,7 @@ def test_a_typed_error_over_a_full_disk_says_disk_full(monkeypatch, capsys) -> N
         raise StorageUnavailable("copying a table failed") from _numpy_on_a_full_disk()
 
     monkeypatch.setattr(cli_main, "_tslot", full)
-    assert cli_main.main(["tslot", "2024-01-01"]) == cli_main.EXIT_ENVIRONMENT
+    assert cli_main.main(["tslot", "2024-01-01"]) == EXIT_ENVIRONMENT
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert err[0].startswith("earthmem: error [disk_full]:")
