@@ -35,6 +35,19 @@ def _first(tile: np.ndarray | None) -> float:
     return float(tile[0, 1000 % 128, 2000 % 128])
 
 
+def _count_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The arrays whose chunk manifest icechunk is asked to list from now on (a spy)."""
+    listed: list[str] = []
+    listing = ic.Session.chunk_coordinates
+
+    def counted(self: ic.Session, array_path: str, **kwargs: Any) -> Any:
+        listed.append(array_path)
+        return listing(self, array_path, **kwargs)
+
+    monkeypatch.setattr(ic.Session, "chunk_coordinates", counted)
+    return listed
+
+
 def test_changes_keep_what_the_diff_did_not_touch() -> None:
     diff = SimpleNamespace(
         new_arrays=set(),
@@ -113,14 +126,7 @@ def test_a_reader_told_not_to_carry_starts_cold(
     old.tiles(BAND, keys)
     old.chunk_index(BAND)
     s_new = _commit(w, 0, 2.0)
-    listed: list[str] = []
-    listing = ic.Session.chunk_coordinates
-
-    def counted(self: ic.Session, array_path: str, **kwargs: Any) -> Any:
-        listed.append(array_path)
-        return listing(self, array_path, **kwargs)
-
-    monkeypatch.setattr(ic.Session, "chunk_coordinates", counted)
+    listed = _count_listings(monkeypatch)
     new = CubeReader(tmp_path, cache=cache, inventory_from=old, carry=False)
     assert cache.tile((s_new, BAND, *keys[0])) is None  # not carried
     new.chunk_index(BAND)
@@ -158,14 +164,7 @@ def test_a_new_tip_reader_updates_the_old_chunk_index(
     with w.transaction("empty w1") as tx:  # week 1 back to fill
         tx.write(BAND, np.arange(T + 7, T + 14), 1000, 2000, np.full((7, 4, 4), np.nan))
     new = CubeReader(tmp_path, cache=old.cache, inventory_from=old)
-    listed: list[str] = []
-    listing = ic.Session.chunk_coordinates
-
-    def counted(self: ic.Session, array_path: str, **kwargs: Any) -> Any:
-        listed.append(array_path)
-        return listing(self, array_path, **kwargs)
-
-    monkeypatch.setattr(ic.Session, "chunk_coordinates", counted)
+    listed = _count_listings(monkeypatch)
     got = new.chunk_index(BAND)
     assert listed == []  # updated, not listed
     assert new._index_base is not None
