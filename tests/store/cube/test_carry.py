@@ -165,16 +165,17 @@ def test_a_new_tip_reader_updates_the_old_chunk_index(
         tx.write(BAND, np.arange(T + 7, T + 14), 1000, 2000, np.full((7, 4, 4), np.nan))
     new = CubeReader(tmp_path, cache=old.cache, inventory_from=old)
     listed = _count_listings(monkeypatch)
+    monkeypatch.setattr(chunk_index, "CHECK_COST", 0)  # checks as cheap as this tiny band
     got = new.chunk_index(BAND)
     assert listed == []  # updated, not listed
     assert new._index_base is not None
     assert "indices/ndvi" not in new._index_base[0]  # the old index is not kept alive after
-    # more changed chunks than it checks one by one: listed instead; as is a band the old
-    # reader never indexed
-    monkeypatch.setattr(chunk_index, "MAX_INDEX_CHECKS", 0)
+    # more changed chunks than checks cost less than a listing: listed instead; as is a band
+    # the old reader never indexed
+    monkeypatch.setattr(chunk_index, "CHECK_COST", 10**9)
     assert sorted(CubeReader(tmp_path, inventory_from=old).chunk_index(BAND)) == sorted(got)
     assert listed == ["/indices/ndvi"]
-    monkeypatch.setattr(chunk_index, "MAX_INDEX_CHECKS", 4096)
+    monkeypatch.setattr(chunk_index, "CHECK_COST", 0)
     CubeReader(tmp_path, inventory_from=old).chunk_index("indices.evi")
     assert listed == ["/indices/ndvi", "/indices/evi"]
     listed.clear()
